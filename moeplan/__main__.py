@@ -1,0 +1,3 @@
+from moeplan.cli import main
+
+main()

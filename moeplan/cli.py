@@ -1,0 +1,55 @@
+"""The `moeplan` command line: a typer app whose commands live in moeplan/commands/."""
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from moeplan import __version__
+from moeplan.commands.common import DEBUG_ENV
+
+app = typer.Typer(
+    name="moeplan",
+    help="Plan, predict and verify how to run a huge Mixture-of-Experts LLM on the machine you have.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"moeplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of internal errors.")] = False,
+) -> None:
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
+
+
+def _register() -> None:
+    from moeplan.commands import model
+
+    model.register(app)
+    for name in ("hardware", "plan", "launch", "bench", "tune"):
+        try:
+            mod = __import__(f"moeplan.commands.{name}", fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name != f"moeplan.commands.{name}":
+                raise
+            continue
+        mod.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    app()

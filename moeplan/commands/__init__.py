@@ -1,0 +1,1 @@
+"""Thin typer commands: parse arguments, call one function, render. One module per area."""

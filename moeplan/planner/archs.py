@@ -1,0 +1,142 @@
+"""Per-architecture rules: which blocks are MoE, dense or NextN, and what each caches.
+
+Input is the GGUF hyper-parameters of an architecture as a dict keyed by the GGUF key
+without the `{arch}.` prefix ('block_count', 'attention.head_count_kv', ...), whatever
+the model came from (a GGUF header, a Hugging Face config mapped to GGUF keys, a profile).
+The rules mirror llama.cpp (src/models/<arch>.cpp load_arch_hparams, llama-hparams.cpp,
+llama-kv-cache*.cpp, llama-memory-recurrent.cpp) as of its 2026-10 sources.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from moeplan.planner.model import KvComponent
+
+# architectures that llama.cpp builds with the MLA latent cache when the GGUF has the
+# *_mla keys (DeepSeek V2/V3/R1, Kimi K2, GLM-4.7-Flash, GLM-5 via glm-dsa, Mistral Large 3)
+MLA_ARCHS = {"deepseek2", "glm-dsa", "deepseek32", "kimi-k3"}
+# hybrid recurrent + attention architectures (gated delta net layers keep a fixed state)
+RECURRENT_HYBRID_ARCHS = {"qwen3next", "qwen35moe", "qwen35", "kimi-linear"}
+
+SUPPORTED_ARCHS = (
+    "deepseek2", "deepseek4", "glm-dsa", "deepseek32", "qwen3moe", "qwen2moe", "qwen3next",
+    "qwen35moe", "gpt-oss", "glm4moe", "llama4", "llama", "minimax-m2",
+)
+
+
+def hp_at(hp: dict[str, Any], key: str, il: int, default: Any = None) -> Any:
+    """A key that may be a scalar or a per-layer array (llama.cpp get_key_or_arr)."""
+    v = hp.get(key, default)
+    if isinstance(v, (list, tuple)):
+        return v[il] if il < len(v) else default
+    return v
+
+
+def n_nextn(hp: dict[str, Any]) -> int:
+    return int(hp.get("nextn_predict_layers", 0) or 0)
+
+
+def n_trunk(hp: dict[str, Any]) -> int:
+    """llama.cpp n_layer(): blocks in the file minus NextN/MTP blocks."""
+    return int(hp["block_count"]) - n_nextn(hp)
+
+
+def is_swa_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
+    """llama_hparams::set_swa_pattern(n_pattern): SWA when il % n < n - 1."""
+    pattern_arr = hp.get("attention.sliding_window_pattern")
+    if isinstance(pattern_arr, (list, tuple)):
+        return bool(pattern_arr[il]) if il < len(pattern_arr) else False
+    if arch == "gpt-oss":
+        n = int(pattern_arr or 2)
+    elif arch == "llama4":
+        if hp.get("attention.sliding_window", None) == 0:
+            return False
+        n = int(pattern_arr or 4)  # 3 chunked layers, then 1 full (NoPE) layer
+    else:
+        return False
+    return n == 0 or (il % n < n - 1)
+
+
+def swa_window(arch: str, hp: dict[str, Any]) -> int:
+    if arch == "llama4":
+        return int(hp.get("attention.sliding_window") or 8192)  # chunked attention, chunk 8192
+    return int(hp.get("attention.sliding_window") or 0)
+
+
+def is_recurrent_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
+    if arch not in RECURRENT_HYBRID_ARCHS:
+        return False
+    arr = hp.get("attention.recurrent_layers")
+    if isinstance(arr, (list, tuple)):
+        return bool(arr[il]) if il < len(arr) else False
+    interval = int(hp.get("full_attention_interval", 4) or 4)
+    return il < n_trunk(hp) and (il + 1) % interval != 0
+
+
+def recurrent_state_sizes(hp: dict[str, Any]) -> tuple[int, int]:
+    """(n_embd_r, n_embd_s) in f32 elements per sequence (llama-hparams.cpp)."""
+    d_conv = int(hp.get("ssm.conv_kernel", 0) or 0)
+    d_inner = int(hp.get("ssm.inner_size", 0) or 0)
+    d_state = int(hp.get("ssm.state_size", 0) or 0)
+    n_group = int(hp.get("ssm.group_count", 0) or 0)
+    n_r = (d_conv - 1 if d_conv > 0 else 0) * (d_inner + 2 * n_group * d_state)
+    n_s = d_state * d_inner
+    return n_r, n_s
+
+
+def head_dims(hp: dict[str, Any], il: int) -> tuple[int, int, int]:
+    """(n_head_kv, d_k, d_v) of layer il as llama.cpp's hparams resolve them."""
+    n_embd = int(hp["embedding_length"])
+    n_head = int(hp_at(hp, "attention.head_count", il, 1) or 1)
+    n_head_kv = hp_at(hp, "attention.head_count_kv", il, None)
+    n_head_kv = n_head if n_head_kv is None else int(n_head_kv)
+    d_k = int(hp.get("attention.key_length") or (n_embd // max(1, n_head)))
+    d_v = int(hp.get("attention.value_length") or (n_embd // max(1, n_head)))
+    return n_head_kv, d_k, d_v
+
+
+def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvComponent, ...]]:
+    """Attention label and cache components of trunk layer `il`."""
+    if arch == "deepseek4":
+        from moeplan.planner.archs_dsv4 import dsv4_layer_kv
+
+        return dsv4_layer_kv(hp, il)
+    if is_recurrent_layer(arch, hp, il):
+        n_r, n_s = recurrent_state_sizes(hp)
+        return "recurrent", (KvComponent("r", n_r, "seq", "F32"), KvComponent("s", n_s, "seq", "F32"))
+    n_head_kv, d_k, d_v = head_dims(hp, il)
+    if arch in MLA_ARCHS and hp.get("attention.key_length_mla"):
+        # MLA: only the latent (kv_lora_rank + rope dims) is cached, as K; V is a view of it
+        comps = [KvComponent("k", d_k * n_head_kv, "ctx", "k")]
+        label = "mla"
+        idx_dim = int(hp.get("attention.indexer.key_length", 0) or 0)
+        if arch in ("glm-dsa", "deepseek32") and idx_dim:
+            # DSA lightning indexer keeps its own single-head key cache (llama-kv-cache-dsa.cpp)
+            comps.append(KvComponent("idx_k", idx_dim, "ctx", "k"))
+            label = "mla+dsa"
+        return label, tuple(comps)
+    if n_head_kv == 0:
+        return "none", ()
+    if is_swa_layer(arch, hp, il):
+        w = swa_window(arch, hp)
+        label = "chunked" if arch == "llama4" else "swa"
+        return label, (KvComponent("k", d_k * n_head_kv, "swa", "k", window=w),
+                       KvComponent("v", d_v * n_head_kv, "swa", "v", window=w))
+    return "full", (KvComponent("k", d_k * n_head_kv, "ctx", "k"),
+                    KvComponent("v", d_v * n_head_kv, "ctx", "v"))
+
+
+def attention_kind(arch: str, hp: dict[str, Any], labels: list[str]) -> str:
+    """One-line description for tables: 'GQA', 'MLA', 'GQA + SWA(128)', ..."""
+    kinds = sorted(set(labels))
+    if "mla" in kinds or "mla+dsa" in kinds:
+        return "MLA + DSA indexer" if "mla+dsa" in kinds else "MLA (latent KV)"
+    if "recurrent" in kinds:
+        return f"hybrid: {labels.count('full')} GQA + {labels.count('recurrent')} linear-attention layers"
+    if "swa" in kinds:
+        return f"GQA + SWA({swa_window(arch, hp)}) on {labels.count('swa')} of {len(labels)} layers"
+    if "chunked" in kinds:
+        return f"GQA + chunked({swa_window(arch, hp)}) on {labels.count('chunked')} of {len(labels)} layers"
+    if any(k in ("csa", "hca", "swa-only") for k in kinds):
+        return "DeepSeek V4: SWA + compressed (CSA/HCA) caches"
+    return "GQA" if kinds == ["full"] else "/".join(kinds)

@@ -1,0 +1,103 @@
+"""Placement: every knob of one way to run a model (what llama.cpp's flags set).
+
+Plain data shared by memory.py, cost.py, search.py, launch/, executor/ and tuner/.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+BACKENDS = ("llama.cpp", "ik_llama.cpp", "ktransformers", "vllm", "sglang")
+NUMA_POLICIES = ("none", "bind", "interleave", "distribute")
+LOAD_MODES = ("mmap", "no-mmap", "mlock")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where each part of the model lives and how it runs.
+
+    cpu_moe_layers: indices (GGUF block numbers) of the MoE layers whose routed-expert
+        matrices stay in host RAM and are computed by the CPU in decode.
+    n_ctx: the context size asked for (llama.cpp pads it to a multiple of 256).
+    numa: 'bind' = numactl --cpunodebind/--membind to `numa_nodes`; 'interleave' = pages
+        interleaved over `numa_nodes`; 'distribute' = llama.cpp --numa distribute;
+        'none' = no policy (first touch).
+    gpu_expert_cache_bytes: size of a GPU cache of hot experts of CPU layers (llama.cpp
+        --moe-cache-mib, KTransformers' GPU experts); 0 = none.
+    n_draft / draft_accept: speculative decoding, drafted tokens per step and acceptance rate.
+    """
+
+    backend: str = "llama.cpp"
+    cpu_moe_layers: tuple[int, ...] = ()
+    n_ctx: int = 4096
+    n_seq: int = 1
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    flash_attn: bool = True
+    n_ubatch: int = 512
+    n_batch: int = 2048
+    n_threads: int = 1
+    n_threads_batch: int = 0  # 0 = same as n_threads
+    numa: str = "none"
+    numa_nodes: tuple[int, ...] = ()
+    op_offload: bool = True
+    gpu_expert_cache_bytes: int = 0
+    load_mode: str = "mmap"
+    kv_offload: bool = True
+    n_draft: int = 0
+    draft_accept: float = 0.0
+    n_gpus: int = 1
+    extra: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def threads_batch(self) -> int:
+        return self.n_threads_batch or self.n_threads
+
+    def with_(self, **changes) -> "Placement":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["cpu_moe_layers"] = list(self.cpu_moe_layers)
+        d["numa_nodes"] = list(self.numa_nodes)
+        d["extra"] = [list(kv) for kv in self.extra]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Placement":
+        d = dict(d)
+        d["cpu_moe_layers"] = tuple(int(i) for i in d.get("cpu_moe_layers", ()))
+        d["numa_nodes"] = tuple(int(i) for i in d.get("numa_nodes", ()))
+        d["extra"] = tuple(tuple(kv) for kv in d.get("extra", ()))
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def layers_from_first(moe_indices: tuple[int, ...], n_cpu: int) -> tuple[int, ...]:
+    """Mainline llama.cpp --n-cpu-moe N: the experts of block indices 0..N-1 go to the CPU,
+    so leading dense blocks (DeepSeek's first 3) 'use up' part of N."""
+    return tuple(i for i in moe_indices if i < n_cpu)
+
+
+def layers_from_last(moe_indices: tuple[int, ...], n_cpu: int) -> tuple[int, ...]:
+    """ik_llama.cpp -ncmoe N and llama.cpp --fit: the last N MoE layers spill to the CPU."""
+    if n_cpu <= 0:
+        return ()
+    return tuple(moe_indices[-n_cpu:])
+
+
+def parse_layer_list(text: str) -> tuple[int, ...]:
+    """'0-19,40' -> (0, 1, ..., 19, 40). Raises ValueError on junk."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            a, b = part.split("-", 1)
+            lo, hi = int(a), int(b)
+            if hi < lo:
+                raise ValueError(part)
+            out.update(range(lo, hi + 1))
+        else:
+            out.add(int(part))
+    return tuple(sorted(out))

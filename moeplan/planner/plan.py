@@ -1,0 +1,109 @@
+"""Plan: the hand-off from the planner to launch/, executor/ and tuner/.
+
+A Plan is placement + estimate + alternatives + a digest of its inputs. It is written as
+stable JSON (sorted keys, no clock) so identical inputs give byte-identical files; the
+executor and tuner read a Plan and never call the search.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from moeplan.planner.placement import Placement
+from moeplan.planner.serde import from_jsonable, to_jsonable
+
+PLAN_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Term:
+    """One named part of a predicted time: `seconds` per token (decode) or per prompt token
+    (prefill), the resource it occupies, and the formula with its inputs filled in."""
+
+    name: str
+    seconds: float
+    resource: str  # 'gpu-mem', 'cpu-mem', 'cpu-compute', 'pcie', 'sync', 'nvme', 'gpu-compute'
+    formula: str = ""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    decode_tok_s: float
+    decode_tok_s_range: tuple[float, float]
+    prefill_tok_s: float
+    prefill_tok_s_range: tuple[float, float]
+    decode_terms: tuple[Term, ...]
+    prefill_terms: tuple[Term, ...]
+    bottleneck: str
+    prefill_bottleneck: str
+    vram_bytes: int
+    vram_required_bytes: int
+    ram_bytes: int
+    memory: dict  # MemoryBreakdown.to_dict()
+    ram_bytes_per_node: tuple[tuple[int, int], ...] = ()
+    depth: int = 0  # context depth the decode figure is for
+    factors: dict = field(default_factory=dict)  # efficiency factors used, with their source
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Enough to find the model again and to check it is the same one."""
+
+    name: str
+    arch: str
+    source: str  # gguf / hf / profile
+    path: str  # file, folder or profile name
+    quant: str
+    digest: str
+    file_bytes: int
+    size_arg: str = ""  # --size given for a profile
+
+
+@dataclass(frozen=True)
+class Alternative:
+    label: str
+    placement: Placement
+    decode_tok_s: float
+    prefill_tok_s: float
+    vram_bytes: int
+    ram_bytes: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: ModelRef
+    hardware_name: str
+    hardware_digest: str
+    placement: Placement
+    estimate: Estimate
+    objective: str = "decode"
+    alternatives: tuple[Alternative, ...] = ()
+    pareto: tuple[Alternative, ...] = ()
+    notes: tuple[str, ...] = ()
+    moeplan_version: str = ""
+    schema_version: int = PLAN_SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        d = to_jsonable(self)
+        d["inputs_digest"] = self.inputs_digest()
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
+
+    def inputs_digest(self) -> str:
+        blob = json.dumps([self.model.digest, self.hardware_digest, to_jsonable(self.placement),
+                           self.objective], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Plan":
+        return from_jsonable(cls, data)
+
+
+def digest_of(obj) -> str:
+    """Digest of any dataclass or JSON-able value (used for hardware profiles)."""
+    blob = json.dumps(to_jsonable(obj), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

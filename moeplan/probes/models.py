@@ -1,0 +1,42 @@
+"""Resolve the MODEL argument: a GGUF file (any shard), a Hugging Face folder, or a profile."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from moeplan.errors import InputError, ModelFormatError
+from moeplan.planner.model import ModelSpec
+from moeplan.units import parse_size
+
+
+def resolve_model(arg: str, quant: str | None = None, size: str | None = None) -> ModelSpec:
+    """Read MODEL as a file, a folder or a bundled profile name.
+
+    `quant` and `size` apply to profiles only (a file says its own types and size).
+    """
+    p = Path(os.path.expanduser(arg))
+    if p.exists():
+        if quant or size:
+            raise InputError(f"--quant/--size apply to bundled profiles, not to {arg}",
+                             "a model file says its own tensor types and size; drop --quant/--size")
+        if p.is_dir():
+            if (p / "config.json").exists():
+                from moeplan.probes.hf import read_hf_model
+
+                return read_hf_model(p)
+            ggufs = sorted(p.glob("*.gguf"))
+            if ggufs:
+                from moeplan.probes.gguf_model import read_gguf_model
+
+                return read_gguf_model(ggufs[0])
+            raise ModelFormatError(f"{arg}: folder has neither config.json nor .gguf files",
+                                   "give a .gguf file, a Hugging Face model folder or a profile name")
+        from moeplan.probes.gguf_model import read_gguf_model
+
+        return read_gguf_model(p)
+    if arg.endswith(".gguf") or os.sep in arg:
+        raise ModelFormatError(f"{arg}: no such file", "check the path; for a split model give any shard")
+    from moeplan.probes.profiles import load_profile
+
+    size_bytes = parse_size(size, "--size") if size else None
+    return load_profile(arg, quant=quant, size_bytes=size_bytes)

@@ -1,0 +1,1 @@
+"""Rendering: rich tables for people (`*_table`), stable JSON for programs."""

@@ -1,0 +1,72 @@
+"""Where output goes: people get rich tables on stdout, programs get JSON only.
+
+Under --json nothing but one JSON document is printed on stdout; progress bars and
+warnings go to stderr.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from moeplan import __version__
+from moeplan.errors import MoeplanError
+
+
+def stdout_console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def emit_json(payload: dict[str, Any]) -> None:
+    """Print one stable JSON document (sorted keys) stamped with moeplan's version."""
+    doc = {"moeplan_version": __version__, **payload}
+    sys.stdout.write(json.dumps(doc, sort_keys=True, indent=2) + "\n")
+    sys.stdout.flush()
+
+
+def print_error(err: MoeplanError, as_json: bool) -> None:
+    if as_json:
+        emit_json({"error": err.to_dict()})
+        return
+    con = stderr_console()
+    con.print(f"[bold red]error:[/] {err.message}", markup=True, highlight=False)
+    if err.hint:
+        con.print(f"hint: {err.hint}", markup=False, highlight=False)
+
+
+@contextmanager
+def progress(description: str, total: float | None = None, enabled: bool = True) -> Iterator[Any]:
+    """A progress bar on stderr (silent when disabled, e.g. under --json or in tests).
+
+    Yields an object with `advance(n)` and `update(description=...)`.
+    """
+    if not enabled or not sys.stderr.isatty():
+        class _Quiet:
+            def advance(self, n: float = 1) -> None:
+                pass
+
+            def update(self, **kw: Any) -> None:
+                pass
+
+        yield _Quiet()
+        return
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=stderr_console(), transient=True) as prog:
+        task = prog.add_task(description, total=total)
+
+        class _Bar:
+            def advance(self, n: float = 1) -> None:
+                prog.advance(task, n)
+
+            def update(self, **kw: Any) -> None:
+                prog.update(task, **kw)
+
+        yield _Bar()

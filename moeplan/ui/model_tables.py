@@ -1,0 +1,106 @@
+"""Tables and JSON for `moeplan models` and `moeplan inspect`."""
+from __future__ import annotations
+
+from rich.table import Table
+
+from moeplan.planner.memory import kv_cache_bytes, kv_layer_bytes
+from moeplan.planner.model import ModelSpec
+from moeplan.units import GIB, MIB
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.2f}"
+
+
+def _mib(n: float) -> str:
+    return f"{n / MIB:.1f}"
+
+
+def inspect_data(m: ModelSpec, n_ctx: int, kv_type: str) -> dict:
+    """Everything `inspect` shows, as plain data (the JSON output)."""
+    type_k = kv_type
+    type_v = kv_type
+    layers = []
+    for layer in m.layers:
+        per_tok = kv_layer_bytes(layer, 1 if layer.kv else 0, type_k, type_v) if layer.kv else 0
+        layers.append({
+            "index": layer.index,
+            "kind": layer.kind,
+            "attention": layer.attention,
+            "dense_bytes": layer.resident_bytes,
+            "expert_bytes": layer.expert_bytes,
+            "expert_types": list(layer.expert_types),
+            "kv_bytes_per_token": _kv_per_token(layer, type_k, type_v),
+            "kv_bytes_at_ctx": kv_layer_bytes(layer, n_ctx, type_k, type_v) if layer.kind != "nextn" else 0,
+            "groups": layer.bytes_by_group(),
+        })
+        del per_tok
+    totals = {
+        "file_bytes": m.file_bytes,
+        "tensor_bytes": m.tensor_bytes,
+        "loaded_bytes": m.loaded_bytes,
+        "routed_expert_bytes": m.expert_bytes,
+        "gpu_resident_bytes": m.gpu_resident_bytes,
+        "bytes_read_per_token": m.bytes_read_per_token(),
+        "kv_bytes": kv_cache_bytes(m, n_ctx, type_k, type_v),
+        "kv_ctx": n_ctx,
+        "kv_type": kv_type,
+        "expert_bytes_per_expert": int(m.expert_bytes_per_expert),
+        "expert_params_per_expert": int(m.expert_params_per_expert),
+    }
+    return {"model": m.summary_dict(), "totals": totals, "groups": m.bytes_by_group(),
+            "layers": layers, "notes": list(m.notes)}
+
+
+def _kv_per_token(layer, type_k: str, type_v: str) -> int:
+    """KV bytes one token adds to this layer (caches that grow with context only)."""
+    from moeplan.planner.ggml import canonical_type, row_bytes
+
+    total = 0
+    for c in layer.kv:
+        if c.cells in ("ctx", "swa"):
+            dtype = type_k if c.dtype == "k" else type_v if c.dtype == "v" else c.dtype
+            total += row_bytes(canonical_type(dtype), c.n_embd)
+    return total
+
+
+def inspect_tables(data: dict) -> list[Table]:
+    m = data["model"]
+    t = Table(title=f"{m['name']} ({m['arch']}, {m['quant']}) per layer — sizes in MiB (binary)",
+              show_lines=False)
+    for col in ("blk", "kind", "attention", "dense MiB", "experts MiB", "expert types", "KV B/token"):
+        t.add_column(col, justify="right" if "MiB" in col or col in ("blk", "KV B/token") else "left")
+    for layer in data["layers"]:
+        t.add_row(str(layer["index"]), layer["kind"], layer["attention"], _mib(layer["dense_bytes"]),
+                  _mib(layer["expert_bytes"]), ",".join(layer["expert_types"]) or "-",
+                  f"{layer['kv_bytes_per_token']:,}")
+    tot = data["totals"]
+    s = Table(title="totals (GiB = 1024^3 bytes, GB = 1000^3 bytes)")
+    s.add_column("what")
+    s.add_column("GiB", justify="right")
+    s.add_column("GB", justify="right")
+    s.add_column("bytes", justify="right")
+
+    def row(label: str, n: int) -> None:
+        s.add_row(label, _gib(n), f"{n / 1e9:.2f}", f"{n:,}")
+
+    row("file on disk", tot["file_bytes"])
+    row("tensors (sum of the index)", tot["tensor_bytes"])
+    row("routed experts (movable to CPU)", tot["routed_expert_bytes"])
+    row("must stay on the GPU (all but experts)", tot["gpu_resident_bytes"])
+    row("weights read per decoded token", tot["bytes_read_per_token"])
+    row(f"KV cache at ctx {tot['kv_ctx']} ({tot['kv_type']})", tot["kv_bytes"])
+    row("one routed expert (average)", tot["expert_bytes_per_expert"])
+    return [t, s]
+
+
+def models_table(rows: list[dict]) -> Table:
+    t = Table(title="bundled model profiles (sizes: GB = 1000^3 bytes, as model cards print them)")
+    for col in ("name", "aliases", "arch", "params", "active", "experts", "layers", "native", "status"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], ", ".join(r.get("aliases", [])[:3]), r["arch"],
+                  f"{r.get('total_params_b', '?')}B", f"{r.get('active_params_b', '?')}B",
+                  f"{r.get('n_experts_used', '?')}/{r.get('n_experts', '?')}", str(r.get("n_layers", "?")),
+                  r.get("native_format", ""), r.get("status", ""))
+    return t

@@ -1,0 +1,103 @@
+"""Sizes and rates as people type them, and back.
+
+`G`, `GiB`, `Gi` are binary (1024**3: what llama.cpp and nvidia-smi print);
+`GB` is decimal (1000**3: what file listings on Hugging Face and spec sheets print).
+A bare number is bytes. Rates take a `/s` suffix: `1792GB/s`, `25GiB/s`.
+"""
+from __future__ import annotations
+
+import re
+
+from moeplan.errors import InputError
+
+_BINARY = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
+_DECIMAL = {"": 1, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4, "P": 1000**5}
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGTP]?)(I?B?|IB)\s*$", re.IGNORECASE)
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+def parse_size(text: str | int | float, what: str = "size") -> int:
+    """Parse '96G', '96GiB', '151GB', '512M', '1.5T', '1024' into bytes.
+
+    Binary: G, GiB, Gi (and lowercase). Decimal: GB. Raises InputError with a hint.
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if text < 0:
+            raise InputError(f"{what} must not be negative: {text}", "for example 96G or 151GB")
+        return int(text)
+    s = str(text).strip()
+    m = _SIZE_RE.match(s)
+    if not m:
+        raise InputError(
+            f"cannot read {what} {s!r}",
+            "write a number with a unit: 96G or 96GiB (binary), 151GB (decimal), 512M",
+        )
+    number, prefix, suffix = m.group(1), m.group(2).upper(), m.group(3).upper()
+    if suffix in ("B",) and prefix:
+        mult = _DECIMAL[prefix]
+    elif suffix in ("", "I", "IB"):
+        mult = _BINARY[prefix]
+    elif suffix == "B":
+        mult = 1
+    else:  # pragma: no cover - regex excludes the rest
+        raise InputError(f"cannot read {what} {s!r}", "for example 96G or 151GB")
+    value = float(number) * mult
+    return int(round(value))
+
+
+def parse_rate(text: str | int | float, what: str = "rate") -> float:
+    """Parse '1792GB/s', '25GiB/s', '64G/s' into bytes per second."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)
+    s = str(text).strip()
+    if s.lower().endswith("/s"):
+        s = s[:-2]
+    return float(parse_size(s, what))
+
+
+def parse_count(text: str, what: str = "number") -> int:
+    try:
+        n = int(str(text).strip())
+    except ValueError:
+        raise InputError(f"cannot read {what} {text!r}", "give a whole number, for example 4096") from None
+    if n < 0:
+        raise InputError(f"{what} must not be negative: {n}", "give a whole number, for example 4096")
+    return n
+
+
+def parse_ctx(text: str | int) -> int:
+    """Context length: 4096, 32k, 128K (k = 1024 as llama.cpp users write it)."""
+    s = str(text).strip().lower()
+    m = re.match(r"^([0-9]+)\s*(k?)$", s)
+    if not m:
+        raise InputError(f"cannot read context length {text!r}", "for example 4096, 32k or 131072")
+    n = int(m.group(1)) * (1024 if m.group(2) else 1)
+    return n
+
+
+def gib(n_bytes: float) -> float:
+    return n_bytes / GIB
+
+
+def fmt_gib(n_bytes: float, digits: int = 2) -> str:
+    return f"{n_bytes / GIB:.{digits}f} GiB"
+
+
+def fmt_gb(n_bytes: float, digits: int = 2) -> str:
+    return f"{n_bytes / 1e9:.{digits}f} GB"
+
+
+def fmt_bytes(n_bytes: float) -> str:
+    """Binary units, labelled as such (KiB, MiB, GiB)."""
+    n = float(n_bytes)
+    for unit, mult in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n) >= mult:
+            return f"{n / mult:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def fmt_rate(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e9:.1f} GB/s"
