@@ -38,7 +38,7 @@ def _register() -> None:
     from moeplan.commands import model
 
     model.register(app)
-    for name in ("hardware", "plan", "launch", "bench", "tune"):
+    for name in ("hardware", "plan", "launch", "bench", "tuner"):
         try:
             mod = __import__(f"moeplan.commands.{name}", fromlist=["register"])
         except ModuleNotFoundError as exc:
