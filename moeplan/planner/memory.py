@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.planner import compute_buffer as cb
 from moeplan.planner.ggml import canonical_type, row_bytes
 from moeplan.planner.model import KvComponent, LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
@@ -34,6 +35,21 @@ MIB = 1024**2
 
 # llama.cpp --fit keeps this much free on each GPU (common/fit: fit_target default 1024 MiB)
 FIT_MARGIN_BYTES = 1 * GIB
+
+# ggml types the CPU backend repacks into its CPU_REPACK buffer on x86-64
+# (ggml/src/ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type, 2026-10 sources): with
+# AVX2 Q4_0, Q4_K, IQ4_NL and MXFP4; AVX-512 adds Q2_K. Only weights used by MUL_MAT /
+# MUL_MAT_ID whose row count ne[1] is a multiple of 8; Q8_0, Q5_K and Q6_K repack only on ARM.
+# When they apply (src/llama-model.cpp make_cpu_buft_list, src/llama-model-loader.cpp
+# select_weight_buft): the CPU buffer list is [GPU host buffer (CUDA_Host), extra buffer types
+# (AMX, CPU_REPACK), CPU]. On a GPU build the host buffer comes first and supports every op, so
+# CPU-resident weights (-ot ...=CPU, --n-cpu-moe, layers past -ngl) go to CUDA_Host, which with
+# mmap is swapped for the plain CPU buffer: no repack. They are repacked on a CPU-only build and
+# on a GPU build run with --no-host. Measured on a CPU build (tests/data/llama_memory): the
+# CPU_REPACK buffer is exactly the bytes of these tensors, and with mmap the CPU_Mapped buffer
+# still spans them (their file pages are read once to repack and stay as clean page cache).
+CPU_REPACK_TYPES_X86_AVX2 = ("IQ4_NL", "MXFP4", "Q4_0", "Q4_K")
+CPU_REPACK_TYPES_X86_AVX512 = CPU_REPACK_TYPES_X86_AVX2 + ("Q2_K",)
 
 
 def pad(n: int, to: int) -> int:
@@ -107,16 +123,23 @@ class MemoryBreakdown:
 # ---- KV cache -----------------------------------------------------------------------------
 
 def kv_cells(comp: KvComponent, n_ctx: int, n_seq: int, n_ubatch: int, swa_full: bool = False,
-             kv_pad: int = 256) -> int:
-    """Cells (rows) llama.cpp allocates for one cache component."""
+             kv_pad: int = 256, kv_unified: bool = True) -> int:
+    """Cells (rows) llama.cpp allocates for one cache component, over all its streams.
+
+    llama_context pads n_ctx to 256; a unified cache (one stream) has n_ctx cells, otherwise
+    each of the n_seq streams has pad256(n_ctx / n_seq) cells (llama-context.cpp n_ctx_seq).
+    """
     kv_size = pad(max(n_ctx, 1), kv_pad)
+    n_stream = 1 if kv_unified or n_seq <= 1 else n_seq
+    per_stream = kv_size if n_stream == 1 else pad(kv_size // n_stream, kv_pad)
     if comp.cells == "ctx":
-        return kv_size
+        return per_stream * n_stream
     if comp.cells == "swa":
         if swa_full:
-            return kv_size
-        # llama-kv-cache-iswa.cpp: GGML_PAD(min(size_base, n_swa*n_seq_max + n_ubatch), 256)
-        return pad(min(kv_size, comp.window * n_seq + n_ubatch), kv_pad)
+            return per_stream * n_stream
+        # llama-kv-cache-iswa.cpp: GGML_PAD(min(size_base, n_swa*(unified ? n_seq_max : 1) + n_ubatch), 256)
+        window = comp.window * (n_seq if n_stream == 1 else 1)
+        return pad(min(per_stream, window + n_ubatch), kv_pad) * n_stream
     if comp.cells == "seq":
         return max(1, n_seq)
     if comp.cells == "ratio":
@@ -127,20 +150,22 @@ def kv_cells(comp: KvComponent, n_ctx: int, n_seq: int, n_ubatch: int, swa_full:
 
 
 def kv_component_bytes(comp: KvComponent, n_ctx: int, type_k: str, type_v: str, n_seq: int = 1,
-                       n_ubatch: int = 512, swa_full: bool = False) -> int:
+                       n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
     dtype = type_k if comp.dtype == "k" else type_v if comp.dtype == "v" else comp.dtype
-    return row_bytes(canonical_type(dtype), comp.n_embd) * kv_cells(comp, n_ctx, n_seq, n_ubatch, swa_full)
+    return row_bytes(canonical_type(dtype), comp.n_embd) * kv_cells(comp, n_ctx, n_seq, n_ubatch, swa_full,
+                                                                    kv_unified=kv_unified)
 
 
 def kv_layer_bytes(layer: LayerSpec, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
-                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False) -> int:
-    return sum(kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full) for c in layer.kv)
+                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
+    return sum(kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified)
+               for c in layer.kv)
 
 
 def kv_cache_bytes(model: ModelSpec, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
-                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False) -> int:
+                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
     """Total KV cache (plus recurrent state) of the trunk layers, in bytes."""
-    return sum(kv_layer_bytes(layer, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full)
+    return sum(kv_layer_bytes(layer, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified)
                for layer in model.trunk_layers)
 
 
@@ -177,49 +202,23 @@ def kv_read_bytes(model: ModelSpec, depth: int, type_k: str = "f16", type_v: str
 # ---- compute buffers ------------------------------------------------------------------------
 
 def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: MemoryConstants) -> dict[str, int]:
-    """Named terms of a compute buffer reserved for a ubatch of n_ubatch tokens.
+    """Named terms of a compute buffer reserved for a ubatch; they sum to the buffer.
 
-    llama.cpp reserves the worst-case graph (n_tokens = n_ubatch, all outputs) and ggml-alloc
-    reuses memory between ops, so the buffer is about the peak of live tensors:
-      logits      n_vocab * n_ubatch * 4                  (f32 result of the output matmul)
-      activations n_ubatch * n_embd * 4 * 6               (residual, norm, attn out, ffn in/out...)
-      attention   FA:     n_ubatch * n_head * d_head * 4 * 3
-                  no FA:  n_head * n_kv * n_ubatch * 4 * 2 (f32 KQ and its softmax)
-      moe         n_ubatch * k * n_ff_exp * 4 * 3          (gate, up, act of the chosen experts)
-                  + n_ubatch * n_expert * 4 * 2            (router logits and probabilities)
-      staging     (GPU only, op-offload with n_ubatch >= 32) the largest CPU layer's expert
-                  tensors: ggml-backend copies the used experts of a host-resident MUL_MAT_ID
-                  weight into a full-size copy tensor in the GPU compute buffer.
+    gpu=True: the buffer of the device that runs the layers (every op but the token
+      embedding lookup): the largest of the attention, MoE and output phases of
+      moeplan.planner.compute_buffer (formulas there), the MoE phase including `staging`,
+      the full-size GPU copy of one host-resident expert weight tensor under op-offload
+      (n_ubatch >= GGML_OP_OFFLOAD_MIN_BATCH). On a CPU-only build this is the CPU buffer.
+    gpu=False: the CPU buffer of a GPU run: the graph inputs (ggml_backend_sched puts every
+      graph input on the CPU backend) and the token-embedding rows
+      (compute_buffer.cpu_side_bytes).
+    Checked against llama.cpp's own allocation log; see tests/test_memory_llamacpp.py.
     """
-    u = max(1, p.n_ubatch)
-    kv_size = pad(max(p.n_ctx, 1), consts.kv_pad)
-    d_head = 0
-    for layer in model.trunk_layers:
-        for c in layer.kv:
-            d_head = max(d_head, c.n_embd)
-    n_head = max(1, model.n_head)
-    d_q = max(1, d_head // 1)
-    terms: dict[str, int] = {}
-    terms["logits"] = model.n_vocab * u * 4
-    terms["activations"] = u * model.n_embd * 4 * 6
-    if p.flash_attn:
-        terms["attention"] = u * n_head * min(d_q, 1024) * 4 * 3
-    else:
-        terms["attention"] = n_head * kv_size * u * 4 * 2
-    if model.n_experts:
-        terms["moe"] = u * model.n_experts_used * model.n_ff_exp * 4 * 3 + u * model.n_experts * 4 * 2
-    else:
-        terms["moe"] = 0
-    terms["staging"] = 0
-    if gpu and p.op_offload and u >= consts.op_offload_min_batch and p.cpu_moe_layers:
-        cpu = set(p.cpu_moe_layers)
-        terms["staging"] = max((layer.expert_bytes for layer in model.moe_layers if layer.index in cpu),
-                               default=0)
     if not gpu:
-        # the CPU buffer holds activations of CPU-resident ops only; logits live on the GPU
-        terms["logits"] = 0
-        terms["staging"] = 0
-    return terms
+        return cb.cpu_side_bytes(model, p)
+    staging = cb.staging_bytes(model, p, consts.op_offload_min_batch)
+    _, terms = cb.peak_phase(cb.compute_phases(model, p, staging))
+    return {k: v for k, v in terms.items() if v}
 
 
 # ---- the breakdown ----------------------------------------------------------------------------
@@ -248,7 +247,8 @@ def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | No
     items.append(MemoryItem("weights_experts", "gpu", gpu_experts,
                             f"routed experts of the {n_gpu_moe} MoE layers kept on the GPU"))
 
-    kv = kv_cache_bytes(model, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, p.n_ubatch)
+    n_ub = cb.reserve_shape(p).n_tokens  # llama.cpp's effective ubatch: min(n_ctx, n_batch, n_ubatch)
+    kv = kv_cache_bytes(model, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, n_ub, kv_unified=p.kv_unified)
     kv_formula = (f"pad256(ctx={p.n_ctx}) cells x per-layer rows "
                   f"(K {p.cache_type_k}, V {p.cache_type_v}, n_seq {p.n_seq})")
     items.append(MemoryItem("kv_cache", "gpu" if p.kv_offload else "host", kv, kv_formula))
