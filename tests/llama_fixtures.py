@@ -86,6 +86,18 @@ def _common(w: GGUFWriter, name: str, n_layer: int, n_embd: int, n_head: int, n_
     w.add_file_type(file_type)
 
 
+def _experts_vocab_globals(w: GGUFWriter, written: list, *, n_embd: int, n_vocab: int, n_expert: int,
+                           n_used: int, n_ff_exp: int, output_type=Q.Q6_K) -> None:
+    """The routed-expert keys, the vocabulary, and token_embd / output_norm / output."""
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    spm_vocab(w, n_vocab)
+    _add(w, written, "token_embd.weight", (n_embd, n_vocab), Q.Q8_0)
+    _add(w, written, "output_norm.weight", (n_embd,))
+    _add(w, written, "output.weight", (n_embd, n_vocab), output_type)
+
+
 def write_qwen3moe_llama(path: Path, *, n_layer=6, n_embd=1024, n_head=16, n_head_kv=2, head_dim=128,
                          n_expert=32, n_used=4, n_ff_exp=512, n_vocab=32000, ctx=32768,
                          expert_type=Q.Q4_K, dense_type=Q.Q8_0):
@@ -98,13 +110,8 @@ def write_qwen3moe_llama(path: Path, *, n_layer=6, n_embd=1024, n_head=16, n_hea
     w.add_feed_forward_length(n_ff_exp * 8)
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_used)
-    w.add_expert_feed_forward_length(n_ff_exp)
-    spm_vocab(w, n_vocab)
-    _add(w, written, "token_embd.weight", (n_embd, n_vocab), Q.Q8_0)
-    _add(w, written, "output_norm.weight", (n_embd,))
-    _add(w, written, "output.weight", (n_embd, n_vocab), Q.Q6_K)
+    _experts_vocab_globals(w, written, n_embd=n_embd, n_vocab=n_vocab, n_expert=n_expert, n_used=n_used,
+                           n_ff_exp=n_ff_exp)
     for i in range(n_layer):
         b = f"blk.{i}."
         _add(w, written, b + "attn_norm.weight", (n_embd,))
@@ -143,17 +150,12 @@ def write_deepseek2_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1024, n_he
     w.add_kv_lora_rank(kv_lora)
     w.add_rope_dimension_count(rope)
     w.add_leading_dense_block_count(n_dense)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_used)
     w.add_expert_shared_count(n_shared)
-    w.add_expert_feed_forward_length(n_ff_exp)
     w.add_expert_weights_scale(2.5)
     w.add_expert_weights_norm(True)
     w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)  # DeepSeek V3
-    spm_vocab(w, n_vocab)
-    _add(w, written, "token_embd.weight", (n_embd, n_vocab), Q.Q8_0)
-    _add(w, written, "output_norm.weight", (n_embd,))
-    _add(w, written, "output.weight", (n_embd, n_vocab), Q.Q6_K)
+    _experts_vocab_globals(w, written, n_embd=n_embd, n_vocab=n_vocab, n_expert=n_expert, n_used=n_used,
+                           n_ff_exp=n_ff_exp)
     for i in range(n_layer):
         b = f"blk.{i}."
         _add(w, written, b + "attn_norm.weight", (n_embd,))
@@ -197,13 +199,8 @@ def write_gptoss_llama(path: Path, *, n_layer=6, n_embd=1024, n_head=16, n_head_
     w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
     w.add_sliding_window(window)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_used)
-    w.add_expert_feed_forward_length(n_ff_exp)
-    spm_vocab(w, n_vocab)
-    _add(w, written, "token_embd.weight", (n_embd, n_vocab), Q.Q8_0)
-    _add(w, written, "output_norm.weight", (n_embd,))
-    _add(w, written, "output.weight", (n_embd, n_vocab), Q.Q8_0)
+    _experts_vocab_globals(w, written, n_embd=n_embd, n_vocab=n_vocab, n_expert=n_expert, n_used=n_used,
+                           n_ff_exp=n_ff_exp, output_type=Q.Q8_0)
     qd, kd = n_head * head_dim, n_head_kv * head_dim
     for i in range(n_layer):
         b = f"blk.{i}."
@@ -245,9 +242,6 @@ def write_qwen3next_llama(path: Path, *, n_layer=8, n_embd=1024, n_head=8, n_hea
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim // 4)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_used)
-    w.add_expert_feed_forward_length(n_ff_exp)
     w.add_expert_shared_feed_forward_length(n_ff_shexp)
     key_dim, value_dim = d_state * n_k_heads, d_state * n_v_heads
     w.add_ssm_conv_kernel(d_conv)
@@ -256,10 +250,8 @@ def write_qwen3next_llama(path: Path, *, n_layer=8, n_embd=1024, n_head=8, n_hea
     w.add_ssm_time_step_rank(n_v_heads)
     w.add_ssm_group_count(n_k_heads)
     w.add_full_attention_interval(interval)
-    spm_vocab(w, n_vocab)
-    _add(w, written, "token_embd.weight", (n_embd, n_vocab), Q.Q8_0)
-    _add(w, written, "output_norm.weight", (n_embd,))
-    _add(w, written, "output.weight", (n_embd, n_vocab), Q.Q6_K)
+    _experts_vocab_globals(w, written, n_embd=n_embd, n_vocab=n_vocab, n_expert=n_expert, n_used=n_used,
+                           n_ff_exp=n_ff_exp)
     conv_dim = key_dim * 2 + value_dim
     for i in range(n_layer):
         b = f"blk.{i}."

@@ -7,7 +7,7 @@ VRAM (one GPU, all blocks offloaded with -ngl, routed experts of `cpu_moe_layers
   weights_gpu  = output + output_norm + sum_trunk(resident bytes) + sum_{MoE on GPU}(expert bytes)
                  (token_embd always stays on the CPU: llama.cpp's input layer is the CPU device)
   kv           = sum_layers sum_components row_size(type, n_embd) * cells   (see kv_cache_bytes)
-  compute      = logits + activations + attention + moe + staging           (see compute_buffer)
+  compute      = max(attention, moe + staging, output) live sets         (see compute_buffer.py)
   cuda_context = CUDA context, cuBLAS workspace and the allocator's slack (a per-backend prior)
   The fit check keeps llama.cpp --fit's 1 GiB margin free on top (`margin_bytes`).
 
@@ -17,7 +17,8 @@ Host RAM
                  resident or decode reads NVMe; --no-mmap / --mlock make them anonymous
   repack       = a second, repacked copy of CPU expert weights when the CPU backend repacks
                  their type (llama.cpp CPU_REPACK buffers) and the load is not mmap-only
-  compute_cpu  = CPU compute buffer (activations of a ubatch through CPU-resident ops)
+  compute_cpu  = CPU compute buffer: the graph inputs (KQ masks, ids, inp_embd), which the
+                 scheduler always places on the CPU, and the token-embedding rows
   output       = logits buffer n_vocab * n_outputs * 4 (host)
   kv_cpu       = the KV cache when --no-kv-offload
 """
