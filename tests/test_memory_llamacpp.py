@@ -24,16 +24,16 @@ import statistics
 from pathlib import Path
 
 import pytest
-from gguf import GGUFReader
 
 from llama_fixtures import LLAMA_FIXTURES, write_fixture
 from llama_memlog import (LlamaCase, build_alloc_shim, case_placement, compare_run, measured_buffers,
                           parse_llama_log, predict_buffers, run_llama)
 from moeplan.planner import compute_buffer as cb
 from moeplan.planner.memory import CPU_REPACK_TYPES_X86_AVX512, MemoryConstants, compute_buffer_terms
-from moeplan.planner.model import KvComponent
 from moeplan.planner.memory import kv_cells
+from moeplan.planner.model import KvComponent
 from moeplan.planner.placement import Placement
+from moeplan.probes.gguf_file import read_gguf_header
 from moeplan.probes.gguf_model import read_gguf_model
 
 DATA = Path(__file__).parent / "data" / "llama_memory"
@@ -137,8 +137,9 @@ def test_compute_buffer_is_mostly_exact(fixture_files):
 
 
 def _tensor_spans(path: Path) -> list[tuple[str, str, int, int]]:
-    r = GGUFReader(str(path))
-    return [(t.name, t.tensor_type.name, int(t.data_offset), int(t.n_bytes)) for t in r.tensors]
+    """(name, type, file offset, bytes) of every tensor, from the header alone."""
+    h = read_gguf_header(path)
+    return [(t.name, t.type_name, h.data_offset + t.offset, t.n_bytes) for t in h.tensors]
 
 
 def test_mmap_span_includes_repacked_tensors(fixture_files):
