@@ -104,23 +104,21 @@ def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
     return fig.effective, fig.source, err
 
 
-def _cal(hw: HardwareProfile, backend: str) -> dict[str, float]:
-    c = hw.calibration_for(backend)
-    return dict(c.factors) if c else {}
-
-
-def _cal_err(hw: HardwareProfile, backend: str, key: str, default: float = 0.08) -> float:
-    c = hw.calibration_for(backend)
-    if c and key in c.residuals:
-        return max(0.03, abs(c.residuals[key]))
-    return default
-
-
-def _factor(name: str, prior: float, pr: BackendPriors, cal: dict[str, float], hw: HardwareProfile,
+def _factor(name: str, prior: float, pr: BackendPriors, hw: HardwareProfile,
             err_key: str | None = None) -> tuple[float, str, float]:
-    """A dimensionless factor: calibrated value if there is one, else the backend prior."""
-    if name in cal:
-        return cal[name], "calibrated", _cal_err(hw, pr.name, name)
+    """A factor's value, source and 1-sigma relative error.
+
+    A calibration of this backend wins. A calibration made with another runner (e.g. the
+    bundled executor) says how this machine deviates from that runner's prior; the same
+    ratio is applied to this backend's prior, with more uncertainty. Otherwise the prior.
+    """
+    own = hw.calibration_for(pr.name)
+    if own and name in own.factors:
+        return own.factors[name], "calibrated", max(0.03, own.rel_err.get(name, 0.08))
+    for c in hw.calibration:
+        if c.backend != pr.name and name in c.factors and c.priors.get(name):
+            ratio = c.factors[name] / c.priors[name]
+            return prior * ratio, f"calibrated via {c.backend}", pr.err(err_key or name) * 0.5 + 0.1
     return prior, "prior", pr.err(err_key or name)
 
 
@@ -162,18 +160,17 @@ def used_nodes(hw: HardwareProfile, p: Placement) -> tuple[NumaNode, ...]:
 
 def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Factors:
     """Turn the profile's figures, calibration and backend priors into the model's rates."""
-    cal = _cal(hw, pr.name)
     cpu_only = not hw.gpus or p.n_gpus == 0
     gpu = hw.gpus[0] if hw.gpus else None
 
     # GPU memory bandwidth and compute
-    eta_g, eta_src, eta_err = _factor("eta_gpu", pr.eta_gpu, pr, cal, hw)
+    eta_g, eta_src, eta_err = _factor("eta_gpu", pr.eta_gpu, pr, hw)
     g = _fig(gpu.mem_bw_bytes_per_s) if gpu else None
     if g:
         bw_g = Rate(g[0] * eta_g, f"{g[1]} x {eta_src} eta_gpu={eta_g:.2f}", math.hypot(g[2], eta_err))
     else:
         bw_g = Rate(0.0, "none", 0.0, "no GPU")
-    mfu, mfu_src, mfu_err = _factor("gpu_mfu", pr.gpu_mfu, pr, cal, hw)
+    mfu, mfu_src, mfu_err = _factor("gpu_mfu", pr.gpu_mfu, pr, hw)
     gf = _fig(gpu.fp16_flop_per_s) if gpu else None
     if gf:
         f_gpu = Rate(gf[0] * mfu, f"{gf[1]} x {mfu_src} mfu={mfu:.2f}", math.hypot(gf[2], mfu_err))
@@ -182,7 +179,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
         f_gpu = Rate(g[0] * 100 * mfu, "prior (100 FLOP/B of bandwidth)", 0.5)
     else:
         f_gpu = Rate(0.0, "none", 0.0)
-    pi, pi_src, pi_err = _factor("pi_h2d", pr.pi_h2d, pr, cal, hw)
+    pi, pi_src, pi_err = _factor("pi_h2d", pr.pi_h2d, pr, hw)
     h = _fig(gpu.h2d_bytes_per_s) if gpu else None
     if h:
         h2d = Rate(h[0] * pi, f"{h[1]} x {pi_src} pi={pi:.2f}", math.hypot(h[2], pi_err))
@@ -199,8 +196,8 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     n_nodes = len(all_nodes)
     T = max(1, p.n_threads)
     bws = [_node_bw(n, hw, n_nodes) for n in nodes]
-    eta_c, etac_src, etac_err = _factor("eta_cpu", pr.eta_cpu, pr, cal, hw)
-    rho, rho_src, rho_err = _factor("rho_remote", pr.rho_remote, pr, cal, hw)
+    eta_c, etac_src, etac_err = _factor("eta_cpu", pr.eta_cpu, pr, hw)
+    rho, rho_src, rho_err = _factor("rho_remote", pr.rho_remote, pr, hw)
     if hw.numa_bw_matrix and len(nodes) > 1:
         m = hw.numa_bw_matrix
         try:
@@ -227,38 +224,38 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
         note = f"no NUMA policy: pages on one node, {f_remote:.0%} of reads remote"
     cores_per_node = max(1, sum(n.n_physical_cores or len(n.cpus) for n in nodes) // len(nodes))
     core_fig = _fig(hw.cpu.core_read_bytes_per_s)
-    if core_fig:
+    share, share_src, share_err = _factor("core_read_share", pr.core_read_share, pr, hw, "eta_cpu")
+    if core_fig and share_src == "prior":
         b_core = core_fig[0]
     else:
-        b_core = pr.core_read_share * (sum(b[0] for b in bws) / len(bws)) / cores_per_node
-    if "bw_cpu_bytes_per_s" in cal:
-        bw_c_val = cal["bw_cpu_bytes_per_s"] * min(1.0, T * b_core / max(1.0, cal["bw_cpu_bytes_per_s"]))
-        bw_c = Rate(bw_c_val, "calibrated", _cal_err(hw, pr.name, "bw_cpu_bytes_per_s"), note)
-    else:
-        bw_loc = min(T * b_core, eta_c * mem_nodes_bw)
-        bw_val = bw_loc / ((1 - f_remote) + f_remote / max(rho, 1e-3)) if f_remote else bw_loc
-        src_err = max(b[2] for b in bws)
-        err = math.hypot(src_err, etac_err, rho_err * f_remote)
-        srcs = sorted({b[1] for b in bws})
-        bw_c = Rate(bw_val, f"{'/'.join(srcs)} x {etac_src} eta_cpu={eta_c:.2f}", err, note)
+        b_core = share * (sum(b[0] for b in bws) / len(bws)) / cores_per_node
+    bw_loc = min(T * b_core, eta_c * mem_nodes_bw)
+    bw_val = bw_loc / ((1 - f_remote) + f_remote / max(rho, 1e-3)) if f_remote else bw_loc
+    src_err = max(b[2] for b in bws)
+    thread_bound = T * b_core < eta_c * mem_nodes_bw
+    err = math.hypot(src_err, share_err if thread_bound else etac_err, rho_err * f_remote)
+    srcs = sorted({b[1] for b in bws})
+    how = (f"{T} threads x {b_core / 1e9:.1f} GB/s per core ({share_src})" if thread_bound
+           else f"{'/'.join(srcs)} x {etac_src} eta_cpu={eta_c:.2f}")
+    bw_c = Rate(bw_val, how, err, note)
 
     r_dot, rdot_src, rdot_err = _factor("cpu_dot_elem_per_s_per_core", pr.cpu_dot_elem_per_s_per_core, pr,
-                                        cal, hw, "cpu_dot")
+                                        hw, "cpu_dot")
     dot = Rate(r_dot * T, rdot_src, rdot_err)
     isa = set(hw.cpu.isa)
     isa_class = ("amx" if "amx_tile" in isa else "avx512_vnni" if "avx512_vnni" in isa else
                  "avx512f" if "avx512f" in isa else "avx2" if "avx2" in isa else "neon")
     per_core = pr.cpu_flop_per_s_per_core.get(isa_class) or max(pr.cpu_flop_per_s_per_core.values(), default=0.0)
-    fc, fc_src, fc_err = _factor("cpu_flop_per_s_per_core", per_core, pr, cal, hw, "cpu_flop")
+    fc, fc_src, fc_err = _factor("cpu_flop_per_s_per_core", per_core, pr, hw, "cpu_flop")
     cpu_flop = Rate(fc * max(1, p.threads_batch), f"{fc_src} ({isa_class})", fc_err)
 
     sockets_used = len(nodes) > 1 and hw.cpu.n_sockets > 1
     xs = 2.0 if sockets_used else 1.0
-    s_sync, ss_src, ss_err = _factor("s_sync_s", pr.s_sync_s, pr, cal, hw)
+    s_sync, ss_src, ss_err = _factor("s_sync_s", pr.s_sync_s, pr, hw)
     barrier = pr.n_cpu_ops_per_layer * pr.s_barrier_s_per_thread * T * xs
     sync = Rate(s_sync + barrier, ss_src, ss_err)
-    sl, sl_src, sl_err = _factor("s_layer_gpu_s", pr.s_layer_gpu_s, pr, cal, hw, "s_sync_s")
-    tt, tt_src, tt_err = _factor("t_token_s", pr.t_token_s, pr, cal, hw, "s_sync_s")
+    sl, sl_src, sl_err = _factor("s_layer_gpu_s", pr.s_layer_gpu_s, pr, hw, "s_sync_s")
+    tt, tt_src, tt_err = _factor("t_token_s", pr.t_token_s, pr, hw, "s_sync_s")
     st = hw.storage[0].seq_read_bytes_per_s if hw.storage else None
     nv = _fig(st)
     nvme = Rate(nv[0], nv[1], nv[2]) if nv else Rate(2e9, "prior (a PCIe 3/4 NVMe)", 0.5)
