@@ -348,7 +348,7 @@ def _resident_share(model: ModelSpec, p: Placement, hw: HardwareProfile, mem_hos
 def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
                           f: Factors, depth: int, resident_share: float = 1.0) -> tuple[list[Term], dict[str, float], float]:
     """Terms of one decode step (seconds), their errors, and tokens produced per step."""
-    k, n = model.n_experts_used, model.n_experts
+    k, n = p.n_experts_used or model.n_experts_used, model.n_experts
     cpu = set(p.cpu_moe_layers)
     n_step = 1 + max(0, p.n_draft)  # tokens verified per step
     touched = distinct_experts(n, k, n_step) / max(1, n) if n else 0.0  # share of a layer's experts read
@@ -436,7 +436,7 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
 def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
                            f: Factors, n_prompt: int) -> tuple[list[Term], dict[str, float]]:
     """Terms of processing an n_prompt-token prompt, in seconds per prompt token."""
-    k, n = model.n_experts_used, model.n_experts
+    k, n = p.n_experts_used or model.n_experts_used, model.n_experts
     n_prompt = max(1, n_prompt)
     u = max(1, min(p.n_ubatch, n_prompt))
     n_ub = math.ceil(n_prompt / u)
