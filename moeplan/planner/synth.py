@@ -17,6 +17,7 @@ qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2}.cpp.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,10 +100,7 @@ class TensorSpec:
 
     @property
     def n_elements(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 # Roles quants.py keys on. 'vector' = any 1-D tensor or bias, always kept F32 by the converter.

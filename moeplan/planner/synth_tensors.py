@@ -82,6 +82,14 @@ def _qkv(ix: _Index, il: int, n_embd: int, n_q: int, n_k: int, n_v: int, bias: b
         ix.b(il, "attn_v.bias", (n_v,), "vector")
 
 
+def _gqa(ix: _Index, il: int, d: dict[str, int], q_mult: int = 1, bias: bool = False) -> None:
+    """q, k, v (create_tensor_qkv) and the output projection of a GQA block; q_mult 2 for the
+    gated queries of qwen3next / qwen35moe."""
+    n_embd, d_k = d["n_embd"], d["d_k"]
+    _qkv(ix, il, n_embd, d_k * d["n_head"] * q_mult, d_k * d["n_head_kv"], d["d_v"] * d["n_head_kv"], bias)
+    ix.b(il, "attn_output.weight", (d_k * d["n_head"], n_embd), "attn")
+
+
 def _nextn(ix: _Index, il: int, n_embd: int, n_vocab: int, extras: tuple[str, ...]) -> None:
     """NextN/MTP wiring around the extra decoder block (eh_proj, enorm, hnorm, optional head)."""
     if "eh_proj" in extras:
@@ -233,8 +241,7 @@ def _build_glm4moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: i
     _globals(ix, n_embd, n_vocab)
     for il in range(d["n_blocks"]):
         ix.b(il, "attn_norm.weight", (n_embd,), "vector")
-        _qkv(ix, il, n_embd, d_k * d["n_head"], d_k * d["n_head_kv"], d["d_v"] * d["n_head_kv"], bias=True)
-        ix.b(il, "attn_output.weight", (d_k * d["n_head"], n_embd), "attn")
+        _gqa(ix, il, d, bias=True)
         if qk_norm:
             ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
             ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
@@ -259,8 +266,7 @@ def _build_qwen3moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: 
     _globals(ix, n_embd, n_vocab)
     for il in range(d["n_blocks"]):
         ix.b(il, "attn_norm.weight", (n_embd,), "vector")
-        _qkv(ix, il, n_embd, d_k * d["n_head"], d_k * d["n_head_kv"], d["d_v"] * d["n_head_kv"])
-        ix.b(il, "attn_output.weight", (d_k * d["n_head"], n_embd), "attn")
+        _gqa(ix, il, d)
         ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
         ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
         ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
@@ -294,8 +300,7 @@ def _build_qwen_hybrid(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_voca
         ix.b(il, "attn_norm.weight", (n_embd,), "vector")
         ix.b(il, "post_attention_norm.weight", (n_embd,), "vector")
         if not _is_recurrent(hp, il, d["n_layer"]):
-            _qkv(ix, il, n_embd, d_k * d["n_head"] * 2, d_k * d["n_head_kv"], d["d_v"] * d["n_head_kv"])
-            ix.b(il, "attn_output.weight", (d_k * d["n_head"], n_embd), "attn")
+            _gqa(ix, il, d, q_mult=2)
             ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
             ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
         else:
@@ -350,8 +355,7 @@ def _build_llama4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: in
         ix.g("rope_freqs.weight", (d_k // 2,), "vector")
     for il in range(d["n_blocks"]):
         ix.b(il, "attn_norm.weight", (n_embd,), "vector")
-        _qkv(ix, il, n_embd, d_k * d["n_head"], d_k * d["n_head_kv"], d["d_v"] * d["n_head_kv"])
-        ix.b(il, "attn_output.weight", (d_k * d["n_head"], n_embd), "attn")
+        _gqa(ix, il, d)
         ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
         if step > 0 and (il + 1) % step == 0:
             ix.b(il, "ffn_gate_inp.weight", (n_embd, d["n_expert"]), "router")
@@ -364,12 +368,11 @@ def _build_llama4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: in
 def _build_llama(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                  extras: tuple[str, ...]) -> None:
     """llama.cpp with experts (Mixtral): the experts are n_ff wide."""
-    n_embd, d_k = d["n_embd"], d["d_k"]
+    n_embd = d["n_embd"]
     _globals(ix, n_embd, n_vocab)
     for il in range(d["n_blocks"]):
         ix.b(il, "attn_norm.weight", (n_embd,), "vector")
-        _qkv(ix, il, n_embd, d_k * d["n_head"], d_k * d["n_head_kv"], d["d_v"] * d["n_head_kv"])
-        ix.b(il, "attn_output.weight", (d_k * d["n_head"], n_embd), "attn")
+        _gqa(ix, il, d)
         ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
         ix.b(il, "ffn_gate_inp.weight", (n_embd, d["n_expert"]), "router")
         _experts(ix, il, n_embd, d["n_ff"], d["n_expert"])
@@ -382,8 +385,7 @@ def _build_minimax_m2(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab
     n_ff = d["n_ff"]
     _globals(ix, n_embd, n_vocab)
     for il in range(d["n_blocks"]):
-        _qkv(ix, il, n_embd, d_k * d["n_head"], d_k * d["n_head_kv"], d["d_v"] * d["n_head_kv"])
-        ix.b(il, "attn_output.weight", (d_k * d["n_head"], n_embd), "attn")
+        _gqa(ix, il, d)
         ix.b(il, "attn_norm.weight", (n_embd,), "vector")
         ix.b(il, "attn_q_norm.weight", (d_k * d["n_head"],), "vector")
         ix.b(il, "attn_k_norm.weight", (d_k * d["n_head_kv"],), "vector")
