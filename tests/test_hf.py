@@ -141,3 +141,10 @@ def test_cli_bad_folder_is_one_line_with_hint(tmp_path):
     assert res.exit_code == 3
     err = json.loads(res.stdout)["error"]
     assert err["kind"] == "model-format" and err["hint"]
+
+
+def test_config_missing_a_shape_key(tmp_path):
+    cfg = dict(DEEPSEEK_TINY)
+    del cfg["qk_rope_head_dim"]
+    write_hf_folder(tmp_path / "ds", cfg, deepseek_fp8_tensors())
+    _bad(tmp_path / "ds", "missing or bad key")

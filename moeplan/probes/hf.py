@@ -143,9 +143,13 @@ def read_hf_model(folder: str | os.PathLike) -> ModelSpec:
     names = {t.name for t in entries}
     if len(names) != len(entries):
         raise ModelFormatError(f"{folder}: a tensor appears in two shards", "the folder mixes two downloads")
-    n_trunk = int(cfg["num_hidden_layers"])
-    n_mtp = mtp_blocks([t.name for t in entries], n_trunk)
-    arch, hp = gguf_hparams(config, keep_mtp=True, n_mtp=n_mtp)
+    try:
+        n_trunk = int(cfg["num_hidden_layers"])
+        n_mtp = mtp_blocks([t.name for t in entries], n_trunk)
+        arch, hp = gguf_hparams(config, keep_mtp=True, n_mtp=n_mtp)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFormatError(f"{folder}/config.json: missing or bad key {exc}",
+                               "the config does not describe a complete model; download config.json again") from None
     hp["block_count"] = n_trunk + n_mtp
     if n_mtp:
         hp["nextn_predict_layers"] = n_mtp
