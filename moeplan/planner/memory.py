@@ -120,7 +120,9 @@ def kv_cells(comp: KvComponent, n_ctx: int, n_seq: int, n_ubatch: int, swa_full:
     if comp.cells == "seq":
         return max(1, n_seq)
     if comp.cells == "ratio":
-        return max(1, -(-kv_size // comp.ratio))
+        # llama-kv-cache-dsv4.cpp: GGML_PAD(max(1, ceil(kv_size / ratio)), 256) cells per
+        # stream, one stream per sequence (the compressed caches are never unified)
+        return pad(max(1, -(-kv_size // comp.ratio)), kv_pad) * max(1, n_seq)
     if comp.cells == "fixed":
         return comp.window * max(1, n_seq)
     raise ValueError(f"unknown KV cell rule {comp.cells!r}")
