@@ -64,7 +64,8 @@ def serve_settings(ctx: EmitContext) -> list[tuple[str, str | None]]:
         out.append(("--distributed-executor-backend", "ray"))
     if p.n_gpus * ctx.n_nodes > 1 and ctx.model.n_experts:
         out.append(("--enable-expert-parallel", None))
-    out += [("--max-model-len", str(p.n_ctx)), ("--max-num-seqs", str(p.n_seq)),
+    # the plan's n_ctx is the whole cache, shared by n_seq sequences (llama.cpp -c with -np)
+    out += [("--max-model-len", str(p.n_ctx // max(1, p.n_seq))), ("--max-num-seqs", str(p.n_seq)),
             ("--max-num-batched-tokens", str(p.n_batch)),
             ("--gpu-memory-utilization", f"{GPU_MEMORY_UTILIZATION:.2f}"), ("--kv-cache-dtype", kv),
             ("--trust-remote-code", None), ("--served-model-name", ctx.model.name), ("--port", str(PORT))]
