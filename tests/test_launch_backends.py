@@ -295,3 +295,29 @@ def test_bench_json_with_leading_error_text_and_jsonl():
         parse_bench_json("segfault\n")
     with pytest.raises(RunnerError):
         parse_bench_json("[\n  {\"a\": 1},\n")
+
+
+def test_experts_per_token_override(models):
+    m = models["qwen3moe"]  # k = 2
+    plan = make_plan(m, Placement(cpu_moe_layers=(1,), n_experts_used=1))
+    launch = emit_launch(plan, m, "llama.cpp", model_path="/m")
+    assert value(argv_of(launch), "--override-kv") == "qwen3moe.expert_used_count=int:1"
+    assert value(argv_of(launch, "complete.sh"), "--override-kv") == "qwen3moe.expert_used_count=int:1"
+    assert "--override-kv" not in argv_of(launch, "bench.sh")  # llama-bench has no --override-kv
+    assert any("measures the model's own k" in n for n in launch.notes)
+    assert value(argv_of(emit_launch(plan, m, "ik_llama.cpp", model_path="/m")), "--override-kv").endswith("int:1")
+    same = emit_launch(make_plan(m, Placement(n_experts_used=2)), m, "llama.cpp", model_path="/m")
+    assert "--override-kv" not in argv_of(same)
+    for backend in ("vllm", "sglang", "ktransformers"):
+        with pytest.raises(InputError, match="experts per token"):
+            emit_launch(make_plan(m, Placement(n_experts_used=1)), m, backend, gpu_vram_bytes=80 * GIB)
+
+
+def test_preview_command_is_one_line_or_says_why_not(models):
+    from moeplan.launch import preview_command
+
+    m = models["qwen3moe"]
+    line = preview_command(make_plan(m, Placement(cpu_moe_layers=(1, 2))), m)
+    assert line.startswith("llama-server -m ") and "\n" not in line and "-ot " in line
+    refused = preview_command(make_plan(m, Placement(cpu_moe_layers=(1, 2))), m, "vllm")
+    assert refused.startswith("# no vllm command: ")

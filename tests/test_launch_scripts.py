@@ -213,3 +213,24 @@ def test_render_is_deterministic(models):
     a = render_files(plan, m, emit_launch(plan, m, "llama.cpp", model_path="/m.gguf"))
     b = render_files(plan, m, emit_launch(plan, m, "llama.cpp", model_path="/m.gguf"))
     assert a == b
+
+
+def test_multi_node_scripts_pass_their_argv(models, tmp_path):
+    m = models["deepseek2"]
+    fakes = fake_bin(tmp_path / "fakes")
+    plan = make_plan(m, Placement(n_gpus=8, n_ctx=32768))
+    for backend in ("vllm", "sglang"):
+        launch, _ = write_launch(plan, m, tmp_path / backend, backend, n_nodes=3, gpu_vram_bytes=80 * GIB,
+                                 programs=_release(backend))
+        assert len(launch.scripts) >= 4
+        for s in launch.scripts:
+            path = tmp_path / backend / s.name
+            assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+            r = run_script(path, fakes, tmp_path / "argv")
+            if s.requires:  # HEAD_ADDR / MODEL unset: the guard stops the script with its message
+                assert r.returncode != 0 and f"set {s.requires[0][0]} to" in r.stderr
+            r = run_script(path, fakes, tmp_path / "argv", {"HEAD_ADDR": "10.1.2.3", "MODEL": "/hf/ds"})
+            assert r.returncode == 0, r.stderr
+            want = [str(t).replace("${HEAD_ADDR}", "10.1.2.3").replace("${MODEL}", "/hf/ds")
+                    for t in s.command.full_argv]
+            assert recorded(tmp_path / "argv")[1:] == want[1:]

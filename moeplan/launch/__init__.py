@@ -26,7 +26,6 @@ from moeplan.launch.binaries import (HelpReader, Programs, find_llama_programs, 
                                      find_vllm_programs, read_help)
 from moeplan.launch.common import EmitContext, Launch, ShellVar
 from moeplan.launch.render import render_script
-from moeplan.launch.writefile import write_text_atomic
 from moeplan.planner.model import ModelSpec
 from moeplan.planner.plan import Plan
 
@@ -94,6 +93,18 @@ def emit_launch(plan: Plan, model: ModelSpec, backend: str | None = None, progra
     return EMITTERS[name].emit(ctx)
 
 
+def preview_command(plan: Plan, model: ModelSpec, backend: str | None = None) -> str:
+    """The plan's server command as one shell line, for people reading `moeplan tune` (flags of
+    the targeted release; `emit` and `tune --emit` check them against the installed binary)."""
+    from moeplan.errors import MoeplanError
+
+    try:
+        launch = emit_launch(plan, model, backend)
+    except MoeplanError as err:
+        return f"# no {backend_of(plan, backend)} command: {err.message}"
+    return launch.scripts[0].command.shell()
+
+
 def render_files(plan: Plan, model: ModelSpec, launch: Launch) -> list[tuple[str, str, bool]]:
     """(file name, text, executable) of everything a launch writes."""
     import json
@@ -132,7 +143,9 @@ def write_launch(plan: Plan, model: ModelSpec, out_dir: Path, backend: str | Non
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create {out}: {exc.strerror}", "choose a writable --out folder") from None
-    return launch, [write_text_atomic(out / fname, text, executable=exe) for fname, text, exe in files]
+    from moeplan.probes.files import write_text_atomic
+
+    return launch, [write_text_atomic(out / fname, text, 0o755 if exe else 0o644) for fname, text, exe in files]
 
 
 def write_launch_files(plan: Plan, model: ModelSpec, out_dir: Path, backend: str | None = None,

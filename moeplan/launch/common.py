@@ -171,6 +171,15 @@ class EmitContext:
         return default
 
 
+def refuse_experts_override(ctx: EmitContext, backend: str) -> None:
+    """vLLM, SGLang and KTransformers: moeplan emits no experts-per-token override for them."""
+    n = ctx.placement.n_experts_used
+    if n and n != ctx.model.n_experts_used:
+        raise InputError(f"the plan runs {n} experts per token instead of {ctx.model.n_experts_used}, "
+                         f"which moeplan cannot set for {backend}",
+                         "emit for llama.cpp or ik_llama.cpp (--override-kv), or re-plan with the model's own k")
+
+
 def require_flags(command: Command, fs: FlagSet, backend: str, skip: int = 1) -> None:
     """Raise InputError if the program lacks a flag the command uses (after `skip` tokens)."""
     missing = missing_flags(command.argv, fs, start=skip)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from moeplan.errors import InputError
 from moeplan.launch.common import Command, EmitContext, Launch, Script, require_flags
 from moeplan.launch.flags import FlagSet, flag_set
-from moeplan.launch.llamacpp import (PROMPT, check_kv_types, gpu_split_parts, model_requires, ngl_value,
-                                     switch_value)
+from moeplan.launch.llamacpp import (PROMPT, check_kv_types, experts_used_parts, gpu_split_parts, model_requires,
+                                     ngl_value, switch_value)
 from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
 from moeplan.launch.patterns import CPU_BUFFER, checked_expert_patterns, override_args
 
@@ -33,7 +33,7 @@ _COMMON = {
     "-m": "FNAME", "-ngl": "N", "-ot": "<tensor name pattern>=<buffer type>,...", "-c": "N", "-fa": "",
     "-ctk": "TYPE", "-ctv": "TYPE", "-t": "N", "-tb": "N", "-b": "N", "-ub": "N", "--numa": "TYPE",
     "--no-mmap": "", "--mlock": "", "-ts": "SPLIT", "-nkvo": "", "-fmoe": "", "-mla": "N", "-amb": "N",
-    "-rtr": "",
+    "-rtr": "", "--override-kv": "KEY=TYPE:VALUE,...",
 }
 _SERVER = {**_COMMON, "-np": "N", "-md": "FNAME", "--draft": "N"}
 _CLI = {**_COMMON, "-p": "PROMPT", "-n": "N"}
@@ -106,6 +106,8 @@ def _placement_parts(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...], b
     parts += gpu_split_parts(ctx, bench)
     if p.gpu_expert_cache_bytes:
         parts.append(("--moe-cache-mib", str(p.gpu_expert_cache_bytes // 2**20)))
+    if not bench:
+        parts += experts_used_parts(ctx)
     return parts
 
 

@@ -20,7 +20,8 @@ import math
 import os
 
 from moeplan.errors import InfeasibleError, InputError
-from moeplan.launch.common import GIB, Command, EmitContext, Launch, Script, ShellVar, require_flags
+from moeplan.launch.common import (GIB, Command, EmitContext, Launch, Script, ShellVar, refuse_experts_override,
+                                    require_flags)
 from moeplan.launch.flags import FlagSet
 from moeplan.launch.numa import numa_prefix
 from moeplan.launch.sglang import LAUNCHER, PORT, bench_command, kv_dtype, limit_parts, release_flags as sg_flags
@@ -88,6 +89,7 @@ def weights(ctx: EmitContext) -> tuple[str, str, tuple[tuple[str, str], ...], st
 
 
 def emit(ctx: EmitContext) -> Launch:
+    refuse_experts_override(ctx, "KTransformers")
     p, m = ctx.placement, ctx.model
     if ctx.n_nodes > 1:
         raise InputError("KTransformers launch files are for one machine", "--nodes applies to vllm or sglang")

@@ -36,7 +36,7 @@ _COMMON_FLAGS = {
     "-m": "FNAME", "-ngl": "N", "-ot": "<tensor name pattern>=<buffer type>,...", "-fit": "[on|off]",
     "-c": "N", "-fa": "[on|off|auto]", "-ctk": "TYPE", "-ctv": "TYPE", "-t": "N", "-tb": "N", "-b": "N",
     "-ub": "N", "--no-op-offload": "", "--numa": "TYPE", "-lm": "MODE", "-ts": "N0,N1,N2,...",
-    "-dev": "<dev1,dev2,..>", "-nkvo": "", "-np": "N",
+    "-dev": "<dev1,dev2,..>", "-nkvo": "", "-np": "N", "--override-kv": "KEY=TYPE:VALUE,...",
 }
 _SERVER_FLAGS = {**_COMMON_FLAGS, "--spec-type": (
     "none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,draft-dspark,ngram-simple,ngram-map-k,"
@@ -137,7 +137,17 @@ def model_parts(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...]) -> lis
     parts += gpu_split_parts(ctx, bench=False)
     if p.gpu_expert_cache_bytes:
         parts.append(("--moe-cache-mib", str(mib(p.gpu_expert_cache_bytes))))
+    parts += experts_used_parts(ctx)
     return parts
+
+
+def experts_used_parts(ctx: EmitContext) -> list[tuple[str, ...]]:
+    """--override-kv ARCH.expert_used_count=int:N when the plan runs fewer (or more) experts per
+    token than the model's own k (llama.cpp reads the key LLM_KV_EXPERT_USED_COUNT)."""
+    n = ctx.placement.n_experts_used
+    if not n or n == ctx.model.n_experts_used:
+        return []
+    return [("--override-kv", f"{ctx.model.arch}.expert_used_count=int:{n}")]
 
 
 def env_pairs(ctx: EmitContext) -> tuple[tuple[str, str], ...]:
@@ -230,6 +240,10 @@ def _notes(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...]) -> list[str
     if p.n_gpus > 1 and not ctx.extra("tensor_split"):
         notes.append(f"-ts splits the blocks evenly over {p.n_gpus} GPUs; CPU-expert blocks take less "
                      "VRAM, so check nvidia-smi after loading")
+    if experts_used_parts(ctx):
+        notes.append(f"the plan runs {p.n_experts_used} experts per token instead of the model's "
+                     f"{ctx.model.n_experts_used} (--override-kv); llama-bench cannot override it, so bench.sh "
+                     "measures the model's own k")
     if p.threads_batch != p.n_threads:
         notes.append(f"llama-bench has a single -t: bench.sh runs prefill with -t {p.n_threads}, "
                      f"not the plan's -tb {p.threads_batch}")

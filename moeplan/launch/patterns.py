@@ -105,7 +105,7 @@ def expert_patterns(cpu_layers: Iterable[int]) -> tuple[str, ...]:
     """The `-ot` patterns (without `=CPU`) for the routed experts of `cpu_layers`."""
     out = []
     for alt in layer_alternations(cpu_layers):
-        group = alt if alt.isdigit() else f"({alt})"
+        group = f"({alt})" if "|" in alt else alt  # a single number or class needs no group
         out.append(rf"^blk\.{group}{EXPERT_WEIGHT_SUFFIX}")
     return tuple(out)
 

@@ -83,5 +83,6 @@ def render_script(plan: Plan, model: ModelSpec, launch: Launch, script: Script) 
 
 
 def _guard_text(msg: str) -> str:
-    """Text inside ${VAR:?...}: no characters bash would expand or end the word on."""
-    return "".join(c for c in msg if c.isalnum() or c in " .,:-_/()'")
+    """Text inside "${VAR:?...}": no character bash would expand, quote or end the word on
+    (a single quote there opens a quote even inside the double quotes)."""
+    return "".join(c for c in msg if c.isalnum() or c in " .,:-_/()")

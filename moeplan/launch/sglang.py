@@ -11,7 +11,8 @@ integration (--backend ktransformers). See gpumem.check_gpu_fit.
 """
 from __future__ import annotations
 
-from moeplan.launch.common import Command, EmitContext, Launch, Script, ShellVar, require_flags
+from moeplan.launch.common import (Command, EmitContext, Launch, Script, ShellVar, refuse_experts_override,
+                                    require_flags)
 from moeplan.launch.flags import FlagSet, flag_set
 from moeplan.launch.gpumem import check_gpu_fit
 from moeplan.launch.vllm import model_arg
@@ -71,6 +72,7 @@ def target_text(fs: FlagSet, release: str) -> str:
 
 
 def emit(ctx: EmitContext) -> Launch:
+    refuse_experts_override(ctx, "SGLang")
     p = ctx.placement
     notes = check_gpu_fit(ctx, "SGLang", MEM_FRACTION_STATIC)
     kv_note = kv_dtype(p.cache_type_k)[1]

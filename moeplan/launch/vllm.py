@@ -13,7 +13,8 @@ keeps experts on the CPU. vllm.yaml holds the same settings for `vllm serve MODE
 """
 from __future__ import annotations
 
-from moeplan.launch.common import Command, ConfigFile, EmitContext, Launch, Script, ShellVar, require_flags
+from moeplan.launch.common import (Command, ConfigFile, EmitContext, Launch, Script, ShellVar, refuse_experts_override,
+                                    require_flags)
 from moeplan.launch.flags import FlagSet, flag_set
 from moeplan.launch.gpumem import check_gpu_fit
 
@@ -87,6 +88,7 @@ def config_yaml(settings: list[tuple[str, str | None]]) -> str:
 
 
 def emit(ctx: EmitContext) -> Launch:
+    refuse_experts_override(ctx, "vLLM")
     p = ctx.placement
     notes = check_gpu_fit(ctx, "vLLM", GPU_MEMORY_UTILIZATION)
     kv_note = kv_dtype(p.cache_type_k)[1]
@@ -111,7 +113,7 @@ def emit(ctx: EmitContext) -> Launch:
         scripts.append(Script(
             "ray-worker.sh", f"join the Ray cluster (run on each of the other {ctx.n_nodes - 1} node(s))",
             Command(parts=(("ray", "start"), ("--address", ShellVar("HEAD_ADDR", f":{RAY_PORT}")), ("--block",))),
-            requires=(("HEAD_ADDR", "the head node's IP address"),)))
+            requires=(("HEAD_ADDR", "the IP address of the head node"),)))
         notes.append(f"multi-node: ray-head.sh on the head, ray-worker.sh on the {ctx.n_nodes - 1} other "
                      "node(s) (identical machines, same model path), then launch.sh on the head")
     fs = ctx.flags["server"]
