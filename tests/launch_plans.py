@@ -62,14 +62,14 @@ def _spm_byte_tokenizer(w, n_vocab: int) -> None:
 RUNNABLE_VOCAB = 272
 
 
-def write_runnable_qwen3moe(path: Path, n_layer: int = 6):
-    """A qwen3moe-like GGUF llama.cpp can load *and* run: byte-fallback tokenizer, head_dim 32
-    (a q8_0 K cache needs the block size 32 to divide the head size)."""
+def write_runnable(writer, path: Path, **kw):
+    """A fixture GGUF llama.cpp can load *and* run: the byte-fallback tokenizer, head_dim 32
+    (a q8_0 K cache needs its block size 32 to divide the head size)."""
     import gguf_fixtures
 
     plain = gguf_fixtures._tokenizer
     gguf_fixtures._tokenizer = _spm_byte_tokenizer
     try:
-        return write_qwen3moe(path, n_layer=n_layer, head_dim=32, n_vocab=RUNNABLE_VOCAB)
+        return writer(path, head_dim=32, n_vocab=RUNNABLE_VOCAB, **kw)
     finally:
         gguf_fixtures._tokenizer = plain

@@ -1,9 +1,11 @@
 """Read llama-bench's `-o json` / `-o jsonl` output and check that it ran the plan's overrides.
 
 llama-bench, given an unknown buffer type in -ot, prints "error: unrecognized buffer type"
-and the list of buffer types on *stdout*, runs the tests without that override and exits 0
-(seen on llama.cpp 0c1e570, 2026-10-01). So the JSON may follow a few lines of text, and a
-run is only the plan's when every test reports the expected `tensor_buft_overrides`.
+and the list of buffer types on *stdout* and sets an error flag that later options may clear
+(`-o json` assigns it) or act on (`-fa`, `-ctk` ... stop with "invalid parameter"). When it is
+cleared, llama-bench runs the tests without that override and exits 0 (seen on llama.cpp
+0c1e570, 2026-10-01). So the JSON may follow a few lines of text, and a run is only the
+plan's when every test reports the expected `tensor_buft_overrides`.
 """
 from __future__ import annotations
 

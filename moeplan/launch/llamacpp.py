@@ -187,6 +187,9 @@ def bench_parts(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...]) -> lis
     parts: list[tuple[str, ...]] = [("-m", ctx.model_path), ("-ngl", ngl_value(ctx))]
     if patterns:
         parts.append(("-ot", ";".join(override_args(patterns, CPU_BUFFER))))
+    # -fa right after -ot: llama-bench keeps going after an unknown buffer type in -ot and
+    # only a later option that checks its error flag (-fa does; -o json clears it) makes it
+    # exit 1 instead of running without the override
     parts.append(switch_value(fs, "-fa", p.flash_attn) or ("-fa", "0"))
     parts += [("-ctk", p.cache_type_k), ("-ctv", p.cache_type_v), ("-t", str(p.n_threads)),
               ("-b", str(p.n_batch)), ("-ub", str(p.n_ubatch)),
