@@ -39,7 +39,8 @@ def fake_bin(folder: Path) -> Path:
     return folder
 
 
-def run_script(script: Path, fakes: Path, out: Path, env_extra: dict | None = None, args=()) -> subprocess.CompletedProcess:
+def run_script(script: Path, fakes: Path, out: Path, env_extra: dict | None = None,
+               args=()) -> subprocess.CompletedProcess:
     env = {"PATH": f"{fakes}:{os.environ['PATH']}", "ARGV_OUT": str(out), "HOME": str(out.parent),
            **(env_extra or {})}
     return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=30,

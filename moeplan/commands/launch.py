@@ -26,7 +26,8 @@ def read_plan(path: Path) -> Plan:
             raise ValueError("no placement or model")
         return Plan.from_dict(data)
     except (ValueError, TypeError, KeyError) as exc:
-        raise InputError(f"{path} is not a moeplan plan ({exc})", "give the plan.json that `moeplan tune` wrote") from None
+        raise InputError(f"{path} is not a moeplan plan ({exc})",
+                         "give the plan.json that `moeplan tune` wrote") from None
 
 
 def read_plan_model(plan: Plan, model_path: str | None) -> tuple[ModelSpec, bool, str]:
@@ -55,6 +56,16 @@ def read_plan_model(plan: Plan, model_path: str | None) -> tuple[ModelSpec, bool
                   "predictions may no longer hold: re-plan with `moeplan tune`")
 
 
+OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Folder to write into (default: ./launch-BACKEND).")]
+BinOpt = Annotated[Optional[str], typer.Option(
+    "--bin", help="The backend's build folder or program (llama.cpp: build/bin; sglang/ktransformers: "
+                  "the python that has sglang; vllm: the vllm command). Its --help decides the flags.")]
+NodesOpt = Annotated[int, typer.Option("--nodes", help="Identical machines to spread the model over (vllm, sglang).")]
+GpuVramOpt = Annotated[Optional[str], typer.Option(
+    "--gpu-vram", help="Memory of one GPU (80G), for the per-GPU checks of vllm/sglang/ktransformers.")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Where the plan's model is now, if it moved.")]
+
+
 def register(app: typer.Typer) -> None:
     @app.command("emit")
     @command
@@ -62,14 +73,11 @@ def register(app: typer.Typer) -> None:
         plan_file: Annotated[Path, typer.Argument(metavar="PLAN.json", help="A plan written by `moeplan tune`.")],
         backend: Annotated[Optional[str], typer.Option(
             "--backend", help="llama.cpp | ik_llama.cpp | ktransformers | vllm | sglang (default: the plan's)")] = None,
-        out: Annotated[Optional[Path], typer.Option("--out", help="Folder to write into (default: ./launch-BACKEND).")] = None,
-        binary: Annotated[Optional[str], typer.Option(
-            "--bin", help="The backend's build folder or program (llama.cpp: build/bin; sglang/ktransformers: "
-                          "the python that has sglang; vllm: the vllm command). Its --help decides the flags.")] = None,
-        nodes: Annotated[int, typer.Option("--nodes", help="Identical machines to spread the model over (vllm, sglang).")] = 1,
-        gpu_vram: Annotated[Optional[str], typer.Option(
-            "--gpu-vram", help="Memory of one GPU (80G), for the per-GPU checks of vllm/sglang/ktransformers.")] = None,
-        model: Annotated[Optional[str], typer.Option("--model", help="Where the plan's model is now, if it moved.")] = None,
+        out: OutOpt = None,
+        binary: BinOpt = None,
+        nodes: NodesOpt = 1,
+        gpu_vram: GpuVramOpt = None,
+        model: ModelOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Write launch.sh, bench.sh and the backend's config files for a saved plan."""

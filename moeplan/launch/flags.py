@@ -94,9 +94,17 @@ def parse_help(text: str, program: str, source: str, version: str = "") -> FlagS
     return FlagSet(program=program, source=source, flags=flags, version=version, from_help=True)
 
 
-def flag_set(program: str, source: str, spec: dict[str, str], version: str = "") -> FlagSet:
-    """A FlagSet from a hand-written release table (flag -> placeholder)."""
-    return FlagSet(program=program, source=source, flags=dict(spec), version=version, from_help=False)
+def release_table(release: str, tables: dict[str, tuple[str, dict[str, str]]]) -> dict[str, FlagSet]:
+    """FlagSets of a release from hand-written tables: tool -> (program, {flag: placeholder})."""
+    return {tool: FlagSet(program=program, source=f"flags of {release}", flags=dict(spec), version=release)
+            for tool, (program, spec) in tables.items()}
+
+
+def target_text(fs: FlagSet, release: str, missing_hint: str) -> str:
+    """What the flags were chosen for, in words (the script headers' 'flags for:' line)."""
+    if fs.from_help:
+        return fs.source + (f" ({fs.version})" if fs.version else "")
+    return f"{release} ({missing_hint})"
 
 
 def missing_flags(argv: list[str] | tuple[str, ...], fs: FlagSet, start: int = 1) -> list[str]:

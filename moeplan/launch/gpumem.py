@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError, InputError
-from moeplan.launch.common import EmitContext
+from moeplan.launch.common import EmitContext, refuse_experts_override
 from moeplan.planner.memory import kv_cache_bytes
 from moeplan.planner.model import ModelSpec
 from moeplan.planner.placement import Placement
@@ -105,3 +105,9 @@ def check_gpu_fit(ctx: EmitContext, backend: str, fraction: float) -> list[str]:
         notes.append(f"{cpu_note}the plan's CPU expert layers are dropped: every expert runs on the GPUs, "
                      "which the memory check says fit; the plan's speed figures do not apply")
     return notes
+
+
+def gpu_backend_notes(ctx: EmitContext, backend: str, fraction: float, kv_note: str) -> list[str]:
+    """The checks every all-GPU backend (vLLM, SGLang) starts with, and their notes."""
+    refuse_experts_override(ctx, backend)
+    return check_gpu_fit(ctx, backend, fraction) + ([kv_note] if kv_note else [])

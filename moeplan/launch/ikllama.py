@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from moeplan.errors import InputError
 from moeplan.launch.common import Command, EmitContext, Launch, Script, require_flags
-from moeplan.launch.flags import FlagSet, flag_set
+from moeplan.launch.flags import FlagSet, release_table, target_text
 from moeplan.launch.llamacpp import (PROMPT, check_kv_types, experts_used_parts, gpu_split_parts, model_requires,
                                      ngl_value, switch_value)
 from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
@@ -47,12 +47,8 @@ PROGRAMS = {"server": "llama-server", "once": "llama-cli", "bench": "llama-bench
 
 
 def release_flags() -> dict[str, FlagSet]:
-    src = f"flags of {IK_RELEASE}"
-    return {
-        "server": flag_set("llama-server", src, _SERVER, IK_RELEASE),
-        "once": flag_set("llama-cli", src, _CLI, IK_RELEASE),
-        "bench": flag_set("llama-bench", src, _BENCH, IK_RELEASE),
-    }
+    return release_table(IK_RELEASE, {"server": ("llama-server", _SERVER), "once": ("llama-cli", _CLI),
+                                      "bench": ("llama-bench", _BENCH)})
 
 
 def op_offload_min_ubatch(n_experts: int, n_used: int) -> int:
@@ -162,8 +158,7 @@ def emit(ctx: EmitContext) -> Launch:
     notes.append("bench.sh does not check tensor_buft_overrides (ik's llama-bench JSON may not report "
                  "it): run complete.sh --verbose to see where each expert tensor went")
     requires = model_requires(ctx)
-    target = (fs_server.source + (f" ({fs_server.version})" if fs_server.version else "")
-              if fs_server.from_help else IK_RELEASE + " (no ik_llama.cpp binary found: pass --bin)")
+    target = target_text(fs_server, IK_RELEASE, "no ik_llama.cpp binary found: pass --bin")
     scripts = (
         Script("launch.sh", "ik_llama.cpp llama-server with the plan's placement", server, requires=requires),
         Script("complete.sh", "one short completion with the plan's placement", once, requires=requires),

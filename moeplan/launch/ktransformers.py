@@ -24,8 +24,9 @@ from moeplan.launch.common import (GIB, Command, EmitContext, Launch, Script, Sh
                                     require_flags)
 from moeplan.launch.flags import FlagSet
 from moeplan.launch.numa import numa_prefix
-from moeplan.launch.sglang import LAUNCHER, PORT, bench_command, kv_dtype, limit_parts, release_flags as sg_flags
-from moeplan.launch.sglang import target_text
+from moeplan.launch.flags import target_text
+from moeplan.launch.sglang import LAUNCHER, NO_SGLANG, PORT, bench_command, kv_dtype, limit_parts
+from moeplan.launch.sglang import release_flags as sg_flags
 from moeplan.launch.vllm import model_arg
 
 KT_RELEASE = "kt-kernel 0.4 with SGLang (flags as documented in ktransformers' kt-kernel README, late 2025)"
@@ -130,7 +131,7 @@ def emit(ctx: EmitContext) -> Launch:
     require_flags(bench, ctx.flags["bench"], "KTransformers", skip=3)
     scripts = (Script("launch.sh", "SGLang server with kt-kernel CPU experts", server, requires=requires + wrequires),
                Script("bench.sh", "sglang.bench_serving against the running server", bench, exec_=False))
-    return Launch(backend="ktransformers", target=target_text(ctx.flags["server"], KT_RELEASE),
+    return Launch(backend="ktransformers", target=target_text(ctx.flags["server"], KT_RELEASE, NO_SGLANG),
                   scripts=scripts, notes=tuple(notes) + ctx.notes,
                   placement_text=f"{g} of {m.n_experts} routed experts of every MoE layer on the GPU, the rest "
                                  f"on the CPU (kt-kernel, {p.n_threads} threads)")

@@ -24,7 +24,7 @@ import shlex
 
 from moeplan.errors import InputError
 from moeplan.launch.common import Command, EmitContext, Launch, Script, mib, require_flags
-from moeplan.launch.flags import FlagSet, flag_set
+from moeplan.launch.flags import FlagSet, release_table, target_text
 from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
 from moeplan.launch.patterns import CPU_BUFFER, checked_expert_patterns, override_args
 
@@ -53,12 +53,9 @@ _BENCH_FLAGS = {
 
 
 def release_flags() -> dict[str, FlagSet]:
-    src = f"flags of {LLAMA_CPP_RELEASE}"
-    return {
-        "server": flag_set("llama-server", src, _SERVER_FLAGS, LLAMA_CPP_RELEASE),
-        "once": flag_set("llama-completion", src, _COMPLETION_FLAGS, LLAMA_CPP_RELEASE),
-        "bench": flag_set("llama-bench", src, _BENCH_FLAGS, LLAMA_CPP_RELEASE),
-    }
+    return release_table(LLAMA_CPP_RELEASE, {"server": ("llama-server", _SERVER_FLAGS),
+                                             "once": ("llama-completion", _COMPLETION_FLAGS),
+                                             "bench": ("llama-bench", _BENCH_FLAGS)})
 
 
 PROGRAMS = {"server": "llama-server", "once": "llama-completion", "bench": "llama-bench"}
@@ -292,7 +289,9 @@ def emit(ctx: EmitContext) -> Launch:
                bench, exec_=False, stdout_to="bench.json", after=bench_check_lines(expected),
                requires=requires),
     )
-    return Launch(backend="llama.cpp", target=_target(fs_server), scripts=scripts,
+    return Launch(backend="llama.cpp", scripts=scripts,
+                  target=target_text(fs_server, LLAMA_CPP_RELEASE,
+                                     "no llama.cpp binary found: pass --bin to check your build"),
                   notes=tuple(_notes(ctx, fs_server, patterns)) + ctx.notes,
                   cpu_layers=tuple(p.cpu_moe_layers), patterns=patterns, bench_overrides=expected)
 
@@ -302,9 +301,3 @@ def model_requires(ctx: EmitContext) -> tuple[tuple[str, str], ...]:
     if not name:
         return ()
     return ((name, f"the GGUF file of {ctx.model.name} {ctx.model.quant} (first shard of a split model)"),)
-
-
-def _target(fs: FlagSet) -> str:
-    if fs.from_help:
-        return f"{fs.source}" + (f" ({fs.version})" if fs.version else "")
-    return LLAMA_CPP_RELEASE + " (no llama.cpp binary found: pass --bin to check your build)"

@@ -11,10 +11,9 @@ integration (--backend ktransformers). See gpumem.check_gpu_fit.
 """
 from __future__ import annotations
 
-from moeplan.launch.common import (Command, EmitContext, Launch, Script, ShellVar, refuse_experts_override,
-                                    require_flags)
-from moeplan.launch.flags import FlagSet, flag_set
-from moeplan.launch.gpumem import check_gpu_fit
+from moeplan.launch.common import Command, EmitContext, Launch, Script, ShellVar, require_flags
+from moeplan.launch.flags import FlagSet, release_table, target_text
+from moeplan.launch.gpumem import gpu_backend_notes
 from moeplan.launch.vllm import model_arg
 
 SGLANG_RELEASE = "SGLang 0.5 (sglang.launch_server arguments as documented at docs.sglang.ai)"
@@ -22,6 +21,7 @@ MEM_FRACTION_STATIC = 0.85  # weights + KV pool; the rest is left for activation
 PORT = 30000
 DIST_PORT = 5000
 LAUNCHER = ("-m", "sglang.launch_server")
+NO_SGLANG = "no sglang found: pass --bin the python that has it"
 
 _SERVER = {
     "--model-path": "MODEL_PATH", "--tp-size": "TP_SIZE", "--ep-size": "EP_SIZE", "--nnodes": "NNODES",
@@ -37,9 +37,8 @@ _BENCH = {"--backend": "BACKEND", "--port": "PORT", "--dataset-name": "DATASET_N
 
 
 def release_flags(server_extra: dict[str, str] | None = None, release: str = SGLANG_RELEASE) -> dict[str, FlagSet]:
-    src = f"flags of {release}"
-    return {"server": flag_set("python -m sglang.launch_server", src, {**_SERVER, **(server_extra or {})}, release),
-            "bench": flag_set("python -m sglang.bench_serving", src, _BENCH, release)}
+    return release_table(release, {"server": ("python -m sglang.launch_server", {**_SERVER, **(server_extra or {})}),
+                                   "bench": ("python -m sglang.bench_serving", _BENCH)})
 
 
 def kv_dtype(cache_type: str) -> tuple[str, str]:
@@ -65,19 +64,9 @@ def bench_command(ctx: EmitContext) -> Command:
                           ("--num-prompts", str(max(4, 2 * p.n_seq)))))
 
 
-def target_text(fs: FlagSet, release: str) -> str:
-    if fs.from_help:
-        return fs.source + (f" ({fs.version})" if fs.version else "")
-    return release + " (no sglang found: pass --bin the python that has it)"
-
-
 def emit(ctx: EmitContext) -> Launch:
-    refuse_experts_override(ctx, "SGLang")
     p = ctx.placement
-    notes = check_gpu_fit(ctx, "SGLang", MEM_FRACTION_STATIC)
-    kv_note = kv_dtype(p.cache_type_k)[1]
-    if kv_note:
-        notes.append(kv_note)
+    notes = gpu_backend_notes(ctx, "SGLang", MEM_FRACTION_STATIC, kv_dtype(p.cache_type_k)[1])
     model, requires = model_arg(ctx)
     n_total = p.n_gpus * ctx.n_nodes
     common: list[tuple[str, ...]] = [("--model-path", model), ("--tp-size", str(n_total))]
@@ -96,14 +85,14 @@ def emit(ctx: EmitContext) -> Launch:
             cmd = Command(parts=(program, *common, ("--nnodes", str(ctx.n_nodes)), ("--node-rank", str(rank)),
                                  ("--dist-init-addr", ShellVar("HEAD_ADDR", f":{DIST_PORT}"))))
             name = "launch.sh" if rank == 0 else f"launch-node{rank}.sh"
-            scripts.append(Script(name, f"SGLang node {rank} of {ctx.n_nodes}" + (" (serves HTTP)" if rank == 0 else ""),
-                                  cmd, requires=requires + head))
+            purpose = f"SGLang node {rank} of {ctx.n_nodes}" + (" (serves HTTP)" if rank == 0 else "")
+            scripts.append(Script(name, purpose, cmd, requires=requires + head))
         notes.append(f"multi-node: launch.sh on node 0 and launch-nodeN.sh on node N, all with HEAD_ADDR set to "
                      f"node 0's address; tensor parallel over all {n_total} GPUs")
     bench = bench_command(ctx)
     scripts.append(Script("bench.sh", "sglang.bench_serving against the running server", bench, exec_=False))
     for s in scripts:
         require_flags(s.command, ctx.flags["bench" if s.name == "bench.sh" else "server"], "SGLang", skip=3)
-    return Launch(backend="sglang", target=target_text(ctx.flags["server"], SGLANG_RELEASE),
+    return Launch(backend="sglang", target=target_text(ctx.flags["server"], SGLANG_RELEASE, NO_SGLANG),
                   scripts=tuple(scripts), notes=tuple(notes) + ctx.notes,
                   placement_text=f"every expert on the GPUs ({n_total} in all)")

@@ -13,10 +13,9 @@ keeps experts on the CPU. vllm.yaml holds the same settings for `vllm serve MODE
 """
 from __future__ import annotations
 
-from moeplan.launch.common import (Command, ConfigFile, EmitContext, Launch, Script, ShellVar, refuse_experts_override,
-                                    require_flags)
-from moeplan.launch.flags import FlagSet, flag_set
-from moeplan.launch.gpumem import check_gpu_fit
+from moeplan.launch.common import Command, ConfigFile, EmitContext, Launch, Script, ShellVar, require_flags
+from moeplan.launch.flags import FlagSet, release_table, target_text
+from moeplan.launch.gpumem import gpu_backend_notes
 
 VLLM_RELEASE = "vLLM 0.11 (vllm serve engine arguments as documented at docs.vllm.ai)"
 GPU_MEMORY_UTILIZATION = 0.90  # vLLM's default, stated so the memory check and the run agree
@@ -35,9 +34,7 @@ _BENCH = {"--model": "MODEL", "--port": "PORT", "--dataset-name": "NAME", "--ran
 
 
 def release_flags() -> dict[str, FlagSet]:
-    src = f"flags of {VLLM_RELEASE}"
-    return {"server": flag_set("vllm serve", src, _SERVE, VLLM_RELEASE),
-            "bench": flag_set("vllm bench serve", src, _BENCH, VLLM_RELEASE)}
+    return release_table(VLLM_RELEASE, {"server": ("vllm serve", _SERVE), "bench": ("vllm bench serve", _BENCH)})
 
 
 def kv_dtype(cache_type: str) -> tuple[str, str]:
@@ -88,12 +85,8 @@ def config_yaml(settings: list[tuple[str, str | None]]) -> str:
 
 
 def emit(ctx: EmitContext) -> Launch:
-    refuse_experts_override(ctx, "vLLM")
     p = ctx.placement
-    notes = check_gpu_fit(ctx, "vLLM", GPU_MEMORY_UTILIZATION)
-    kv_note = kv_dtype(p.cache_type_k)[1]
-    if kv_note:
-        notes.append(kv_note)
+    notes = gpu_backend_notes(ctx, "vLLM", GPU_MEMORY_UTILIZATION, kv_dtype(p.cache_type_k)[1])
     model, requires = model_arg(ctx)
     settings = serve_settings(ctx)
     serve = Command(parts=((ctx.programs["server"], "serve"), (model,),
@@ -116,9 +109,7 @@ def emit(ctx: EmitContext) -> Launch:
             requires=(("HEAD_ADDR", "the IP address of the head node"),)))
         notes.append(f"multi-node: ray-head.sh on the head, ray-worker.sh on the {ctx.n_nodes - 1} other "
                      "node(s) (identical machines, same model path), then launch.sh on the head")
-    fs = ctx.flags["server"]
-    target = (fs.source + (f" ({fs.version})" if fs.version else "")) if fs.from_help else \
-        VLLM_RELEASE + " (no vllm found: pass --bin to check your install)"
+    target = target_text(ctx.flags["server"], VLLM_RELEASE, "no vllm found: pass --bin to check your install")
     return Launch(backend="vllm", target=target, scripts=tuple(scripts),
                   configs=(ConfigFile("vllm.yaml", config_yaml(settings), "the same settings as a vLLM config"),),
                   notes=tuple(notes) + ctx.notes,
