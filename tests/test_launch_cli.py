@@ -100,3 +100,27 @@ def test_emit_multi_node_sglang(plan_file, tmp_path):
     assert r.exit_code == 0, r.output
     assert (out / "launch-node1.sh").exists()
     assert "--node-rank 1" in (out / "launch-node1.sh").read_text().replace(" \\\n    ", " ")
+
+
+def test_emit_reads_a_profile_plan_with_its_quant_and_size(plan_file, models, tmp_path, monkeypatch):
+    """A profile plan is read back with the plan's --quant and --size (probes.models seam)."""
+    from dataclasses import replace
+
+    import moeplan.probes.models as pm
+
+    path, _ = plan_file
+    m = replace(models["deepseek2"], source="profile", path="")
+    seen = {}
+
+    def fake_resolve(arg, quant=None, size=None):
+        seen.update(arg=arg, quant=quant, size=size)
+        return m
+
+    monkeypatch.setattr(pm, "resolve_model", fake_resolve)
+    plan = json.loads(path.read_text())
+    plan["model"].update(source="profile", path="deepseek-v3", quant="native (FP8)", size_arg="700GB")
+    path.write_text(json.dumps(plan))
+    r = runner.invoke(app, ["emit", str(path), "--out", str(tmp_path / "p"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert seen == {"arg": "deepseek-v3", "quant": "native", "size": "700GB"}
+    assert ': "${MODEL:?set MODEL to the GGUF file of' in (tmp_path / "p" / "launch.sh").read_text()

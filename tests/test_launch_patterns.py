@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from launch_plans import write_models
 
+from moeplan.errors import InputError
 from moeplan.launch.patterns import (PatternError, check_patterns, checked_expert_patterns, expert_patterns,
                                      first_match, layer_alternations, range_pieces)
 
@@ -88,8 +90,11 @@ def test_dense_leading_and_nextn_blocks_are_never_matched(models):
 
 def test_a_dense_block_in_the_plan_is_refused(models):
     m = models["deepseek2"]
-    with pytest.raises(PatternError, match="block 0 has no routed experts"):
+    with pytest.raises(InputError, match="block 0 of tiny-deepseek2 has no routed experts"):
         checked_expert_patterns(m, (0, 2, 3))
+    with pytest.raises(InputError, match="block 99"):
+        checked_expert_patterns(m, (2, 99))
+    assert not issubclass(PatternError, InputError)  # a mismatch of exact patterns is a bug, exit 1
 
 
 def test_check_reports_a_pattern_that_matches_too_much(models):

@@ -43,7 +43,9 @@ def read_plan_model(plan: Plan, model_path: str | None) -> tuple[ModelSpec, bool
         if model_path:
             spec = resolve_model(model_path)
         elif ref.source == "profile":
-            spec = resolve_model(ref.path, quant=ref.quant or None, size=ref.size_arg or None)
+            # a profile's quant label is the --quant it was read with ('native (FP8)' for native)
+            quant = "native" if ref.quant.startswith("native") else (ref.quant or None)
+            spec = resolve_model(ref.path, quant=quant, size=ref.size_arg or None)
         else:
             spec = resolve_model(ref.path)
     except ModelFormatError as err:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from moeplan.errors import MoeplanError
+from moeplan.errors import InputError, MoeplanError
 from moeplan.planner.model import ModelSpec
 
 # The expert matrices llama.cpp names (src/llama-arch.cpp): ffn_{up,down,gate}_exps,
@@ -164,10 +164,16 @@ class PatternError(MoeplanError):
 def checked_expert_patterns(model: ModelSpec, cpu_layers: Iterable[int]) -> tuple[str, ...]:
     """expert_patterns(), verified against the model's tensor names before anything is emitted."""
     layers = tuple(sorted(set(cpu_layers)))
+    moe_blocks = {layer.index for layer in model.layers if layer.kind == "moe"}
+    stray = [i for i in layers if i not in moe_blocks]
+    if stray:  # a plan for another model (or another file), not a pattern bug
+        raise InputError(f"the plan keeps the experts of block {stray[0]} on the CPU, but block {stray[0]} of "
+                         f"{model.name} has no routed experts",
+                         "was the plan made for another model? re-plan with `moeplan tune`")
     pats = expert_patterns(layers)
     problems = check_patterns(model, layers, pats)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise PatternError(f"-ot patterns do not match the plan: {problems[0]}{more}",
-                           "the plan's CPU layers may not fit this model: re-plan with `moeplan tune`")
+                           "this is a moeplan bug: please report it with the plan and the model's name")
     return pats
