@@ -14,6 +14,7 @@ Choices and why:
                      plan exactly what runs on every build that has --fit.
   -lm MODE           mmap | none (no-mmap) | mlock; builds before --load-mode take --no-mmap /
                      --mlock (mlock there is --no-mmap --mlock: pinned anonymous memory).
+  -np N              always: llama-server's default is 4 slots ('auto'), the plan says n_seq.
   --no-op-offload    only when the plan keeps CPU experts on the CPU in prefill too.
   GGML_OP_OFFLOAD_MIN_BATCH  only when the plan sets Placement.extra op_offload_min_batch.
 """
