@@ -110,6 +110,18 @@ def shortfall(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ra
     return ""
 
 
+def kv_type_legal(model: ModelSpec, kv: str) -> bool:
+    """llama.cpp refuses a quantized cache whose block does not divide the head size
+    (q8_0/q4_0 blocks are 32 wide): check d_k and d_v of the model."""
+    from moeplan.planner.ggml import TYPE_SIZES, canonical_type
+
+    block = TYPE_SIZES[canonical_type(kv)][0]
+    extra = dict(model.extra)
+    dims = [extra.get("attention.key_length"), extra.get("attention.value_length")]
+    dims = [int(d) for d in dims if d] or [model.n_embd // max(1, model.n_head)]
+    return all(d % block == 0 for d in dims)
+
+
 def _score(e: Estimate, objective: str, kv: str) -> float:
     pref = KV_PREFERENCE.get(kv, 1.2)
     if objective == "prefill":
@@ -189,6 +201,8 @@ def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: R
     # flash attention stays on (llama.cpp's default on CUDA): it is what makes a quantized V
     # cache legal, and K = V types keeps MLA's latent cache legal too
     for kv in req.kv_types:
+        if not kv_type_legal(model, kv):
+            continue
         for numa, nodes in _numa_options(hw, req, pr):
             for ub in req.ubatches:
                 for op in ((True, False) if has_gpu and pr.op_offload in ("mainline", "ik") else (True,)):
