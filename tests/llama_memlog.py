@@ -277,18 +277,14 @@ def case_placement(case: LlamaCase):
 
 
 def predict_buffers(model, case: LlamaCase, repack_types: tuple[str, ...]) -> dict[str, int]:
-    """moeplan's figures for the buffers a CPU-only llama.cpp allocates for `case`."""
-    from moeplan.planner import compute_buffer as cb
-    from moeplan.planner.memory import MemoryConstants, compute_buffer_terms, estimate_memory, kv_cache_bytes
+    """moeplan's figures for the buffers a CPU-only llama.cpp allocates for `case`: the
+    CPU-only breakdown of estimate_memory (Placement.n_gpus == 0)."""
+    from moeplan.planner.memory import estimate_memory
 
-    p = case_placement(case)
-    shape = cb.reserve_shape(p)
-    cpu_all = p.with_(cpu_moe_layers=model.moe_layer_indices)
-    est = estimate_memory(model, cpu_all, repack_types=repack_types)
+    est = estimate_memory(model, case_placement(case).with_(n_gpus=0), repack_types=repack_types)
     return {
-        "kv": kv_cache_bytes(model, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, shape.n_tokens,
-                             kv_unified=p.kv_unified),
-        "compute": sum(compute_buffer_terms(model, p, gpu=True, consts=MemoryConstants()).values()),
+        "kv": est.get("kv_cache"),
+        "compute": est.get("compute_cpu"),
         "output": est.get("output"),
         "repack": est.get("repack"),
         "weights": model.loaded_bytes,

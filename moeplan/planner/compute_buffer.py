@@ -213,7 +213,7 @@ def moe_bytes(model: ModelSpec, p: Placement, shape: ReserveShape, staging: int 
     if not model.n_experts:
         return {}
     t, e = shape.n_tokens, model.n_embd
-    k, f, n = model.n_experts_used, model.n_ff_exp, model.n_experts
+    k, f, n = p.n_experts_used or model.n_experts_used, model.n_ff_exp, model.n_experts
     g, d = F32 * f * k * t, F32 * e * k * t
     return {
         "residual": F32 * e * t,
