@@ -284,8 +284,9 @@ def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | No
                                 "CPU_REPACK copy of CPU expert weights of repackable types"))
     # CPU-only: the CPU buffer holds the whole graph (logits too), and nothing is staged
     cterms = compute_buffer_terms(model, p.with_(op_offload=False) if cpu_only else p, gpu=cpu_only, consts=c)
-    items.append(MemoryItem("compute_cpu", "host", sum(cterms.values()) if cpu_layers else 0,
-                            "activations of a ubatch through the CPU-resident ops"))
+    items.append(MemoryItem("compute_cpu", "host", sum(cterms.values()),
+                            "whole graph (CPU-only run)" if cpu_only else
+                            "graph inputs (KQ masks, ids) and token-embedding rows, which llama.cpp keeps on the CPU"))
     items.append(MemoryItem("output", "host", model.n_vocab * 4 * p.n_seq,
                             "logits buffer n_vocab * n_outputs * 4 (one output per sequence)"))
     return MemoryBreakdown(items=tuple(items), margin_bytes=0 if cpu_only else c.margin_bytes)
