@@ -39,6 +39,8 @@ def parse_type17(raw: bytes) -> Dimm | None:
         size_bytes = struct.unpack_from("<I", raw, 0x1C)[0] * 1024**2
     else:
         size_bytes = (size & 0x7FFF) * (1024 if size & 0x8000 else 1024**2)
+    if size_bytes == 0:
+        return None
     speed = _word(raw, 0x15) if length >= 0x17 else None
     if speed == 0xFFFF and length >= 0x58:
         speed = struct.unpack_from("<I", raw, 0x54)[0]

@@ -1,0 +1,150 @@
+"""Timed measurements: pure summarisers on injected samples, and the measuring code run on
+this machine with tiny sizes (so the suite stays fast)."""
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+
+import numpy as np
+import pytest
+
+from moeplan.probes import dram, storage
+from moeplan.probes.cpu import read_cpu
+from moeplan.probes.numa import read_numa_nodes
+from moeplan.probes.timing import measured_figure, summarise_rates, windows
+from probe_trees import listing
+
+MIB = 1024**2
+TINY_DRAM = dram.DramSettings(l3_factor=0, min_bytes=8 * MIB, reps=2, warmup=1, cross_reps=1)
+TINY_DISK = storage.StorageSettings(block_bytes=1 * MIB, seq_budget_s=0.05, seq_max_bytes=4 * MIB, rand_budget_s=0.05)
+
+
+def test_summarise_rates_on_injected_samples():
+    # 1 GB in 0.1 s, 0.125 s, 0.2 s -> 10, 8, 5 GB/s
+    st = summarise_rates([(1e9, 0.1), (1e9, 0.125), (1e9, 0.2), (0, 1.0), (1e9, 0.0)])
+    assert st.n == 3  # zero work and zero time are dropped
+    assert (st.best, st.median, st.worst) == pytest.approx((10e9, 8e9, 5e9))
+    assert st.spread == pytest.approx((10 - 5) / 8)
+    assert st.overall == pytest.approx(3e9 / 0.425)
+    f = measured_figure(st, "m")
+    assert (f.value, f.median, f.source, f.n_samples, f.achievable) == (st.best, st.median, "measured", 3, 1.0)
+    assert measured_figure(st, "m", value="overall").value == pytest.approx(st.overall)
+    with pytest.raises(ValueError):
+        summarise_rates([(0, 0)])
+
+
+def test_windows_merge_small_samples():
+    samples = [(4096, 0.01)] * 25  # 0.25 s of reads
+    w = windows(samples, 0.1)
+    assert len(w) == 2  # 0.1, then 0.15 (the short tail joins the last window)
+    assert sum(b for b, _ in w) == 25 * 4096 and sum(s for _, s in w) == pytest.approx(0.25)
+    assert windows([(1, 0.01)], 0.1) == [(1, 0.01)]
+
+
+def test_choose_bytes_follows_stream_rule_and_caps():
+    per, note = dram.choose_bytes(l3_node=100 * MIB, n_threads=4, s=dram.QUICK, avail_bytes=64 * 1024 * MIB,
+                                  node_free_bytes=None)
+    assert per * 4 == 400 * MIB and note == ""  # 4 x L3, split over 4 threads
+    per, note = dram.choose_bytes(l3_node=1 * MIB, n_threads=3, s=dram.QUICK, avail_bytes=None, node_free_bytes=None)
+    assert per == (256 * MIB // 3) // 4096 * 4096  # the 256 MiB floor, 4 KiB-aligned per thread
+    per, note = dram.choose_bytes(l3_node=512 * MIB, n_threads=1, s=dram.QUICK, avail_bytes=1024 * MIB,
+                                  node_free_bytes=None)
+    assert per == 256 * MIB and "only 0.5x the L3" in note  # a quarter of available memory, and said so
+
+
+def test_read_job_reads_every_chunk_in_single_mode():
+    seen = []
+
+    def kernel(a):
+        seen.append(a.nbytes)
+        a.max()
+
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    job = dram.ReadJob(reader_cpus=(cpu, cpu), place_cpus=(cpu, cpu), mem_node=0, bytes_per_thread=MIB)
+    samples, one, share = dram.run_read_job(job, reps=2, warmup=1, single=True, kernel=kernel)
+    assert [b for b, _ in samples] == [2 * MIB] * 2 and len(one) == 2 and share is None
+    # warm-up + 2 reps with both threads, then warm-up + 2 reps of one thread reading both chunks
+    assert len(seen) == 3 * 2 + 3 * 2
+
+
+def test_measure_dram_on_this_machine_tiny():
+    cpu, topo = read_cpu("/")
+    nodes = read_numa_nodes("/", topo)
+    steps = []
+    res = dram.measure_dram(nodes, topo, None, TINY_DRAM, avail_bytes=None, on_step=steps.append)
+    first = next(n for n in nodes if n.cpus)
+    f = res.node_figures[first.id]
+    assert f.source == "measured" and f.n_samples == 2 and f.value >= f.median > 0
+    assert res.core_figure is not None and "L2-resident" in res.core_figure.method
+    assert steps and steps[0].startswith("DRAM read, node")
+
+
+def _model_file(tmp_path, n_bytes=8 * MIB + 123):
+    p = tmp_path / "model.gguf"
+    p.write_bytes(np.random.default_rng(1).integers(0, 255, n_bytes, dtype=np.uint8).tobytes())
+    return p
+
+
+def test_storage_reads_without_writing_or_leaving_files(tmp_path):
+    p = _model_file(tmp_path)
+    before_hash, before_stat, before_files = hashlib.sha256(p.read_bytes()).hexdigest(), p.stat(), listing(tmp_path)
+    st, notes = storage.measure_storage(str(p), TINY_DISK)
+    assert st.seq_read_bytes_per_s.source == "measured" and st.seq_read_bytes_per_s.value > 0
+    assert st.rand4k_read_bytes_per_s.value > 0 and st.file_bytes == 8 * MIB + 123
+    assert "4 KiB" in st.rand4k_read_bytes_per_s.method
+    assert hashlib.sha256(p.read_bytes()).hexdigest() == before_hash
+    assert p.stat().st_mtime_ns == before_stat.st_mtime_ns and listing(tmp_path) == before_files
+    assert any("storage figures from so little data are rough" in n for n in notes)
+
+
+def test_storage_falls_back_when_o_direct_is_refused(tmp_path):
+    p = _model_file(tmp_path)
+    direct = getattr(os, "O_DIRECT", 0)
+
+    def no_direct(path, flags):
+        if direct and flags & direct:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return os.open(path, flags)
+
+    st, notes = storage.measure_storage(str(p), TINY_DISK, opener=no_direct)
+    assert "buffered" in st.seq_read_bytes_per_s.method
+    assert any("O_DIRECT refused" in n for n in notes)
+
+
+def test_storage_budget_with_injected_clock(tmp_path):
+    p = _model_file(tmp_path, 64 * 4096)
+    ticks = iter(i * 0.01 for i in range(10_000))
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        samples = storage.measure_rand4k(fd, 64 * 4096, budget_s=0.1, clock=lambda: next(ticks))
+    finally:
+        os.close(fd)
+    # the clock is read three times per loop (budget check, start, end), 0.01 s a tick: the
+    # budget checks see 0.01, 0.04, 0.07, then 0.10 -> stop after 3 reads of 0.01 s each
+    assert len(samples) == 3 and all(b == 4096 and s == pytest.approx(0.01) for b, s in samples)
+
+
+def test_bad_model_path_is_an_input_error(tmp_path):
+    from moeplan.errors import InputError
+
+    with pytest.raises(InputError):
+        storage.measure_storage(str(tmp_path / "missing.gguf"), TINY_DISK)
+    with pytest.raises(InputError):
+        storage.resolve_model_file(str(tmp_path))  # an empty folder
+
+
+@pytest.mark.gpu
+def test_copy_rates_on_a_real_gpu():
+    from moeplan.probes.copy_rates import measure_copy_rates, torch_cuda
+    from moeplan.probes.gpu import read_gpus
+
+    if not read_gpus()[0]:  # no driver: skip without paying for a torch import
+        pytest.skip("needs an NVIDIA GPU")
+    torch = torch_cuda()
+    if torch is None:
+        pytest.skip("needs torch with CUDA")
+    res = measure_copy_rates(torch, 0, (), 64 * MIB, 3)
+    for key in ("h2d_pinned", "h2d_pageable", "d2h_pinned"):
+        st = summarise_rates(res[key])
+        assert 1e9 < st.best < 1e12  # between PCIe gen 1 x1 and anything that exists
