@@ -254,7 +254,7 @@ def _dram_figure(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, c: Cpu,
             method += (f"; capped by the Infinity Fabric: {cap / 1e9:.1f} GB/s x {eff.fabric_read:.2f} -> "
                        f"achievable {ach:.2f}")
     src = "spec-sheet" if c.memory_source == "spec-sheet" else "user"
-    return Figure(value=peak, source=src, method=method, achievable=round(ach, 4)), ""
+    return Figure(value=peak, source=src, method=method, achievable=ach), ""
 
 
 def _spec_nodes(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, c: Cpu,

@@ -76,7 +76,7 @@ def numa_tables(p: HardwareProfile) -> list[Table]:
                   _gbs(n.dram_read_bytes_per_s, effective=True), _src(n.dram_read_bytes_per_s))
     out = [t]
     if len(nodes) > 1 and any(n.distances for n in nodes):
-        d = Table(title="node distances (SLIT)")
+        d = Table(title="node distances")
         d.add_column("node")
         for i in ids:
             d.add_column(str(i), justify="right")
