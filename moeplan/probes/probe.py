@@ -41,7 +41,7 @@ class ProbeSettings:
 
 QUICK = ProbeSettings("quick", dram.QUICK, storage.QUICK, matmul_n=2048, matmul_reps=3,
                       copy_bytes=256 * MIB, copy_reps=5, load_window_s=0.25)
-FULL = ProbeSettings("full", dram.FULL, storage.FULL, matmul_n=4096, matmul_reps=8,
+FULL = ProbeSettings("full", dram.FULL, storage.FULL, matmul_n=3072, matmul_reps=5,
                      copy_bytes=1024 * MIB, copy_reps=20, load_window_s=1.0)
 
 
