@@ -147,6 +147,8 @@ def test_apply_overrides_is_a_pure_what_if():
     assert [n.mem_free_bytes for n in q.numa_nodes] == [478 * GIB] * 2
     assert q.numa_nodes[0].dram_read_bytes_per_s == p.numa_nodes[0].dram_read_bytes_per_s  # rates stay
     assert used.gpus[0].vram_bytes == 24 * GIB  # the input is untouched
+    two = build(gpu="RTX 4090", gpu_count=2, cores=8, ram_bytes=64 * GIB)
+    assert [g.vram_bytes for g in apply_overrides(two, vram_bytes=96 * GIB).gpus] == [48 * GIB] * 2  # a total
     assert any(n.startswith("what-if: VRAM") for n in q.notes)
     assert apply_overrides(p) == p
     with pytest.raises(InputError):

@@ -72,8 +72,8 @@ def _write(p: HardwareProfile, out: str | None) -> None:
 
     try:
         write_json_atomic(out, p.to_dict())
-    except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}", "check the folder exists and is writable") from None
+    except OSError as exc:  # the folder exists but the rename or write failed
+        raise InputError(f"cannot write {out}: {exc.strerror or exc}", "choose a writable folder") from None
     print(f"wrote {out}", file=sys.stderr)
 
 

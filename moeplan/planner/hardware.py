@@ -281,10 +281,11 @@ class HardwareProfile:
 
 def apply_overrides(profile: HardwareProfile, vram_bytes: int | None = None,
                     ram_bytes: int | None = None) -> HardwareProfile:
-    """The same machine with a different VRAM per GPU and/or total RAM (`tune --vram/--ram`).
+    """The same machine with a different VRAM and/or host RAM (`tune --vram/--ram` what-ifs).
 
-    vram_bytes: the new size of every GPU; what other processes used on it (total - free)
-        stays used, so free = max(0, vram_bytes - used).
+    vram_bytes: the VRAM budget of all GPUs together, split evenly over them (one GPU: its
+        size); what other processes used on a GPU (total - free) stays used, so each GPU's
+        free = max(0, share - used).
     ram_bytes: the new total host RAM; NUMA nodes with memory get it in proportion to their
         old size (evenly when sizes are unknown), the used part stays used, and a cgroup
         limit is dropped (a what-if machine has none).
@@ -300,14 +301,15 @@ def apply_overrides(profile: HardwareProfile, vram_bytes: int | None = None,
                 f"--vram needs a GPU, and hardware profile {profile.name!r} has none",
                 "plan for a machine with a GPU: --hw desktop-4090-ddr5, or build one with "
                 "`moeplan hardware --gpu 'RTX 4090' --out hw.json`")
+        share = vram_bytes // len(profile.gpus)
         gpus = []
         for g in profile.gpus:
             free = None
             if g.vram_free_bytes is not None:
-                free = max(0, vram_bytes - (g.vram_bytes - g.vram_free_bytes))
-            gpus.append(replace(g, vram_bytes=vram_bytes, vram_free_bytes=free))
-        notes.append(f"what-if: VRAM set to {vram_bytes} bytes per GPU (was "
-                     + ", ".join(str(g.vram_bytes) for g in profile.gpus) + ")")
+                free = max(0, share - (g.vram_bytes - g.vram_free_bytes))
+            gpus.append(replace(g, vram_bytes=share, vram_free_bytes=free))
+        notes.append(f"what-if: VRAM set to {vram_bytes} bytes over {len(gpus)} GPU(s) (was "
+                     f"{profile.gpu_vram_bytes})")
         out = replace(out, gpus=tuple(gpus))
     if ram_bytes is not None:
         if ram_bytes <= 0:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from moeplan.errors import ProbeError
+from moeplan.errors import InputError, ProbeError
 from moeplan.planner.hardware import SCHEMA_VERSION, HardwareProfile
 from moeplan.probes import catalog
+from moeplan.probes.files import write_text_atomic
 
 CACHE_ENV = "MOEPLAN_CACHE_DIR"
 CACHE_FILE = "hardware-probe.json"
@@ -19,21 +19,8 @@ WEEK_S = 7 * 24 * 3600
 
 
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:
-    """Write JSON to a temp file in the same folder, then rename it over `path`: readers see
-    the old file or the new one, never half of one."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".moeplan-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Stable JSON (sorted keys) written atomically: readers see the old file or the new one."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def profile_json(p: HardwareProfile) -> dict[str, Any]:
@@ -92,10 +79,10 @@ def save_cached(p: HardwareProfile) -> tuple[str | None, str | None]:
     """(path written, None) or (None, warning) when the cache folder is not writable."""
     path = cache_path()
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         write_json_atomic(path, profile_json(p))
-    except OSError as exc:
-        return None, f"could not cache the probe in {os.path.dirname(path)} ({exc.strerror or exc}); " \
+    except (OSError, InputError) as exc:
+        why = exc.message if isinstance(exc, InputError) else (exc.strerror or str(exc))
+        return None, f"could not cache the probe in {os.path.dirname(path)} ({why}); " \
                      f"set {CACHE_ENV} to a writable folder"
     return path, None
 
