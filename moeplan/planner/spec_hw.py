@@ -285,23 +285,12 @@ def _spec_gpus(req: SpecRequest, part: GpuPart | None, eff: Efficiency,
                          "for example --gpu 'RTX 4090' or --gpu-vram 24G --gpu-bw 1008GB/s --pcie 4x16")
     notes = []
     vram = req.gpu_vram_bytes or part.vram_bytes  # type: ignore[union-attr]
-    bw = fp16 = None
-    if req.gpu_bw_bytes_per_s or part:
-        bw = Figure(value=req.gpu_bw_bytes_per_s or part.mem_bw_bytes_per_s,  # type: ignore[union-attr]
-                    source=_src(req.gpu_bw_bytes_per_s is not None),
-                    method=("--gpu-bw" if req.gpu_bw_bytes_per_s else f"{part.name} spec sheet")  # type: ignore[union-attr]
-                    + ": device-memory bandwidth peak; achievable: copy/STREAM-like kernels",
-                    achievable=eff.gpu_mem)
-    else:
-        notes.append("GPU memory bandwidth unknown (pass --gpu-bw)")
-    if req.gpu_fp16_flop_per_s or part:
-        fp16 = Figure(value=req.gpu_fp16_flop_per_s or part.fp16_flop_per_s,  # type: ignore[union-attr]
-                      source=_src(req.gpu_fp16_flop_per_s is not None),
-                      method=("--gpu-tflops" if req.gpu_fp16_flop_per_s else f"{part.name} spec sheet")  # type: ignore[union-attr]
-                      + ": dense FP16 tensor peak (FP16 accumulate); achievable: large cuBLAS GEMMs",
-                      achievable=eff.gpu_fp16)
-    else:
-        notes.append("GPU FP16 rate unknown (pass --gpu-tflops)")
+    bw = _peak(req.gpu_bw_bytes_per_s, part.mem_bw_bytes_per_s if part else None, "--gpu-bw", part,
+               "GPU memory bandwidth", "device-memory bandwidth peak; achievable: copy/STREAM-like kernels",
+               eff.gpu_mem, notes)
+    fp16 = _peak(req.gpu_fp16_flop_per_s, part.fp16_flop_per_s if part else None, "--gpu-tflops", part,
+                 "GPU FP16 rate", "dense FP16 tensor peak (FP16 accumulate); achievable: large cuBLAS GEMMs",
+                 eff.gpu_fp16, notes)
     gen = req.pcie_gen or (part.pcie_gen if part else None)
     width = req.pcie_width or (part.pcie_width if part else None)
     h2d = None
@@ -323,6 +312,18 @@ def _spec_gpus(req: SpecRequest, part: GpuPart | None, eff: Efficiency,
                      numa_node=home.id, local_cpus=format_cpulist(home.cpus), source=_src(part is None))
                  for i in range(count))
     return gpus, notes
+
+
+def _peak(given: float | None, catalog_value: float | None, option: str, part: GpuPart | None, label: str,
+          what: str, achievable: float, notes: list[str]) -> Figure | None:
+    """A GPU peak from the command line (`user`) or the catalog (`spec-sheet`), or a note."""
+    if given:
+        return Figure(value=given, source="user", method=f"{option}: {what}", achievable=achievable)
+    if part is not None and catalog_value:
+        return Figure(value=catalog_value, source="spec-sheet", method=f"{part.name} spec sheet: {what}",
+                      achievable=achievable)
+    notes.append(f"{label} unknown (pass {option})")
+    return None
 
 
 def _spec_storage(req: SpecRequest, eff: Efficiency) -> tuple[Storage, ...]:

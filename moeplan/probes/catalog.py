@@ -120,29 +120,30 @@ def _match(parts, query: str, strict: bool):
     return None, list(dict.fromkeys(by_key[k] for k in close)), []
 
 
+_GPU_NUMBERS = "or describe it by numbers: --gpu-vram 24G --gpu-bw 1008GB/s --pcie 4x16 --gpu-tflops 330"
+_CPU_NUMBERS = "or describe it by numbers: --cores 32 --channels 8 --ram-type ddr5 --ram-speed 5200 --cpu-ghz 2.5"
+
+
 def find_gpu(name: str) -> GpuPart:
-    part, close, ambiguous = _match(gpu_parts(), name, strict=False)
-    if part is not None:
-        return part
-    _unknown("GPU", name, close, ambiguous,
-             "or describe it by numbers: --gpu-vram 24G --gpu-bw 1008GB/s --pcie 4x16 --gpu-tflops 330")
+    return _find(gpu_parts(), "GPU", name, _GPU_NUMBERS)
 
 
 def find_cpu(name: str) -> CpuPart:
-    part, close, ambiguous = _match(cpu_parts(), name, strict=False)
+    return _find(cpu_parts(), "CPU", name, _CPU_NUMBERS)
+
+
+def _find(parts, kind: str, name: str, numbers: str):
+    """The part called `name` (exact, alias, or the one part containing it), else InputError
+    with the close matches and how to pass numbers instead."""
+    part, close, ambiguous = _match(parts, name, strict=False)
     if part is not None:
         return part
-    _unknown("CPU", name, close, ambiguous,
-             "or describe it by numbers: --cores 32 --channels 8 --ram-type ddr5 --ram-speed 5200 --cpu-ghz 2.5")
-
-
-def _unknown(kind: str, name: str, close: list[str], ambiguous: list[str], numbers: str) -> None:
     if ambiguous:
         raise InputError(f"{kind} {name!r} matches several parts: " + ", ".join(ambiguous[:8]),
                          "give the full name, " + numbers)
     hint = ("close matches: " + ", ".join(close) + "; " if close else "") + numbers
-    hint += f"; `moeplan hardware --list` shows the catalog"
-    raise InputError(f"unknown {kind} {name!r}: not in the parts catalog", hint)
+    raise InputError(f"unknown {kind} {name!r}: not in the parts catalog",
+                     hint + "; `moeplan hardware --list` shows the catalog")
 
 
 def match_gpu(full_name: str) -> GpuPart | None:
