@@ -148,3 +148,55 @@ def test_copy_rates_on_a_real_gpu():
     for key in ("h2d_pinned", "h2d_pageable", "d2h_pinned"):
         st = summarise_rates(res[key])
         assert 1e9 < st.best < 1e12  # between PCIe gen 1 x1 and anything that exists
+
+
+def test_page_placement_from_numa_maps():
+    from moeplan.probes.numa_alloc import parse_maps, parse_numa_maps, share_on_node
+
+    maps = parse_maps("7f0000000000-7f0040000000 rw-p 00000000 00:00 0\n7f1000000000-7f1000001000 r--p 0 0 0 /lib/x\n")
+    numa = parse_numa_maps("7f0000000000 default anon=262144 dirty=262144 N0=6144 N1=256000 kernelpagesize_kB=4\n"
+                           "7f1000000000 default file=/lib/x mapped=1 N0=1\n")
+    share = share_on_node([(0x7F0000001000, 0x7F0000002000)], 1, maps, numa)
+    assert share == pytest.approx(256000 / 262144)
+    assert share_on_node([(0x100, 0x200)], 0, maps, numa) is None  # not in any mapping
+
+
+def test_libnuma_placement_when_present():
+    from moeplan.probes.numa_alloc import Libnuma
+
+    lib = Libnuma.load()
+    if lib is None:
+        pytest.skip("libnuma is not installed")
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    job = dram.ReadJob(reader_cpus=(cpu,), place_cpus=(cpu,), mem_node=0, bytes_per_thread=4 * MIB, libnuma=lib)
+    samples, _, share = dram.run_read_job(job, reps=2, warmup=1, check_node=True)
+    assert len(samples) == 2 and share is not None and share > 0.9  # pages are where libnuma put them
+
+
+def test_copy_measurements_land_in_the_gpu_figures(tmp_path, monkeypatch):
+    """The plumbing around torch: figures, sources and the loaded link (torch itself is faked)."""
+    from moeplan.probes import copy_rates
+    from moeplan.probes.probe import QUICK, _measure_copies, read_machine
+    from probe_trees import FakeNvml, gpu_dev, server_tree
+
+    nvml = FakeNvml([gpu_dev(gen=1)])
+    p = read_machine(str(server_tree(tmp_path)), nvml,
+                     system_kwargs={"which": lambda n: None, "find_library": lambda n: None}).profile
+    calls = []
+
+    def fake_measure(torch, index, cpus, n_bytes, reps, read_link=None):
+        calls.append((index, cpus, n_bytes, reps))
+        return {"h2d_pinned": [(1e9, 0.04)] * 3, "h2d_pageable": [(1e9, 0.1)] * 3,
+                "d2h_pinned": [(1e9, 0.05)] * 3, "link_loaded": (5, 16)}
+
+    monkeypatch.setattr(copy_rates, "torch_cuda", lambda: object())
+    monkeypatch.setattr(copy_rates, "measure_copy_rates", fake_measure)
+    notes: list[str] = []
+    g = _measure_copies(p, QUICK, nvml, lambda m: None, notes).gpus[0]
+    assert calls == [(0, tuple(range(8, 16)) + tuple(range(24, 32)), QUICK.copy_bytes, QUICK.copy_reps)]
+    assert g.h2d_bytes_per_s.value == pytest.approx(25e9) and g.h2d_bytes_per_s.source == "measured"
+    assert g.h2d_pageable_bytes_per_s.value == pytest.approx(10e9) and g.d2h_bytes_per_s.value == pytest.approx(20e9)
+    assert (g.pcie_gen_loaded, g.pcie_width_loaded) == (5, 16) and "first touched on CPUs 8-15,24-31" in g.h2d_bytes_per_s.method
+    monkeypatch.setattr(copy_rates, "torch_cuda", lambda: None)
+    assert _measure_copies(p, QUICK, nvml, lambda m: None, notes) == p
+    assert "needs torch with CUDA" in notes[-1]
