@@ -147,9 +147,12 @@ def measure_seq(fd: int, size: int, s: StorageSettings, wrap: bool,
     return samples
 
 
-def measure_rand4k(fd: int, size: int, budget_s: float, seed: int = 0,
+def measure_rand4k(fd: int, size: int, budget_s: float, seed: int | None = None,
                    clock: Callable[[], float] = time.perf_counter) -> list[tuple[float, float]]:
-    """(bytes, seconds) per 4 KiB read at uniformly random aligned offsets, queue depth 1."""
+    """(bytes, seconds) per 4 KiB read at uniformly random aligned offsets, queue depth 1.
+
+    The offsets differ from run to run (seed None): a fixed sequence would be served from a
+    drive's or a hypervisor's cache the second time and flatter the figure."""
     n_blocks = size // ALIGN
     if n_blocks < 1:
         return []
