@@ -200,3 +200,22 @@ def test_copy_measurements_land_in_the_gpu_figures(tmp_path, monkeypatch):
     monkeypatch.setattr(copy_rates, "torch_cuda", lambda: None)
     assert _measure_copies(p, QUICK, nvml, lambda m: None, notes) == p
     assert "needs torch with CUDA" in notes[-1]
+
+
+def test_cross_node_matrix_code_path():
+    """Two 'nodes' of one CPU each (on this machine both are really node 0): the matrix is
+    filled, its diagonal is the per-node figure, and placement is reported honestly."""
+    from moeplan.planner.hardware import NumaNode
+    from moeplan.probes.cpu import Topology
+
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    nodes = (NumaNode(id=0, cpus=(cpus[0],), n_physical_cores=1, distances=(10, 21)),
+             NumaNode(id=1, cpus=(cpus[1],), n_physical_cores=1, distances=(21, 10)))
+    topo = Topology(cores=((cpus[0],), (cpus[1],)), package_of={cpus[0]: 0, cpus[1]: 1})
+    res = dram.measure_dram(nodes, topo, None, TINY_DRAM, avail_bytes=None)
+    m = res.matrix
+    assert len(m) == 2 and all(len(row) == 2 and all(v > 0 for v in row) for row in m)
+    assert m[0][0] == res.node_figures[0].value and m[1][1] == res.node_figures[1].value
+    assert "of pages on node 1 (numa_maps)" in res.node_figures[1].method
