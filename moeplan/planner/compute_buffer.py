@@ -119,31 +119,43 @@ def _swa_cells(window: int, p: Placement, shape: ReserveShape, kv_pad: int = 256
     return -(-min(shape.n_ctx_seq, w) // kv_pad) * kv_pad
 
 
+def _attention_kinds(model: ModelSpec) -> tuple[tuple[str, object, object], ...]:
+    """(attention label, K component, V component) of each distinct attention kind of the
+    trunk, first layer of each kind; cached on the model (the search asks thousands of times)."""
+    kinds = model.memo.get("attention_kinds")
+    if kinds is None:
+        seen: dict[str, tuple[str, object, object]] = {}
+        for layer in model.trunk_layers:
+            if layer.attention in ("none", "recurrent", "skipped") or not layer.kv:
+                continue
+            k = next((c for c in layer.kv if c.name == "k"), layer.kv[0])
+            v = next((c for c in layer.kv if c.name == "v"), None)
+            key = "mla" if layer.attention.startswith("mla") else ("swa" if k.cells == "swa" else "full")
+            seen[key] = (layer.attention, k, v)
+        kinds = model.memo["attention_kinds"] = tuple(seen.values())
+    return kinds
+
+
 def _attention_layers(model: ModelSpec, p: Placement, shape: ReserveShape) -> list[dict]:
     """One entry per distinct attention kind in the trunk: its geometry and n_kv."""
     n_head = max(1, model.n_head)
     d_k = int(_hp(model, "attention.key_length", model.n_embd // n_head) or model.n_embd // n_head)
     d_v = int(_hp(model, "attention.value_length", model.n_embd // n_head) or model.n_embd // n_head)
-    kinds: dict[str, dict] = {}
-    for layer in model.trunk_layers:
-        if layer.attention in ("none", "recurrent", "skipped") or not layer.kv:
-            continue
-        k = next((c for c in layer.kv if c.name == "k"), layer.kv[0])
-        v = next((c for c in layer.kv if c.name == "v"), None)
-        if layer.attention.startswith("mla"):
+    out: list[dict] = []
+    for attention, k, v in _attention_kinds(model):
+        if attention.startswith("mla"):
             kv_lora = int(_hp(model, "attention.kv_lora_rank", 0)) or k.n_embd
             rope = k.n_embd - kv_lora
             nope = int(_hp(model, "attention.key_length_mla", 0) or 0) - rope
-            kinds["mla"] = {"kind": "mla", "n_kv": shape.n_ctx_seq, "kv_lora": kv_lora, "rope": rope,
-                            "nope": max(nope, 0), "n_embd_v": 0, "k_type": p.cache_type_k}
+            out.append({"kind": "mla", "n_kv": shape.n_ctx_seq, "kv_lora": kv_lora, "rope": rope,
+                        "nope": max(nope, 0), "n_embd_v": 0, "k_type": p.cache_type_k})
             continue
         cells = _swa_cells(k.window, p, shape) if k.cells == "swa" else shape.n_ctx_seq
-        label = "swa" if k.cells == "swa" else "full"
         # gated attention (qwen3next, qwen35moe): the q projection carries the output gate
         q_mult = 2 if model.arch in ("qwen3next", "qwen35moe") else 1
-        kinds[label] = {"kind": "gqa", "n_kv": cells, "d_k": d_k, "d_v": d_v, "q_mult": q_mult,
-                        "n_embd_v": v.n_embd if v is not None else 0}
-    return list(kinds.values())
+        out.append({"kind": "gqa", "n_kv": cells, "d_k": d_k, "d_v": d_v, "q_mult": q_mult,
+                    "n_embd_v": v.n_embd if v is not None else 0})
+    return out
 
 
 def input_bytes(model: ModelSpec, p: Placement, shape: ReserveShape) -> dict[str, int]:
@@ -242,9 +254,12 @@ def staging_bytes(model: ModelSpec, p: Placement, min_batch: int) -> int:
     """Largest single expert weight tensor of a CPU-resident MoE layer (0 without op-offload)."""
     if not p.op_offload or not p.cpu_moe_layers or reserve_shape(p).n_tokens < min_batch:
         return 0
-    cpu = set(p.cpu_moe_layers)
-    return max((tt.n_bytes for layer in model.moe_layers if layer.index in cpu
-                for tt in layer.tensors if tt.group == "experts"), default=0)
+    per_layer = model.memo.get("max_expert_tensor")
+    if per_layer is None:
+        per_layer = model.memo["max_expert_tensor"] = {
+            layer.index: max((tt.n_bytes for tt in layer.tensors if tt.group == "experts"), default=0)
+            for layer in model.moe_layers}
+    return max((per_layer.get(i, 0) for i in p.cpu_moe_layers), default=0)
 
 
 def compute_phases(model: ModelSpec, p: Placement, staging: int = 0) -> dict[str, dict[str, int]]:

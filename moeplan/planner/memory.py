@@ -165,11 +165,23 @@ def kv_layer_bytes(layer: LayerSpec, n_ctx: int, type_k: str = "f16", type_v: st
                for c in layer.kv)
 
 
+def _kv_groups(model: ModelSpec) -> tuple[tuple[KvComponent, int], ...]:
+    """Distinct cache components of the trunk and how many layers have each (cached)."""
+    groups = model.memo.get("kv_groups")
+    if groups is None:
+        counts: dict[KvComponent, int] = {}
+        for layer in model.trunk_layers:
+            for c in layer.kv:
+                counts[c] = counts.get(c, 0) + 1
+        groups = model.memo["kv_groups"] = tuple(counts.items())
+    return groups
+
+
 def kv_cache_bytes(model: ModelSpec, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
                    n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
     """Total KV cache (plus recurrent state) of the trunk layers, in bytes."""
-    return sum(kv_layer_bytes(layer, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified)
-               for layer in model.trunk_layers)
+    return sum(n * kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified)
+               for c, n in _kv_groups(model))
 
 
 def kv_bytes_per_token(model: ModelSpec, type_k: str = "f16", type_v: str = "f16") -> int:
@@ -217,11 +229,21 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
       (compute_buffer.cpu_side_bytes).
     Checked against llama.cpp's own allocation log; see tests/test_memory_llamacpp.py.
     """
+    staging = cb.staging_bytes(model, p, consts.op_offload_min_batch) if gpu else 0
+    # the terms depend on the placement only through these fields (and the staging size),
+    # so the search's thousands of calls share a per-model cache
+    key = ("cb", gpu, staging, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn, p.cache_type_k,
+           p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
+    hit = model.memo.get(key)
+    if hit is not None:
+        return dict(hit)
     if not gpu:
-        return cb.cpu_side_bytes(model, p)
-    staging = cb.staging_bytes(model, p, consts.op_offload_min_batch)
-    _, terms = cb.peak_phase(cb.compute_phases(model, p, staging))
-    return {k: v for k, v in terms.items() if v}
+        terms = cb.cpu_side_bytes(model, p)
+    else:
+        _, phase = cb.peak_phase(cb.compute_phases(model, p, staging))
+        terms = {k: v for k, v in phase.items() if v}
+    model.memo[key] = dict(terms)
+    return terms
 
 
 # ---- the breakdown ----------------------------------------------------------------------------
