@@ -285,11 +285,184 @@ def write_qwen3next_llama(path: Path, *, n_layer=8, n_embd=1024, n_head=8, n_hea
     return path, written
 
 
+def write_deepseek4_llama(path: Path, *, n_layer=8, n_embd=1024, n_head=16, head_dim=512, n_rot=64,
+                          q_lora=256, o_groups=8, o_lora=256, hc=4, n_idx_head=16, idx_dim=128, top_k=512,
+                          window=128, ratios=(0, 0, 4, 128, 4, 128, 4, 0), n_hash=3, n_expert=32, n_used=6,
+                          n_ff_exp=512, n_vocab=32000, ctx=1048576, expert_type=Q.MXFP4, dense_type=Q.Q8_0,
+                          aux_type=Q.F16):
+    """DeepSeek-V4-Flash in ratio: one KV head of head_dim 512 (64 rope dims) and 8 x n_embd of
+    query width (n_head * head_dim), q_lora and o_lora n_embd / 4 with the output projection in
+    8 groups, 4 hyper-connection streams (F32 hc_* tensors), sliding window 128, compress ratios
+    0, 0, then 4 / 128 alternating and 0 last (as the real 43 blocks), each ratio-4 block with
+    its compressor, lightning indexer (as many heads as attention, 128 dims, top-k 512) and
+    indexer compressor, hash routing (I32 token -> expert table) on the first 3 blocks,
+    sqrt-softplus gating with the selection bias elsewhere, one shared expert. MXFP4 experts,
+    Q8_0 attention and shared experts (the converter's FP8 -> Q8_0), F16 for the BF16 compressor
+    and indexer matrices, no MTP block (the converter drops it). The window, top-k and ratios are
+    cell counts, kept as in the real model."""
+    if len(ratios) != n_layer:
+        raise ValueError("one compress ratio per block")
+    arch = "deepseek4"
+    w = GGUFWriter(str(path), arch)
+    written: list = []
+    _common(w, "moeplan-deepseek4", n_layer, n_embd, n_head, 1, ctx, 38)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(n_rot)
+    w.add_q_lora_rank(q_lora)
+    w.add_uint32(f"{arch}.attention.sliding_window", window)
+    w.add_expert_shared_count(1)
+    w.add_expert_weights_scale(1.5)
+    w.add_expert_weights_norm(True)
+    w.add_uint32(f"{arch}.expert_gating_func", 4)  # sqrt-softplus, the only scoring deepseek4.cpp loads
+    w.add_array(f"{arch}.swiglu_clamp_exp", [10.0] * n_layer)
+    w.add_array(f"{arch}.swiglu_clamp_shexp", [10.0] * n_layer)
+    w.add_uint32(f"{arch}.attention.indexer.head_count", n_idx_head)
+    w.add_uint32(f"{arch}.attention.indexer.key_length", idx_dim)
+    w.add_uint32(f"{arch}.attention.indexer.top_k", top_k)
+    w.add_uint32(f"{arch}.attention.output_group_count", o_groups)
+    w.add_uint32(f"{arch}.attention.output_lora_rank", o_lora)
+    w.add_array(f"{arch}.attention.compress_ratios", list(ratios))
+    w.add_float32(f"{arch}.attention.compress_rope_freq_base", 160000.0)
+    w.add_uint32(f"{arch}.hyper_connection.count", hc)
+    w.add_uint32(f"{arch}.hyper_connection.sinkhorn_iterations", 20)
+    w.add_float32(f"{arch}.hyper_connection.epsilon", 1e-6)
+    w.add_uint32(f"{arch}.hash_layer_count", n_hash)
+    w.add_uint32(f"{arch}.embedding_length_out", n_embd * hc)
+    _experts_vocab_globals(w, written, n_embd=n_embd, n_vocab=n_vocab, n_expert=n_expert, n_used=n_used,
+                           n_ff_exp=n_ff_exp, output_type=Q.Q8_0)
+    hc_dim, hc_mix = hc * n_embd, (2 + hc) * hc
+    _add(w, written, "output_hc_fn.weight", (hc_dim, hc))
+    _add(w, written, "output_hc_base.weight", (hc,))
+    _add(w, written, "output_hc_scale.weight", (1,))
+    for i, ratio in enumerate(ratios):
+        b = f"blk.{i}."
+        _add(w, written, b + "attn_norm.weight", (n_embd,))
+        _add(w, written, b + "attn_sinks.weight", (n_head,))
+        _add(w, written, b + "attn_q_a.weight", (n_embd, q_lora), dense_type)
+        _add(w, written, b + "attn_q_a_norm.weight", (q_lora,))
+        _add(w, written, b + "attn_q_b.weight", (q_lora, n_head * head_dim), dense_type)
+        _add(w, written, b + "attn_kv.weight", (n_embd, head_dim), dense_type)
+        _add(w, written, b + "attn_kv_a_norm.weight", (head_dim,))
+        _add(w, written, b + "attn_output_a.weight", (n_head * head_dim // o_groups, o_lora * o_groups), dense_type)
+        _add(w, written, b + "attn_output_b.weight", (o_groups * o_lora, n_embd), dense_type)
+        for part in ("attn", "ffn"):
+            _add(w, written, b + f"hc_{part}_fn.weight", (hc_dim, hc_mix))
+            _add(w, written, b + f"hc_{part}_base.weight", (hc_mix,))
+            _add(w, written, b + f"hc_{part}_scale.weight", (3,))
+        if ratio:
+            coff = 2 if ratio == 4 else 1
+            _add(w, written, b + "attn_compressor_kv.weight", (n_embd, coff * head_dim), aux_type)
+            _add(w, written, b + "attn_compressor_gate.weight", (n_embd, coff * head_dim), aux_type)
+            _add(w, written, b + "attn_compressor_ape.weight", (coff * head_dim, ratio))
+            _add(w, written, b + "attn_compressor_norm.weight", (head_dim,))
+            if ratio == 4:
+                _add(w, written, b + "indexer.proj.weight", (n_embd, n_idx_head), aux_type)
+                _add(w, written, b + "indexer.attn_q_b.weight", (q_lora, n_idx_head * idx_dim), aux_type)
+                _add(w, written, b + "indexer_compressor_kv.weight", (n_embd, 2 * idx_dim), aux_type)
+                _add(w, written, b + "indexer_compressor_gate.weight", (n_embd, 2 * idx_dim), aux_type)
+                _add(w, written, b + "indexer_compressor_ape.weight", (2 * idx_dim, ratio))
+                _add(w, written, b + "indexer_compressor_norm.weight", (idx_dim,))
+        _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
+        if i < n_hash:
+            _add(w, written, b + "ffn_gate_tid2eid.weight", (n_used, n_vocab), Q.I32)
+        else:
+            _add(w, written, b + "exp_probs_b.bias", (n_expert,))
+        _add(w, written, b + "ffn_norm.weight", (n_embd,))
+        _add(w, written, b + "ffn_gate_exps.weight", (n_embd, n_ff_exp, n_expert), expert_type)
+        _add(w, written, b + "ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert), expert_type)
+        _add(w, written, b + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), expert_type)
+        _add(w, written, b + "ffn_gate_shexp.weight", (n_embd, n_ff_exp), dense_type)
+        _add(w, written, b + "ffn_up_shexp.weight", (n_embd, n_ff_exp), dense_type)
+        _add(w, written, b + "ffn_down_shexp.weight", (n_ff_exp, n_embd), dense_type)
+    _finish(w)
+    return path, written
+
+
+def write_glm_dsa_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1536, n_head=16, q_lora=512, kv_lora=512,
+                        rope=64, nope=192, v_dim=256, n_idx_head=8, idx_dim=128, top_k=2048,
+                        indexer_types=(True, True, True, False, False, False), n_expert=32, n_used=8, n_ff=3072,
+                        n_ff_exp=512, n_vocab=38720, ctx=1048576, expert_type=Q.Q4_K, dense_type=Q.Q8_0):
+    """GLM-5.2 in ratio: MLA (a 576-wide latent cached as K only: kv_lora 512 + 64 rope dims,
+    as the real model), q_lora n_embd / 3, k head 192 + 64 and v head 256, the DSA lightning
+    indexer (n_head / 2 heads of 128 dims, top-k 2048) on the blocks that attention.indexer.types
+    marks 'full' (GLM-5.2's layout: the first three, then one in four; 'shared' blocks reuse the
+    previous top-k and have no indexer tensors and no indexer cache), one leading dense block,
+    sigmoid gating with the selection bias, a shared expert, and the NextN/MTP block the
+    converter keeps (loaded with TENSOR_SKIP: in the file, not in memory). Q4_K experts (which
+    the x86 CPU backend repacks), Q8_0 attention."""
+    arch = "glm-dsa"
+    w = GGUFWriter(str(path), arch)
+    written: list = []
+    n_blocks = n_layer + 1
+    _common(w, "moeplan-glm-dsa", n_blocks, n_embd, n_head, 1, ctx, 15)
+    w.add_uint32(f"{arch}.nextn_predict_layers", 1)
+    w.add_feed_forward_length(n_ff)
+    w.add_key_length(kv_lora + rope)
+    w.add_value_length(kv_lora)
+    w.add_key_length_mla(nope + rope)
+    w.add_value_length_mla(v_dim)
+    w.add_q_lora_rank(q_lora)
+    w.add_kv_lora_rank(kv_lora)
+    w.add_rope_dimension_count(rope)
+    w.add_leading_dense_block_count(n_dense)
+    w.add_expert_shared_count(1)
+    w.add_expert_weights_scale(2.5)
+    w.add_expert_weights_norm(True)
+    w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
+    w.add_uint32(f"{arch}.attention.indexer.head_count", n_idx_head)
+    w.add_uint32(f"{arch}.attention.indexer.key_length", idx_dim)
+    w.add_uint32(f"{arch}.attention.indexer.top_k", top_k)
+    w.add_array(f"{arch}.attention.indexer.types", [bool(t) for t in indexer_types])
+    _experts_vocab_globals(w, written, n_embd=n_embd, n_vocab=n_vocab, n_expert=n_expert, n_used=n_used,
+                           n_ff_exp=n_ff_exp)
+    for i in range(n_blocks):
+        b = f"blk.{i}."
+        _add(w, written, b + "attn_norm.weight", (n_embd,))
+        _add(w, written, b + "attn_q_a_norm.weight", (q_lora,))
+        _add(w, written, b + "attn_kv_a_norm.weight", (kv_lora,))
+        _add(w, written, b + "attn_q_a.weight", (n_embd, q_lora), dense_type)
+        _add(w, written, b + "attn_q_b.weight", (q_lora, n_head * (nope + rope)), dense_type)
+        _add(w, written, b + "attn_kv_a_mqa.weight", (n_embd, kv_lora + rope), dense_type)
+        _add(w, written, b + "attn_k_b.weight", (nope, kv_lora, n_head), dense_type)
+        _add(w, written, b + "attn_v_b.weight", (kv_lora, v_dim, n_head), dense_type)
+        _add(w, written, b + "attn_output.weight", (n_head * v_dim, n_embd), dense_type)
+        _add(w, written, b + "ffn_norm.weight", (n_embd,))
+        if i >= n_layer or indexer_types[i]:
+            _add(w, written, b + "indexer.k_norm.weight", (idx_dim,))
+            _add(w, written, b + "indexer.k_norm.bias", (idx_dim,))
+            _add(w, written, b + "indexer.proj.weight", (n_embd, n_idx_head))
+            _add(w, written, b + "indexer.attn_k.weight", (n_embd, idx_dim), dense_type)
+            _add(w, written, b + "indexer.attn_q_b.weight", (q_lora, n_idx_head * idx_dim), dense_type)
+        if i < n_dense:
+            _add(w, written, b + "ffn_gate.weight", (n_embd, n_ff), dense_type)
+            _add(w, written, b + "ffn_up.weight", (n_embd, n_ff), dense_type)
+            _add(w, written, b + "ffn_down.weight", (n_ff, n_embd), dense_type)
+            continue
+        _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
+        _add(w, written, b + "exp_probs_b.bias", (n_expert,))
+        _add(w, written, b + "ffn_gate_exps.weight", (n_embd, n_ff_exp, n_expert), expert_type)
+        _add(w, written, b + "ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert), expert_type)
+        _add(w, written, b + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), expert_type)
+        _add(w, written, b + "ffn_gate_shexp.weight", (n_embd, n_ff_exp), dense_type)
+        _add(w, written, b + "ffn_up_shexp.weight", (n_embd, n_ff_exp), dense_type)
+        _add(w, written, b + "ffn_down_shexp.weight", (n_ff_exp, n_embd), dense_type)
+        if i >= n_layer:
+            _add(w, written, b + "nextn.eh_proj.weight", (2 * n_embd, n_embd), dense_type)
+            _add(w, written, b + "nextn.enorm.weight", (n_embd,))
+            _add(w, written, b + "nextn.hnorm.weight", (n_embd,))
+            _add(w, written, b + "nextn.shared_head_norm.weight", (n_embd,))
+    _finish(w)
+    return path, written
+
+
 LLAMA_FIXTURES: dict[str, Callable] = {
     "qwen3moe": write_qwen3moe_llama,
     "deepseek2": write_deepseek2_llama,
     "gpt-oss": write_gptoss_llama,
     "qwen3next": write_qwen3next_llama,
+    "deepseek4": write_deepseek4_llama,
+    "glm-dsa": write_glm_dsa_llama,
 }
 
 

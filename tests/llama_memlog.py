@@ -144,11 +144,19 @@ _PATTERNS = {
     "kv": re.compile(r"llama_kv_cache:\s+(\S+) KV buffer size =\s+" + _F + " MiB"),
     "rs": re.compile(r"llama_memory_recurrent:\s+(\S+) RS buffer size =\s+" + _F + " MiB"),
     "compute": re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+" + _F + " MiB"),
+    # DeepSeek V4 compressor state (llama-kv-cache-dsv4.cpp llama_dsv4_comp_state)
+    "state": re.compile(r"llama_dsv4_comp_state:\s+(\S+) DSV4 \w+ state buffer size =\s+" + _F + " MiB"),
 }
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s+" + _F + r" MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\), "
                       r"K \((\w+)\):\s+" + _F + r" MiB, V \((\w+)\):\s+" + _F + " MiB")
 _RS_SIZE = re.compile(r"llama_memory_recurrent: size =\s+" + _F + r" MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+) seqs\s+(\d+) rs_seq\), "
                       r"R \((\w+)\):\s+" + _F + r" MiB, S \((\w+)\):\s+" + _F + " MiB")
+_DSV4_STATE = re.compile(r"llama_dsv4_comp_state: (\w+) ratio = (\d+), state = (\d+) x (\d+), streams = (\d+), "
+                         r"rs_seq = (\d+), layers = (\d+), size =\s+" + _F + " MiB")
+# what each `llama_kv_cache: size = ...` line that follows belongs to
+_CACHE_LABEL = re.compile(r"llama_kv_cache_iswa: creating\s+(non-SWA|SWA) KV cache|"
+                          r"llama_kv_cache_dsv4: creating DSV4 (\S+)(?: compressed)? KV cache|"
+                          r"llama_kv_cache_dsa: creating (main|indexer) KV cache")
 _ISWA = re.compile(r"llama_kv_cache_iswa: creating\s+(non-SWA|SWA) KV cache, size = (\d+) cells")
 _CPARAM = re.compile(r"llama_context: (n_seq_max|n_ctx|n_ctx_seq|n_batch|n_ubatch|kv_unified|flash_attn)\s+= (\S+)")
 _GRAPH = re.compile(r"sched_reserve: graph.*: nodes = (\d+(?: / \d+)?), splits = (\d+(?: / \d+)?)")
@@ -196,10 +204,16 @@ def parse_llama_log(text: str) -> dict:
                 exact, cursor = size, j + 1
                 break
         buffers.append({"kind": kind, "buffer_type": buft, "mib": _mib(mib), "bytes": exact})
-    kv = [{"mib": _mib(m.group(1)), "cells": int(m.group(2)), "layers": int(m.group(3)),
+    labels = [(m.start(), "/".join(g for g in m.groups() if g)) for m in _CACHE_LABEL.finditer(text)]
+    kv = [{"cache": next((lab for pos, lab in reversed(labels) if pos < m.start()), ""),
+           "mib": _mib(m.group(1)), "cells": int(m.group(2)), "layers": int(m.group(3)),
            "n_seq_max": int(m.group(4)), "n_stream": int(m.group(5)), "type_k": m.group(6),
            "k_mib": _mib(m.group(7)), "type_v": m.group(8), "v_mib": _mib(m.group(9))}
           for m in _KV_SIZE.finditer(text)]
+    states = [{"name": m.group(1), "ratio": int(m.group(2)), "rows": int(m.group(3)), "n_embd": int(m.group(4)),
+               "n_stream": int(m.group(5)), "n_rs_seq": int(m.group(6)), "layers": int(m.group(7)),
+               "mib": _mib(m.group(8))}
+              for m in _DSV4_STATE.finditer(text)]
     rs = [{"mib": _mib(m.group(1)), "cells": int(m.group(2)), "layers": int(m.group(3)),
            "n_seq_max": int(m.group(4)), "n_rs_seq": int(m.group(5)), "type_r": m.group(6),
            "r_mib": _mib(m.group(7)), "type_s": m.group(8), "s_mib": _mib(m.group(9))}
@@ -217,6 +231,7 @@ def parse_llama_log(text: str) -> dict:
         "buffers": buffers,
         "kv_caches": kv,
         "recurrent": rs,
+        "dsv4_states": states,
         "iswa_cells": {m.group(1): int(m.group(2)) for m in _ISWA.finditer(text)},
         "context": ctx,
         "graph": {"nodes": g.group(1), "splits": g.group(2)} if g else {},
@@ -266,6 +281,35 @@ def memory_matrix(fixture: str, mla: bool = False) -> list[LlamaCase]:
     return cases
 
 
+# architectures whose caches and compute buffers change shape with long contexts (compressed
+# caches at ratio 4 / 128, lightning-indexer scores over every cached key): recorded up to 1M
+LONG_CONTEXT_ARCHS = ("deepseek4", "glm-dsa")
+
+
+def long_context_matrix(fixture: str, mla: bool = False) -> list[LlamaCase]:
+    """The runs recorded for the sparse-attention fixtures (DeepSeek V4, GLM-5.x DSA): ctx 4k to
+    128k x ubatch 512 / 2048 x flash attention on/off, 256k and 1M with flash attention, q8_0 and
+    q4_0 keys (their caches are K-only, and a quantized K adds the Hadamard rotation), 4 sequences
+    with split and unified caches, llama-server, no mmap. `mla`: K and V types must match and a
+    quantized V needs flash attention, so the quantized run without it becomes one at ubatch 2048."""
+    cases = [LlamaCase(fixture, n_ctx=c, n_ubatch=u, flash_attn=fa)
+             for c in (4096, 32768, 131072) for u in (512, 2048) for fa in (True, False)]
+    cases += [LlamaCase(fixture, n_ctx=c, n_ubatch=u) for c in (262144, 1048576) for u in (512, 2048)]
+    cases += [
+        LlamaCase(fixture, n_ctx=32768, type_k="q8_0", type_v="q8_0"),
+        LlamaCase(fixture, n_ctx=32768, type_k="q4_0", type_v="q4_0"),
+        LlamaCase(fixture, n_ctx=32768, n_ubatch=2048, type_k="q8_0", type_v="q8_0") if mla else
+        LlamaCase(fixture, n_ctx=32768, type_k="q8_0", type_v="f16", flash_attn=False),
+        LlamaCase(fixture, n_ctx=32768, n_seq=4),
+        LlamaCase(fixture, n_ctx=32768, n_seq=4, flash_attn=False),
+        LlamaCase(fixture, n_ctx=32768, n_seq=4, kv_unified=True, tool="server"),
+        LlamaCase(fixture, n_ctx=32768, n_ubatch=2048, tool="server"),
+        LlamaCase(fixture, n_ctx=131072, n_ubatch=2048, flash_attn=False, tool="server"),
+        LlamaCase(fixture, load_mode="none"),
+    ]
+    return cases
+
+
 def case_placement(case: LlamaCase):
     """The moeplan Placement that describes `case` (everything on one device, no offload)."""
     from moeplan.planner.placement import Placement
@@ -295,10 +339,11 @@ def measured_buffers(parsed: dict) -> dict[str, int | None]:
     """The same figures from a parsed llama.cpp run (exact bytes)."""
     kv = buffer_total(parsed, "kv")
     rs = buffer_total(parsed, "rs")
+    state = buffer_total(parsed, "state")
     repack = buffer_total(parsed, "model", "CPU_REPACK")
     plain = buffer_total(parsed, "model", "CPU")
     return {
-        "kv": None if kv is None or rs is None else kv + rs,
+        "kv": None if kv is None or rs is None or state is None else kv + rs + state,
         "compute": buffer_total(parsed, "compute", "CPU"),
         "output": buffer_total(parsed, "output", "CPU"),
         "repack": repack,
