@@ -88,7 +88,7 @@ def command_of(argv: list[str], model: Path) -> str:
 def run_fixture(name: str, bin_dir: Path, work: Path, shim: Path | None, quick: bool) -> dict:
     path = write_fixture(name, work)
     model = read_gguf_model(path)
-    cases = (long_context_matrix(name, mla=model.mla) if model.arch in LONG_CONTEXT_ARCHS
+    cases = (long_context_matrix(name) if model.arch in LONG_CONTEXT_ARCHS
              else memory_matrix(name, mla=model.mla))
     if quick:
         cases = [c for c in cases if c.n_ctx == QUICK["n_ctx"]]

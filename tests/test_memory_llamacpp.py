@@ -6,12 +6,14 @@ matrix of contexts, ubatches, KV types, flash attention on/off, 1 and 4 sequence
 no mmap: exact bytes of every buffer (benchmarks/memory_vs_llamacpp.py --record). The tests
 regenerate each fixture, check it is the file that was measured (digest), and compare:
 
-  KV cache (+ recurrent state)   exact to the byte
+  KV cache (+ recurrent state,    exact to the byte, and per cache: cells per stream,
+  DeepSeek V4 compressor state)   layers, streams
   output buffer                   exact (n_vocab * 4 * n_seq)
   CPU_REPACK weights              exact (CPU_REPACK_TYPES_X86_AVX512)
-  weights without mmap            exact (model.loaded_bytes)
-  compute buffer                  within 10%, or above the prediction by no more than
-                                  compute_buffer.fragmentation_allowance (ggml-alloc
+  weights without mmap            exact (model.loaded_bytes, each tensor at a 32-byte boundary)
+  compute buffer                  deepseek4 and glm-dsa (graph mirrored, ggml-alloc replayed):
+                                  exact; others within 10%, or above the prediction by no more
+                                  than compute_buffer.fragmentation_allowance (ggml-alloc
                                   fragmentation: a kept tensor above a freed input's hole)
 
 test_live_llamacpp re-runs llama.cpp when MOEPLAN_LLAMA_BIN names its bin folder.
@@ -29,9 +31,10 @@ from llama_fixtures import LLAMA_FIXTURES, write_fixture
 from llama_memlog import (LlamaCase, build_alloc_shim, case_placement, compare_run, measured_buffers,
                           parse_llama_log, predict_buffers, run_llama)
 from moeplan.planner import compute_buffer as cb
+from moeplan.planner.graph_buffers import GRAPH_ARCHS
 from moeplan.planner.memory import CPU_REPACK_TYPES_X86_AVX512, MemoryConstants, compute_buffer_terms
 from moeplan.planner.memory import kv_cells
-from moeplan.planner.model import KvComponent
+from moeplan.planner.model import NEXTN_PROBS_BIAS_LOADED, KvComponent
 from moeplan.planner.placement import Placement
 from moeplan.probes.gguf_file import read_gguf_header
 from moeplan.probes.gguf_model import read_gguf_model
@@ -90,9 +93,17 @@ def test_kv_output_repack_exact(fixture_files, name, run):
         assert pred["weights"] == meas["weights"]
 
 
+def _streams(comp: KvComponent, p: Placement) -> int:
+    """KV streams of a cache component: DeepSeek V4's caches have one per sequence whatever
+    -kvu says; the others one per sequence only without a unified cache."""
+    if comp.cells in ("swa-seq", "ratio", "fixed"):
+        return max(1, p.n_seq)
+    return 1 if p.kv_unified or p.n_seq == 1 else p.n_seq
+
+
 @pytest.mark.parametrize("name,run", list(_runs()))
 def test_kv_cells_per_cache(fixture_files, name, run):
-    """The cells llama.cpp created for each cache, as moeplan's kv_cells counts them."""
+    """The cells llama.cpp created for each cache (per stream), as moeplan's kv_cells counts them."""
     _, model = fixture_files[name]
     case = LlamaCase(**run["case"])
     p = case_placement(case)
@@ -100,12 +111,41 @@ def test_kv_cells_per_cache(fixture_files, name, run):
     want = set()
     for layer in model.trunk_layers:
         for comp in layer.kv:
-            if comp.cells in ("ctx", "swa"):
-                n_stream = 1 if p.kv_unified or p.n_seq == 1 else p.n_seq
-                want.add(kv_cells(comp, p.n_ctx, p.n_seq, n_ub, kv_unified=p.kv_unified) // n_stream)
-    assert {kv["cells"] for kv in run["kv_caches"]} == want
+            if comp.cells in ("ctx", "swa", "swa-seq", "ratio"):
+                cells = kv_cells(comp, p.n_ctx, p.n_seq, n_ub, kv_unified=p.kv_unified)
+                want.add(cells // _streams(comp, p))
+    # a cache with no layer (DeepSeek V4's raw non-SWA half) allocates nothing
+    assert {kv["cells"] for kv in run["kv_caches"] if kv["layers"]} == want
     for rs in run["recurrent"]:
         assert rs["cells"] == max(1, case.n_seq)
+    for kv in run["kv_caches"]:
+        if kv["layers"]:
+            assert kv["n_stream"] == (case.n_seq if model.arch == "deepseek4" else
+                                      1 if case.kv_unified or case.n_seq == 1 else case.n_seq)
+
+
+@pytest.mark.parametrize("name,run", [r for r in _runs() if r.values[0] == "deepseek4"])
+def test_dsv4_caches_per_kind(fixture_files, name, run):
+    """Each DeepSeek V4 cache (raw SWA, CSA, HCA, indexer) and compressor state as llama.cpp
+    logged it: layers, cells per stream, rows and widths of the states."""
+    _, model = fixture_files[name]
+    p = case_placement(LlamaCase(**run["case"]))
+    n_ub = cb.reserve_shape(p).n_tokens
+    by_name: dict[str, list[KvComponent]] = {}
+    for layer in model.trunk_layers:
+        for comp in layer.kv:
+            by_name.setdefault(comp.name, []).append(comp)
+    caches = {kv["cache"]: kv for kv in run["kv_caches"] if kv["layers"]}
+    for label, comp_name in (("SWA", "raw_k"), ("CSA", "csa_k"), ("HCA", "hca_k"), ("lightning-indexer", "lid_k")):
+        comps = by_name[comp_name]
+        assert caches[label]["layers"] == len(comps)
+        assert caches[label]["cells"] == kv_cells(comps[0], p.n_ctx, p.n_seq, n_ub, kv_unified=p.kv_unified) // p.n_seq
+    states = {s["name"]: s for s in run["dsv4_states"]}
+    for state, comp_name in (("csa", "csa_state_kv"), ("hca", "hca_state_kv"), ("lid", "lid_state_kv")):
+        comps = by_name[comp_name]
+        assert states[state]["layers"] == len(comps)
+        assert (states[state]["rows"], states[state]["n_embd"]) == (comps[0].window, comps[0].n_embd)
+        assert states[state]["n_stream"] == p.n_seq
 
 
 @pytest.mark.parametrize("name,run", list(_runs()))
@@ -121,6 +161,17 @@ def test_compute_buffer_within_tolerance(fixture_files, name, run):
     # ggml-alloc fragmentation, which the allowance bounds (see compute_buffer.py)
     assert meas > pred, f"{run['name']}: predicted {pred} > measured {meas} by {err:+.1%}"
     assert meas - pred <= cb.fragmentation_allowance(model, case_placement(case)), run["name"]
+
+
+@pytest.mark.parametrize("name,run", [r for r in _runs() if r.values[0] in GRAPH_ARCHS])
+def test_mirrored_graph_compute_buffer_exact(fixture_files, name, run):
+    """DeepSeek V4 and GLM-5.x DSA: the graph mirrored op by op, replayed through ggml-alloc's
+    best fit, gives llama.cpp's compute buffer to the byte (holes included), from 4k to 1M
+    context, ubatch 512 and 2048, flash attention on and off, f16/q8_0/q4_0 keys, 1 and 4
+    sequences, llama-completion and llama-server output rows."""
+    _, model = fixture_files[name]
+    case = LlamaCase(**run["case"])
+    assert predict_buffers(model, case, REPACK)["compute"] == measured_buffers(run)["compute"]
 
 
 def test_compute_buffer_is_mostly_exact(fixture_files):
@@ -145,18 +196,25 @@ def _tensor_spans(path: Path) -> list[tuple[str, str, int, int]]:
 def test_mmap_span_includes_repacked_tensors(fixture_files):
     """With mmap, CPU_Mapped is the file range from the first to the last tensor that stays
     mapped, so repacked tensors between them are counted twice by llama.cpp's log (mapped and
-    CPU_REPACK); their mapped pages are read once to repack and then only page cache."""
+    CPU_REPACK); their mapped pages are read once to repack and then only page cache. Tensors
+    of a skipped NextN block inside that range are spanned too (glm-dsa loads the block's
+    exp_probs_b, so the range ends there)."""
     for name, (path, model) in fixture_files.items():
         run = next(r for r in RECORDS[name]["runs"] if r["case"]["load_mode"] == "mmap")
         mapped = sum(b["bytes"] for b in run["buffers"] if b["buffer_type"] == "CPU_Mapped")
         spans = _tensor_spans(path)
+        loaded = {t.name for t in model.globals} | {t.name for layer in model.trunk_layers for t in layer.tensors}
+        loaded |= {t.name for layer in model.layers if layer.kind == "nextn" and model.arch in NEXTN_PROBS_BIAS_LOADED
+                   for t in layer.tensors if t.name.endswith(".exp_probs_b.bias")}
         repacked = {n for n, ty, _, _ in spans if ty in REPACK and ("_exps." in n)}
-        kept = [(o, o + b) for n, _, o, b in spans if n not in repacked]
+        kept = [(o, o + b) for n, _, o, b in spans if n in loaded and n not in repacked]
         first, last = min(o for o, _ in kept), max(e for _, e in kept)
         assert mapped == last - first
-        inside = sum(b for n, _, o, b in spans if n in repacked and first <= o < last)
-        assert mapped == sum(e - o for o, e in kept) + inside  # no padding between these tensors
-        if repacked:
+        inside = sum(b for n, _, o, b in spans if (n not in loaded or n in repacked) and first <= o < last)
+        # nothing between these tensors but GGUF's 32-byte alignment of each tensor's data
+        align = sum(-b % 32 for _, _, o, b in spans if first <= o and o + b < last)
+        assert mapped == sum(e - o for o, e in kept) + inside + align
+        if any(n in loaded for n in repacked):
             assert inside > 0
 
 
@@ -170,6 +228,44 @@ def test_kv_cells_split_and_unified_streams():
     assert kv_cells(swa, 4096, 4, 512, kv_unified=False) == 4 * 768  # pad256(128 + 512)
     assert kv_cells(swa, 4096, 4, 512, kv_unified=True) == 1024  # pad256(4*128 + 512)
     assert kv_cells(swa, 4096, 1, 512) == 768
+
+
+def test_dsv4_caches_are_per_sequence_even_unified():
+    """DeepSeek V4's raw SWA, compressed and indexer caches and its compressor state keep one
+    stream per sequence, each sized from n_ctx_seq: n_ctx / n_seq when split, all of n_ctx
+    under -kvu (recorded: -c 32768 -np 4: 60.94 MiB split, 150.94 MiB with -kvu)."""
+    raw = KvComponent("raw_k", 512, "swa-seq", "k", window=128)
+    csa = KvComponent("csa_k", 512, "ratio", "k", ratio=4)
+    hca = KvComponent("hca_k", 512, "ratio", "k", ratio=128)
+    state = KvComponent("csa_state_kv", 1024, "fixed", "F32", window=8)
+    assert kv_cells(raw, 32768, 4, 512, kv_unified=False) == 4 * 768  # pad256(128 + 512) each
+    assert kv_cells(csa, 32768, 4, 512, kv_unified=False) == 4 * 2048  # 8192 / 4
+    assert kv_cells(hca, 32768, 4, 512, kv_unified=False) == 4 * 256  # pad256(64)
+    assert kv_cells(raw, 32768, 4, 512, kv_unified=True) == 4 * 768  # not one window for all
+    assert kv_cells(csa, 32768, 4, 512, kv_unified=True) == 4 * 8192
+    assert kv_cells(state, 32768, 4, 512) == 4 * 8
+    assert kv_cells(raw, 4096, 1, 512, swa_full=True) == 4096
+
+
+def test_mirrored_graphs_stage_expert_copies_on_a_gpu(fixture_files):
+    """Under op-offload each MUL_MAT_ID of a host-resident expert tensor runs on the GPU with a
+    full-size copy of that tensor, alive for that op only: the GPU buffer grows (the copies
+    also shift where later tensors land), and at most one copy is alive at the peak."""
+    for name in GRAPH_ARCHS:
+        _, model = fixture_files[name]
+        cpu = model.moe_layer_indices
+        largest = max(t.n_bytes for layer in model.moe_layers for t in layer.tensors if t.group == "experts")
+        grew = 0
+        for n_ubatch in (512, 2048):
+            p = Placement(n_ctx=4096, n_ubatch=n_ubatch, cpu_moe_layers=cpu, op_offload=True)
+            staged = compute_buffer_terms(model, p, gpu=True, consts=MemoryConstants())
+            plain = compute_buffer_terms(model, p.with_(op_offload=False), gpu=True, consts=MemoryConstants())
+            assert staged.get("staging", 0) in (0, *(t.n_bytes for layer in model.moe_layers
+                                                      for t in layer.tensors if t.group == "experts"))
+            assert staged.get("staging", 0) <= largest
+            assert sum(staged.values()) >= sum(plain.values())
+            grew += sum(staged.values()) > sum(plain.values())
+        assert grew
 
 
 def test_staging_is_one_expert_tensor_in_the_moe_phase(fixture_files):

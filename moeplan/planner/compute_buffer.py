@@ -62,6 +62,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.planner.ggml import canonical_type, row_bytes
+from moeplan.planner.graph_buffers import (
+    GRAPH_ARCHS,
+    graph_buffer_terms,
+    graph_cpu_side_terms,
+)
 from moeplan.planner.model import ModelSpec
 from moeplan.planner.placement import Placement
 
@@ -130,7 +135,7 @@ def _attention_kinds(model: ModelSpec) -> tuple[tuple[str, object, object], ...]
                 continue
             k = next((c for c in layer.kv if c.name == "k"), layer.kv[0])
             v = next((c for c in layer.kv if c.name == "v"), None)
-            key = "mla" if layer.attention.startswith("mla") else ("swa" if k.cells == "swa" else "full")
+            key = "mla" if layer.attention.startswith("mla") else ("swa" if k.cells in ("swa", "swa-seq") else "full")
             seen[key] = (layer.attention, k, v)
         kinds = model.memo["attention_kinds"] = tuple(seen.values())
     return kinds
@@ -150,7 +155,7 @@ def _attention_layers(model: ModelSpec, p: Placement, shape: ReserveShape) -> li
             out.append({"kind": "mla", "n_kv": shape.n_ctx_seq, "kv_lora": kv_lora, "rope": rope,
                         "nope": max(nope, 0), "n_embd_v": 0, "k_type": p.cache_type_k})
             continue
-        cells = _swa_cells(k.window, p, shape) if k.cells == "swa" else shape.n_ctx_seq
+        cells = _swa_cells(k.window, p, shape) if k.cells in ("swa", "swa-seq") else shape.n_ctx_seq
         # gated attention (qwen3next, qwen35moe): the q projection carries the output gate
         q_mult = 2 if model.arch in ("qwen3next", "qwen35moe") else 1
         out.append({"kind": "gqa", "n_kv": cells, "d_k": d_k, "d_v": d_v, "q_mult": q_mult,
@@ -262,9 +267,20 @@ def staging_bytes(model: ModelSpec, p: Placement, min_batch: int) -> int:
     return max((per_layer.get(i, 0) for i in p.cpu_moe_layers), default=0)
 
 
-def compute_phases(model: ModelSpec, p: Placement, staging: int = 0) -> dict[str, dict[str, int]]:
-    """Every phase with its terms; the buffer is the largest phase total."""
+def compute_phases(model: ModelSpec, p: Placement, staging: int = 0, gpu: bool = False) -> dict[str, dict[str, int]]:
+    """Every phase with its terms; the buffer is the largest phase total.
+
+    DeepSeek V4 and GLM-5.x DSA have a single phase, 'graph': their graph is mirrored op by
+    op and ggml-alloc replayed on it (graph_buffers.py); `staging` > 0 there only says that
+    op-offload is active (each CPU layer's expert tensors are staged at their own op), and
+    `gpu` with p.n_gpus > 0 selects the GPU buffer's alignment (a CPU-only run's device
+    buffer is the CPU's)."""
     shape = reserve_shape(p)
+    if model.arch in GRAPH_ARCHS:
+        terms = graph_buffer_terms(model, p, shape.n_tokens, shape.n_outputs, shape.n_ctx, shape.n_ctx_seq,
+                                   shape.n_tokens, gpu and p.n_gpus > 0, staged=staging > 0)
+        if terms is not None:
+            return {"graph": terms}
     inputs = input_bytes(model, p, shape)
     phases = {
         "attention": {**inputs, **attention_bytes(model, p, shape)},
@@ -286,6 +302,11 @@ def cpu_side_bytes(model: ModelSpec, p: Placement) -> dict[str, int]:
     to the GPU as split inputs. The single-token decode graph adds the CPU-resident experts'
     activations, which are smaller than this."""
     shape = reserve_shape(p)
+    if model.arch in GRAPH_ARCHS:
+        terms = graph_cpu_side_terms(model, p, shape.n_tokens, shape.n_outputs, shape.n_ctx, shape.n_ctx_seq,
+                                     shape.n_tokens)
+        if terms is not None:
+            return terms
     inputs = input_bytes(model, p, shape)
     return {**inputs, "embd_rows": F32 * model.n_embd * shape.n_tokens}
 

@@ -66,6 +66,7 @@ class Tensor:
     contiguous: bool = True
     external: bool = False
     output: bool = False
+    input: bool = False  # ggml_set_input (a constant leaf such as a zeros tensor is not one)
 
     @property
     def nbytes(self) -> int:
@@ -96,9 +97,10 @@ class Graph:
         """A weight or cache tensor: memory owned by a model or KV buffer."""
         return Tensor("NONE", _ne(*ne), type, name=name, external=True)
 
-    def new_tensor(self, name: str, *ne: int, type: str = F32) -> Tensor:
-        """ggml_new_tensor_*: a graph input or a constant that the graph allocator places."""
-        return Tensor("NONE", _ne(*ne), type, name=name)
+    def new_tensor(self, name: str, *ne: int, type: str = F32, input: bool = True) -> Tensor:
+        """ggml_new_tensor_*: a graph input (ggml_set_input) or, with input=False, a constant
+        (filled by an op of the graph); the graph allocator places both."""
+        return Tensor("NONE", _ne(*ne), type, name=name, input=input)
 
     # ---- ops ------------------------------------------------------------------------------
     def op(self, op: str, ne: tuple[int, ...], type: str, *src: Tensor | None, name: str = "") -> Tensor:
@@ -227,11 +229,18 @@ class BestFit:
 
 @dataclass
 class AllocResult:
-    """`peak_bytes`: the buffer ggml-alloc reserves; `live_at_peak`: (name, bytes) of the tensors
-    alive when the highest end was reached (their sum is below the peak by the holes)."""
+    """`peak_bytes`: the buffer ggml-alloc reserves; `live_at_peak`: (name, kind, bytes) of the
+    tensors alive when the highest end was reached, kind 'input' (graph inputs and constants),
+    'staging' or 'node'; their sum is below the peak by the holes between them."""
 
     peak_bytes: int
-    live_at_peak: list[tuple[str, int]] = field(default_factory=list)
+    live_at_peak: list[tuple[str, str, int]] = field(default_factory=list)
+
+
+def _kind(t: Tensor) -> str:
+    if t.name == "staged_weight":
+        return "staging"
+    return "input" if t.op == "NONE" else "node"
 
 
 def allocate(graph: Graph, alignment: int = CPU_ALIGNMENT, extra: dict[int, int] | None = None) -> AllocResult:
@@ -260,7 +269,7 @@ def allocate(graph: Graph, alignment: int = CPU_ALIGNMENT, extra: dict[int, int]
         live[id(t)] = t
         if heap.max_size > peak[0]:
             peak[0] = heap.max_size
-            peak[1] = [(x.name or x.op, size_of[id(x)]) for x in live.values()]
+            peak[1] = [(x.name or x.op, _kind(x), size_of[id(x)]) for x in live.values()]
 
     def release(t: Tensor) -> None:
         heap.free(addr[id(t)], size_of[id(t)])

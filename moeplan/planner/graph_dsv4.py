@@ -239,11 +239,11 @@ class _Dsv4Builder:
 
     def top_k_mask(self, kq_mask: Tensor, top_k: Tensor) -> Tensor:
         """build_top_k_mask: the compressed mask with only the indexer's top-k cells open."""
-        g, s = self.g, self.s
+        g = self.g
         kq_all = g.unary("FILL", kq_mask)
         kq_all_v = g.view(kq_all, 1, kq_mask.ne[0], kq_mask.ne[1], kq_mask.ne[3])
         top_k_3d = g.view(top_k, top_k.ne[0], top_k.ne[1], top_k.ne[3], 1)
-        zeros = g.new_tensor("zeros", 1, top_k.ne[0], top_k.ne[1], top_k.ne[3], type=self.mask_type)
+        zeros = g.new_tensor("zeros", 1, top_k.ne[0], top_k.ne[1], top_k.ne[3], type=self.mask_type, input=False)
         zeros = g.unary("FILL", zeros)
         masked = g.set_rows(kq_all_v, zeros, top_k_3d)
         masked = g.view(masked, *kq_mask.ne)

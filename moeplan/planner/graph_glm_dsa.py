@@ -126,7 +126,7 @@ class _GlmDsaBuilder:
         kq_all = g.unary("FILL", self.mla_mask)
         kq_all_v = g.view(kq_all, 1, s.n_kv, t // ns, ns)
         top_k_3d = g.view(top_k, top_k.ne[0], top_k.ne[1], top_k.ne[3], 1)
-        zeros = g.unary("FILL", g.new_tensor("zeros", 1, top_k.ne[0], top_k.ne[1], top_k.ne[3]))
+        zeros = g.unary("FILL", g.new_tensor("zeros", 1, top_k.ne[0], top_k.ne[1], top_k.ne[3], input=False))
         mask = g.view(g.set_rows(kq_all_v, zeros, top_k_3d), s.n_kv, t // ns, 1, ns)
         mask = g.unary("ADD", mask, self.mla_mask)
         k = g.external("mla_k", lat + r, 1, s.n_kv, ns, type=s.type_k)

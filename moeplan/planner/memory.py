@@ -128,11 +128,15 @@ def kv_cells(comp: KvComponent, n_ctx: int, n_seq: int, n_ubatch: int, swa_full:
     """Cells (rows) llama.cpp allocates for one cache component, over all its streams.
 
     llama_context pads n_ctx to 256; a unified cache (one stream) has n_ctx cells, otherwise
-    each of the n_seq streams has pad256(n_ctx / n_seq) cells (llama-context.cpp n_ctx_seq).
+    each of the n_seq streams has n_ctx_seq = pad256(n_ctx / n_seq) cells (llama-context.cpp);
+    with a unified cache n_ctx_seq = n_ctx. DeepSeek V4's caches (rules 'swa-seq', 'ratio',
+    'fixed') keep one stream per sequence even under -kvu, each sized from n_ctx_seq
+    (llama-kv-cache-dsv4.cpp: unified_raw = unified_compressed = false, kv_size = n_ctx_seq).
     """
     kv_size = pad(max(n_ctx, 1), kv_pad)
     n_stream = 1 if kv_unified or n_seq <= 1 else n_seq
     per_stream = kv_size if n_stream == 1 else pad(kv_size // n_stream, kv_pad)
+    n_seq_streams = max(1, n_seq)
     if comp.cells == "ctx":
         return per_stream * n_stream
     if comp.cells == "swa":
@@ -141,14 +145,17 @@ def kv_cells(comp: KvComponent, n_ctx: int, n_seq: int, n_ubatch: int, swa_full:
         # llama-kv-cache-iswa.cpp: GGML_PAD(min(size_base, n_swa*(unified ? n_seq_max : 1) + n_ubatch), 256)
         window = comp.window * (n_seq if n_stream == 1 else 1)
         return pad(min(per_stream, window + n_ubatch), kv_pad) * n_stream
+    if comp.cells == "swa-seq":
+        # the same iswa cache built with unified = false: the window of one sequence per stream
+        cells = per_stream if swa_full else pad(min(per_stream, comp.window + n_ubatch), kv_pad)
+        return cells * n_seq_streams
     if comp.cells == "seq":
-        return max(1, n_seq)
+        return n_seq_streams
     if comp.cells == "ratio":
-        # llama-kv-cache-dsv4.cpp: GGML_PAD(max(1, ceil(kv_size / ratio)), 256) cells per
-        # stream, one stream per sequence (the compressed caches are never unified)
-        return pad(max(1, -(-kv_size // comp.ratio)), kv_pad) * max(1, n_seq)
+        # llama-kv-cache-dsv4.cpp: GGML_PAD(max(1, ceil(n_ctx_seq / ratio)), 256) cells per stream
+        return pad(max(1, -(-per_stream // comp.ratio)), kv_pad) * n_seq_streams
     if comp.cells == "fixed":
-        return comp.window * max(1, n_seq)
+        return comp.window * n_seq_streams
     raise ValueError(f"unknown KV cell rule {comp.cells!r}")
 
 
@@ -205,7 +212,7 @@ def kv_read_bytes(model: ModelSpec, depth: int, type_k: str = "f16", type_v: str
             row = row_bytes(canonical_type(dtype), c.n_embd)
             if c.cells == "ctx":
                 total += row * depth
-            elif c.cells == "swa":
+            elif c.cells in ("swa", "swa-seq"):
                 total += row * min(depth, c.window)
             elif c.cells == "ratio":
                 total += row * (depth // max(1, c.ratio))
@@ -240,7 +247,7 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
     if not gpu:
         terms = cb.cpu_side_bytes(model, p)
     else:
-        _, phase = cb.peak_phase(cb.compute_phases(model, p, staging))
+        _, phase = cb.peak_phase(cb.compute_phases(model, p, staging, gpu=gpu))
         terms = {k: v for k, v in phase.items() if v}
     model.memo[key] = dict(terms)
     return terms

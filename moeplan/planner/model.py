@@ -23,6 +23,8 @@ GROUPS = ("embed", "output", "attn", "norm", "ffn", "shared", "router", "experts
           "expert_aux", "other")
 
 LAYER_KINDS = ("moe", "dense", "nextn")
+# architectures whose loader creates the NextN block's exp_probs_b without TENSOR_SKIP
+NEXTN_PROBS_BIAS_LOADED = frozenset({"glm-dsa", "deepseek32"})
 
 _BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 _EXPS_RE = re.compile(r"^ffn_(gate_up|gate|up|down)_(ch)?exps\.(.+)$")
@@ -80,6 +82,7 @@ class KvComponent:
     bytes = row_size(dtype, n_embd) * cells, where cells is:
       'ctx'   : the context size padded to 256 (a full-attention or MLA cache)
       'swa'   : min(ctx, pad256(window * n_seq + n_ubatch)) (sliding-window layers)
+      'swa-seq': pad256(min(ctx_seq, window + n_ubatch)) per sequence, never unified (DeepSeek V4 raw)
       'seq'   : one row per sequence (recurrent conv/ssm state; always f32)
       'ratio' : pad256(max(1, ceil(ctx / ratio))) per sequence (DeepSeek V4 compressed caches)
       'fixed' : `window` rows, whatever the context (compressor state buffers)
@@ -203,8 +206,14 @@ class ModelSpec:
 
     @cached_property
     def loaded_bytes(self) -> int:
-        """Bytes llama.cpp loads: everything but skipped NextN blocks."""
-        return sum(t.n_bytes for t in self.globals) + sum(layer.n_bytes for layer in self.trunk_layers)
+        """Bytes llama.cpp loads: everything but skipped NextN blocks. glm-dsa.cpp and
+        deepseek32.cpp create a NextN block's exp_probs_b without the block's TENSOR_SKIP flag,
+        so that one vector is loaded (n_expert * 4 bytes; measured on a glm-dsa fixture)."""
+        total = sum(t.n_bytes for t in self.globals) + sum(layer.n_bytes for layer in self.trunk_layers)
+        if self.arch in NEXTN_PROBS_BIAS_LOADED:
+            total += sum(t.n_bytes for layer in self.layers if layer.kind == "nextn"
+                         for t in layer.tensors if t.name.endswith(".exp_probs_b.bias"))
+        return total
 
     @cached_property
     def expert_bytes(self) -> int:

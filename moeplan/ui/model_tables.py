@@ -59,7 +59,7 @@ def _kv_per_token(layer, type_k: str, type_v: str) -> int:
 
     total = 0
     for c in layer.kv:
-        if c.cells in ("ctx", "swa"):
+        if c.cells in ("ctx", "swa", "swa-seq"):
             dtype = type_k if c.dtype == "k" else type_v if c.dtype == "v" else c.dtype
             total += row_bytes(canonical_type(dtype), c.n_embd)
     return total

@@ -1,0 +1,165 @@
+"""Compute buffers of the architectures whose graph moeplan mirrors op by op (pure).
+
+DeepSeek V4 (graph_dsv4) and GLM-5.x DSA (graph_glm_dsa) reserve buffers that a few live
+tensors do not describe: several [n_kv, n_tokens] masks and indexer scores and the holes
+ggml-alloc leaves between them decide the peak. For them compute_buffer asks this module,
+which maps a ModelSpec and a Placement to the mirrored graph's dimensions and reserved
+shape, replays ggml-alloc (ggml_graph.allocate) and reports the peak as named terms:
+
+  graph_inputs   graph inputs alive at the peak (masks, ids, constants)
+  activations    op results alive at the peak
+  staging        the GPU copy of a host-resident expert tensor alive at the peak (op-offload)
+  alloc_holes    free ranges below the peak that no later tensor fitted (peak - live)
+
+On a GPU the same graph runs with the GPU buffer's alignment (128 B); each MUL_MAT_ID of a
+CPU-resident expert tensor gets a full-size copy of that tensor for the duration of the op
+(op-offload, T >= GGML_OP_OFFLOAD_MIN_BATCH). The CPU buffer of such a run holds the graph
+inputs (ggml_backend_sched keeps every graph input on the CPU backend) and the token-embedding
+rows.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from moeplan.planner.ggml import canonical_type
+from moeplan.planner.ggml_graph import (
+    CPU_ALIGNMENT,
+    CUDA_ALIGNMENT,
+    AllocResult,
+    Graph,
+    allocate,
+)
+from moeplan.planner.graph_dsv4 import Dsv4Dims, Dsv4Shape, build_dsv4_graph
+from moeplan.planner.graph_glm_dsa import GlmDsaDims, GlmDsaShape, build_glm_dsa_graph
+from moeplan.planner.model import ModelSpec
+from moeplan.planner.placement import Placement
+
+GRAPH_ARCHS = frozenset({"deepseek4", "glm-dsa"})
+F32 = 4
+
+
+def _pad(n: int, to: int = 256) -> int:
+    return -(-n // to) * to
+
+
+def _weights_scaled(extra: dict[str, Any]) -> bool:
+    """build_moe_ffn scales the router weights unless expert_weights_scale is 0 or 1; a profile
+    without the key keeps the DeepSeek/GLM convention of a scale (its node is k*T*4 bytes)."""
+    scale = extra.get("expert_weights_scale")
+    return scale is None or float(scale) not in (0.0, 1.0)
+
+
+def dsv4_dims(model: ModelSpec, n_used: int) -> Dsv4Dims | None:
+    """The deepseek4 graph's dimensions, or None when the model lacks a key the graph needs."""
+    x = dict(model.extra)
+    need = ("attention.key_length", "attention.q_lora_rank", "attention.output_group_count",
+            "attention.output_lora_rank", "hyper_connection.count", "attention.indexer.head_count",
+            "attention.indexer.key_length", "attention.indexer.top_k")
+    if any(not x.get(k) for k in need):
+        return None
+    ratio = {"csa": 4, "hca": 128}
+    return Dsv4Dims(
+        n_embd=model.n_embd, n_head=model.n_head, head_dim=int(x["attention.key_length"]),
+        q_lora=int(x["attention.q_lora_rank"]), o_groups=int(x["attention.output_group_count"]),
+        o_lora=int(x["attention.output_lora_rank"]), hc=int(x["hyper_connection.count"]),
+        n_idx_head=int(x["attention.indexer.head_count"]), idx_dim=int(x["attention.indexer.key_length"]),
+        top_k=int(x["attention.indexer.top_k"]),
+        ratios=tuple(ratio.get(layer.attention, 0) for layer in model.trunk_layers),
+        n_hash=int(x.get("hash_layer_count", 0) or 0), n_expert=model.n_experts, n_used=n_used,
+        n_ff_exp=model.n_ff_exp, n_ff_shexp=model.n_ff_exp * max(1, model.n_experts_shared),
+        n_vocab=model.n_vocab, weights_norm=bool(x.get("expert_weights_norm", True)),
+        weights_scale=_weights_scaled(x))
+
+
+def glm_dsa_dims(model: ModelSpec, n_used: int) -> GlmDsaDims | None:
+    x = dict(model.extra)
+    need = ("attention.q_lora_rank", "attention.kv_lora_rank", "rope.dimension_count",
+            "attention.key_length_mla", "attention.value_length_mla", "attention.indexer.head_count",
+            "attention.indexer.key_length", "attention.indexer.top_k")
+    if any(not x.get(k) for k in need):
+        return None
+    trunk = model.trunk_layers
+    rope = int(x["rope.dimension_count"])
+    n_dense = next((i for i, layer in enumerate(trunk) if layer.kind != "dense"), len(trunk))
+    return GlmDsaDims(
+        n_embd=model.n_embd, n_head=model.n_head, q_lora=int(x["attention.q_lora_rank"]),
+        kv_lora=int(x["attention.kv_lora_rank"]), rope=rope, nope=int(x["attention.key_length_mla"]) - rope,
+        v_dim=int(x["attention.value_length_mla"]), n_idx_head=int(x["attention.indexer.head_count"]),
+        idx_dim=int(x["attention.indexer.key_length"]), top_k=int(x["attention.indexer.top_k"]),
+        indexer_full=tuple(layer.attention == "mla+dsa" for layer in trunk), n_dense=n_dense,
+        n_ff=int(x.get("feed_forward_length", 0) or 0), n_expert=model.n_experts, n_used=n_used,
+        n_ff_exp=model.n_ff_exp, n_ff_shexp=model.n_ff_exp * max(1, model.n_experts_shared),
+        n_vocab=model.n_vocab, weights_norm=bool(x.get("expert_weights_norm", True)),
+        weights_scale=_weights_scaled(x))
+
+
+def _staged_layers(model: ModelSpec, p: Placement) -> dict[int, tuple[int, int, int]]:
+    """(gate, up, down) bytes of the expert tensors of each CPU-resident MoE layer."""
+    out = {}
+    cpu = set(p.cpu_moe_layers)
+    for layer in model.moe_layers:
+        if layer.index not in cpu:
+            continue
+        by = {t.name.split(".")[2]: t.n_bytes for t in layer.tensors if t.group == "experts"}
+        out[layer.index] = (by.get("ffn_gate_exps", 0), by.get("ffn_up_exps", 0), by.get("ffn_down_exps", 0))
+    return out
+
+
+def build_graph(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx: int, n_ctx_seq: int,
+                n_ubatch: int, staged: bool) -> tuple[Graph, dict[int, int]] | None:
+    """The mirrored main graph for the reserved ubatch (n_tokens, n_outputs; n_ctx padded,
+    n_ctx_seq cells per KV stream), or None for an architecture or model it does not cover."""
+    n_used = p.n_experts_used or model.n_experts_used
+    n_seq = max(1, p.n_seq)
+    t = -(-n_tokens // n_seq) * n_seq  # graph_reserve rounds the tokens up to whole sequences
+    cpu_moe = _staged_layers(model, p) if staged else {}
+    type_k = canonical_type(p.cache_type_k)
+    if model.arch == "deepseek4":
+        d = dsv4_dims(model, n_used)
+        if d is None:
+            return None
+        n_swa = int(dict(model.extra).get("attention.sliding_window", 0) or 0)
+        # llama-kv-cache-dsv4.cpp: every cache has one stream per sequence, whatever -kvu says
+        shape = Dsv4Shape(n_tokens=t, n_outputs=n_outputs, n_stream=n_seq,
+                          n_raw=_pad(min(n_ctx_seq, n_swa + n_ubatch)), n_csa=_pad(max(1, -(-n_ctx_seq // 4))),
+                          n_hca=_pad(max(1, -(-n_ctx_seq // 128))), flash_attn=p.flash_attn, type_k=type_k)
+        return build_dsv4_graph(d, shape, cpu_moe)
+    if model.arch == "glm-dsa":
+        d = glm_dsa_dims(model, n_used)
+        if d is None:
+            return None
+        n_stream = 1 if p.kv_unified else n_seq
+        shape = GlmDsaShape(n_tokens=t, n_outputs=n_outputs, n_stream=n_stream, n_kv=n_ctx_seq,
+                            flash_attn=p.flash_attn, type_k=type_k)
+        return build_glm_dsa_graph(d, shape, cpu_moe)
+    return None
+
+
+def peak_terms(result: AllocResult) -> dict[str, int]:
+    """The replayed peak as graph_inputs + activations + staging + alloc_holes (they sum to it)."""
+    inputs = sum(n for _, kind, n in result.live_at_peak if kind == "input")
+    staging = sum(n for _, kind, n in result.live_at_peak if kind == "staging")
+    live = sum(n for _, _, n in result.live_at_peak)
+    return {"graph_inputs": inputs, "activations": live - inputs - staging, "staging": staging,
+            "alloc_holes": result.peak_bytes - live}
+
+
+def graph_buffer_terms(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx: int,
+                       n_ctx_seq: int, n_ubatch: int, gpu: bool, staged: bool) -> dict[str, int] | None:
+    built = build_graph(model, p, n_tokens, n_outputs, n_ctx, n_ctx_seq, n_ubatch, staged)
+    if built is None:
+        return None
+    graph, extra = built
+    return peak_terms(allocate(graph, CUDA_ALIGNMENT if gpu else CPU_ALIGNMENT, extra))
+
+
+def graph_cpu_side_terms(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx: int,
+                         n_ctx_seq: int, n_ubatch: int) -> dict[str, int] | None:
+    """The CPU buffer of a GPU run: every graph input of the mirrored graph and the
+    token-embedding rows (4 * E * T)."""
+    built = build_graph(model, p, n_tokens, n_outputs, n_ctx, n_ctx_seq, n_ubatch, staged=False)
+    if built is None:
+        return None
+    graph, _ = built
+    inputs = sum(-(-leaf.nbytes // CPU_ALIGNMENT) * CPU_ALIGNMENT for leaf in graph.leafs if leaf.input)
+    return {"graph_inputs": inputs, "embd_rows": F32 * model.n_embd * n_tokens}
