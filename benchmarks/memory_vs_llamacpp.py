@@ -30,8 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from llama_fixtures import LLAMA_FIXTURES, write_fixture  # noqa: E402
-from llama_memlog import (LONG_CONTEXT_ARCHS, LlamaCase, build_alloc_shim, compare_run,  # noqa: E402
-                          llama_build_info, long_context_matrix, memory_matrix,
+from llama_memlog import (build_alloc_shim, cases_for, compare_run, llama_build_info,  # noqa: E402
                           parse_llama_log, run_llama)
 
 from moeplan.planner.memory import CPU_REPACK_TYPES_X86_AVX512  # noqa: E402
@@ -88,8 +87,7 @@ def command_of(argv: list[str], model: Path) -> str:
 def run_fixture(name: str, bin_dir: Path, work: Path, shim: Path | None, quick: bool) -> dict:
     path = write_fixture(name, work)
     model = read_gguf_model(path)
-    cases = (long_context_matrix(name) if model.arch in LONG_CONTEXT_ARCHS
-             else memory_matrix(name, mla=model.mla))
+    cases = cases_for(name, model.arch, model.mla)
     if quick:
         cases = [c for c in cases if c.n_ctx == QUICK["n_ctx"]]
     runs = []

@@ -289,7 +289,7 @@ def write_deepseek4_llama(path: Path, *, n_layer=8, n_embd=1024, n_head=16, head
                           q_lora=256, o_groups=8, o_lora=256, hc=4, n_idx_head=16, idx_dim=128, top_k=512,
                           window=128, ratios=(0, 0, 4, 128, 4, 128, 4, 0), n_hash=3, n_expert=32, n_used=6,
                           n_ff_exp=512, n_vocab=32000, ctx=1048576, expert_type=Q.MXFP4, dense_type=Q.Q8_0,
-                          aux_type=Q.F16):
+                          aux_type=Q.F16, mtp=False):
     """DeepSeek-V4-Flash in ratio: one KV head of head_dim 512 (64 rope dims) and 8 x n_embd of
     query width (n_head * head_dim), q_lora and o_lora n_embd / 4 with the output projection in
     8 groups, 4 hyper-connection streams (F32 hc_* tensors), sliding window 128, compress ratios
@@ -299,13 +299,18 @@ def write_deepseek4_llama(path: Path, *, n_layer=8, n_embd=1024, n_head=16, head
     sqrt-softplus gating with the selection bias elsewhere, one shared expert. MXFP4 experts,
     Q8_0 attention and shared experts (the converter's FP8 -> Q8_0), F16 for the BF16 compressor
     and indexer matrices, no MTP block (the converter drops it). The window, top-k and ratios are
-    cell counts, kept as in the real model."""
+    cell counts, kept as in the real model. `mtp`: one more block, the MTP/NextN block that
+    `convert_hf_to_gguf.py --mtp` keeps (compress ratio 0, nextn.* projections)."""
     if len(ratios) != n_layer:
         raise ValueError("one compress ratio per block")
     arch = "deepseek4"
     w = GGUFWriter(str(path), arch)
     written: list = []
-    _common(w, "moeplan-deepseek4", n_layer, n_embd, n_head, 1, ctx, 38)
+    if mtp:
+        ratios = (*ratios, 0)
+        w.add_uint32(f"{arch}.nextn_predict_layers", 1)
+    n_blocks = len(ratios)
+    _common(w, "moeplan-deepseek4", n_blocks, n_embd, n_head, 1, ctx, 38)
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_rope_dimension_count(n_rot)
@@ -315,8 +320,8 @@ def write_deepseek4_llama(path: Path, *, n_layer=8, n_embd=1024, n_head=16, head
     w.add_expert_weights_scale(1.5)
     w.add_expert_weights_norm(True)
     w.add_uint32(f"{arch}.expert_gating_func", 4)  # sqrt-softplus, the only scoring deepseek4.cpp loads
-    w.add_array(f"{arch}.swiglu_clamp_exp", [10.0] * n_layer)
-    w.add_array(f"{arch}.swiglu_clamp_shexp", [10.0] * n_layer)
+    w.add_array(f"{arch}.swiglu_clamp_exp", [10.0] * n_blocks)
+    w.add_array(f"{arch}.swiglu_clamp_shexp", [10.0] * n_blocks)
     w.add_uint32(f"{arch}.attention.indexer.head_count", n_idx_head)
     w.add_uint32(f"{arch}.attention.indexer.key_length", idx_dim)
     w.add_uint32(f"{arch}.attention.indexer.top_k", top_k)
@@ -375,8 +380,19 @@ def write_deepseek4_llama(path: Path, *, n_layer=8, n_embd=1024, n_head=16, head
         _add(w, written, b + "ffn_gate_shexp.weight", (n_embd, n_ff_exp), dense_type)
         _add(w, written, b + "ffn_up_shexp.weight", (n_embd, n_ff_exp), dense_type)
         _add(w, written, b + "ffn_down_shexp.weight", (n_ff_exp, n_embd), dense_type)
+        if i >= n_layer:
+            _add(w, written, b + "nextn.eh_proj.weight", (2 * n_embd, n_embd), dense_type)
+            _add(w, written, b + "nextn.enorm.weight", (n_embd,))
+            _add(w, written, b + "nextn.hnorm.weight", (n_embd,))
+            _add(w, written, b + "nextn.shared_head_norm.weight", (n_embd,))
     _finish(w)
     return path, written
+
+
+def write_deepseek4_mtp_llama(path: Path, **kw):
+    """write_deepseek4_llama with the MTP block (`--mtp` conversion): its raw SWA cache is
+    part of the main context's caches."""
+    return write_deepseek4_llama(path, mtp=True, **kw)
 
 
 def write_glm_dsa_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1536, n_head=16, q_lora=512, kv_lora=512,
@@ -462,6 +478,7 @@ LLAMA_FIXTURES: dict[str, Callable] = {
     "gpt-oss": write_gptoss_llama,
     "qwen3next": write_qwen3next_llama,
     "deepseek4": write_deepseek4_llama,
+    "deepseek4-mtp": write_deepseek4_mtp_llama,
     "glm-dsa": write_glm_dsa_llama,
 }
 

@@ -310,6 +310,23 @@ def long_context_matrix(fixture: str) -> list[LlamaCase]:
     return cases
 
 
+def mtp_block_matrix(fixture: str) -> list[LlamaCase]:
+    """A fixture that only adds an MTP/NextN block to another: the runs where that block's
+    caches show (one and four sequences, split and unified, two ubatches)."""
+    return [LlamaCase(fixture), LlamaCase(fixture, n_ctx=32768, n_ubatch=2048),
+            LlamaCase(fixture, n_ctx=32768, n_seq=4),
+            LlamaCase(fixture, n_ctx=32768, n_seq=4, kv_unified=True, tool="server")]
+
+
+def cases_for(fixture: str, arch: str, mla: bool) -> list[LlamaCase]:
+    """The recorded matrix of a fixture (see the three functions above)."""
+    if fixture.endswith("-mtp"):
+        return mtp_block_matrix(fixture)
+    if arch in LONG_CONTEXT_ARCHS:
+        return long_context_matrix(fixture)
+    return memory_matrix(fixture, mla=mla)
+
+
 def case_placement(case: LlamaCase):
     """The moeplan Placement that describes `case` (everything on one device, no offload)."""
     from moeplan.planner.placement import Placement

@@ -62,6 +62,11 @@ def _runs():
             yield pytest.param(name, run, id=run["name"])
 
 
+def _arch(fixture: str) -> str:
+    """The architecture of a recorded fixture ('deepseek4-mtp' is deepseek4 with its MTP block)."""
+    return fixture.removesuffix("-mtp")
+
+
 def test_recordings_cover_the_fixtures():
     assert set(RECORDS) == set(LLAMA_FIXTURES)
     for rec in RECORDS.values():
@@ -124,15 +129,16 @@ def test_kv_cells_per_cache(fixture_files, name, run):
                                       1 if case.kv_unified or case.n_seq == 1 else case.n_seq)
 
 
-@pytest.mark.parametrize("name,run", [r for r in _runs() if r.values[0] == "deepseek4"])
+@pytest.mark.parametrize("name,run", [r for r in _runs() if _arch(r.values[0]) == "deepseek4"])
 def test_dsv4_caches_per_kind(fixture_files, name, run):
     """Each DeepSeek V4 cache (raw SWA, CSA, HCA, indexer) and compressor state as llama.cpp
-    logged it: layers, cells per stream, rows and widths of the states."""
+    logged it: layers, cells per stream, rows and widths of the states. An MTP block in the
+    file adds a layer to the raw cache (deepseek4-mtp: 9 layers for 8 trunk blocks)."""
     _, model = fixture_files[name]
     p = case_placement(LlamaCase(**run["case"]))
     n_ub = cb.reserve_shape(p).n_tokens
     by_name: dict[str, list[KvComponent]] = {}
-    for layer in model.trunk_layers:
+    for layer in model.layers:
         for comp in layer.kv:
             by_name.setdefault(comp.name, []).append(comp)
     caches = {kv["cache"]: kv for kv in run["kv_caches"] if kv["layers"]}
@@ -163,7 +169,7 @@ def test_compute_buffer_within_tolerance(fixture_files, name, run):
     assert meas - pred <= cb.fragmentation_allowance(model, case_placement(case)), run["name"]
 
 
-@pytest.mark.parametrize("name,run", [r for r in _runs() if r.values[0] in GRAPH_ARCHS])
+@pytest.mark.parametrize("name,run", [r for r in _runs() if _arch(r.values[0]) in GRAPH_ARCHS])
 def test_mirrored_graph_compute_buffer_exact(fixture_files, name, run):
     """DeepSeek V4 and GLM-5.x DSA: the graph mirrored op by op, replayed through ggml-alloc's
     best fit, gives llama.cpp's compute buffer to the byte (holes included), from 4k to 1M
@@ -251,7 +257,7 @@ def test_mirrored_graphs_stage_expert_copies_on_a_gpu(fixture_files):
     """Under op-offload each MUL_MAT_ID of a host-resident expert tensor runs on the GPU with a
     full-size copy of that tensor, alive for that op only: the GPU buffer grows (the copies
     also shift where later tensors land), and at most one copy is alive at the peak."""
-    for name in GRAPH_ARCHS:
+    for name in sorted(GRAPH_ARCHS):
         _, model = fixture_files[name]
         cpu = model.moe_layer_indices
         largest = max(t.n_bytes for layer in model.moe_layers for t in layer.tensors if t.group == "experts")

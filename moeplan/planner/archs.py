@@ -151,6 +151,21 @@ def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvCompo
                     KvComponent("v", d_v * n_head_kv, "ctx", "v"))
 
 
+def nextn_layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[KvComponent, ...]:
+    """Caches the main context allocates for NextN/MTP block `il` (present in the file).
+
+    Usually none: the trunk never attends the block (llama-model.cpp filters it out of the
+    main caches). DeepSeek V4's caches are built from hparams with n_layer_nextn = 0 and no
+    layer filter (llama-kv-cache-dsv4.cpp), so the block gets a raw SWA cache, and the
+    compressed caches its compress ratio asks for (0 in DeepSeek-V4-Flash's config).
+    Measured: an MTP block adds a ninth layer to an 8-block fixture's raw cache."""
+    if arch == "deepseek4":
+        from moeplan.planner.archs_dsv4 import dsv4_layer_kv
+
+        return dsv4_layer_kv(hp, il)[1]
+    return ()
+
+
 def attention_kind(arch: str, hp: dict[str, Any], labels: list[str]) -> str:
     """One-line description for tables: 'GQA', 'MLA', 'GQA + SWA(128)', ..."""
     kinds = sorted(set(labels))

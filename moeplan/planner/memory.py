@@ -173,11 +173,12 @@ def kv_layer_bytes(layer: LayerSpec, n_ctx: int, type_k: str = "f16", type_v: st
 
 
 def _kv_groups(model: ModelSpec) -> tuple[tuple[KvComponent, int], ...]:
-    """Distinct cache components of the trunk and how many layers have each (cached)."""
+    """Distinct cache components and how many layers have each (cached): the trunk's, and a
+    NextN block's where the main context caches it (DeepSeek V4's raw cache)."""
     groups = model.memo.get("kv_groups")
     if groups is None:
         counts: dict[KvComponent, int] = {}
-        for layer in model.trunk_layers:
+        for layer in model.layers:
             for c in layer.kv:
                 counts[c] = counts.get(c, 0) + 1
         groups = model.memo["kv_groups"] = tuple(counts.items())
@@ -186,7 +187,7 @@ def _kv_groups(model: ModelSpec) -> tuple[tuple[KvComponent, int], ...]:
 
 def kv_cache_bytes(model: ModelSpec, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
                    n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
-    """Total KV cache (plus recurrent state) of the trunk layers, in bytes."""
+    """Total KV cache (plus recurrent state) of the main context, in bytes."""
     return sum(n * kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified)
                for c, n in _kv_groups(model))
 

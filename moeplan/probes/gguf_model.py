@@ -64,7 +64,7 @@ def build_model_spec(arch: str, hp: dict[str, Any], tensors: list[Tensor], *, na
     for il in range(n_blocks):
         lt = tuple(sorted(per_layer.get(il, ()), key=lambda t: t.name))
         if il >= trunk:
-            layers.append(LayerSpec(il, "nextn", "skipped", (), lt))
+            layers.append(LayerSpec(il, "nextn", "skipped", archs.nextn_layer_kv(arch, hp, il), lt))
             continue
         kind = "moe" if any(t.group == "experts" for t in lt) else "dense"
         label, kv = archs.layer_kv(arch, hp, il)
