@@ -277,8 +277,8 @@ def compute_phases(model: ModelSpec, p: Placement, staging: int = 0, gpu: bool =
     buffer is the CPU's)."""
     shape = reserve_shape(p)
     if model.arch in GRAPH_ARCHS:
-        terms = graph_buffer_terms(model, p, shape.n_tokens, shape.n_outputs, shape.n_ctx, shape.n_ctx_seq,
-                                   shape.n_tokens, gpu and p.n_gpus > 0, staged=staging > 0)
+        terms = graph_buffer_terms(model, p, shape.n_tokens, shape.n_outputs, shape.n_ctx_seq, shape.n_tokens,
+                                   gpu and p.n_gpus > 0, staged=staging > 0)
         if terms is not None:
             return {"graph": terms}
     inputs = input_bytes(model, p, shape)
@@ -303,8 +303,7 @@ def cpu_side_bytes(model: ModelSpec, p: Placement) -> dict[str, int]:
     activations, which are smaller than this."""
     shape = reserve_shape(p)
     if model.arch in GRAPH_ARCHS:
-        terms = graph_cpu_side_terms(model, p, shape.n_tokens, shape.n_outputs, shape.n_ctx, shape.n_ctx_seq,
-                                     shape.n_tokens)
+        terms = graph_cpu_side_terms(model, p, shape.n_tokens, shape.n_outputs, shape.n_ctx_seq, shape.n_tokens)
         if terms is not None:
             return terms
     inputs = input_bytes(model, p, shape)

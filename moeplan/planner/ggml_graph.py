@@ -52,6 +52,58 @@ CPU_ALIGNMENT = 32  # ggml-backend.cpp TENSOR_ALIGNMENT
 CUDA_ALIGNMENT = 128  # ggml-cuda.cu ggml_backend_cuda_buffer_type_get_alignment
 
 
+class Aff:
+    """c0 + c1*x1 + ... : a dimension or size that grows linearly with the cache cells x_i.
+    Builders take these in place of cell counts so that one build gives every tensor's bytes
+    as a function of the context (graph_buffers compiles the search's hundreds of contexts
+    into one allocation plan). Only what a graph's shapes need: sums, products with integers,
+    exact division and remainder by integers, equality."""
+
+    __slots__ = ("c",)
+
+    def __init__(self, c: tuple[int, ...]):
+        self.c = c
+
+    @staticmethod
+    def var(i: int, n: int) -> Aff:
+        return Aff(tuple(1 if j == i + 1 else 0 for j in range(n + 1)))
+
+    def at(self, x: tuple[int, ...]) -> int:
+        return self.c[0] + sum(ci * xi for ci, xi in zip(self.c[1:], x))
+
+    def __add__(self, o: object) -> Aff:
+        if isinstance(o, Aff):
+            return Aff(tuple(a + b for a, b in zip(self.c, o.c)))
+        if isinstance(o, int):
+            return Aff((self.c[0] + o,) + self.c[1:])
+        return NotImplemented
+
+    __radd__ = __add__
+
+    def __mul__(self, o: object) -> Aff:
+        if isinstance(o, int):
+            return Aff(tuple(a * o for a in self.c))
+        return NotImplemented  # a product of two cell counts never occurs in these graphs
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, o: int) -> Aff:
+        if any(a % o for a in self.c):
+            raise ArithmeticError("inexact division of a cell-dependent size")
+        return Aff(tuple(a // o for a in self.c))
+
+    def __mod__(self, o: int) -> int:
+        if any(a % o for a in self.c):
+            raise ArithmeticError("remainder of a cell-dependent size")
+        return 0
+
+    def __eq__(self, o: object) -> bool:
+        return isinstance(o, Aff) and self.c == o.c
+
+    def __hash__(self) -> int:
+        return hash(self.c)
+
+
 @dataclass(eq=False)
 class Tensor:
     """ne in ggml order (ne0 = row length); `external`: memory the graph allocator does not
@@ -80,8 +132,10 @@ class Tensor:
 
 
 def _ne(*dims: int) -> tuple[int, int, int, int]:
-    d = tuple(int(x) for x in dims) + (1, 1, 1, 1)
-    return d[0], d[1], d[2], d[3]
+    n = len(dims)
+    if n == 4:
+        return dims  # type: ignore[return-value]
+    return dims + (1,) * (4 - n)  # type: ignore[return-value]
 
 
 class Graph:
@@ -159,23 +213,28 @@ class Graph:
     def expand(self, t: Tensor) -> Tensor:
         """ggml_build_forward_expand: add t and its unseen ancestors, sources first.
         Iterative depth-first walk (graphs of thousands of nodes)."""
+        seen = self._seen
+        if id(t) in seen:
+            return t
+        seen.add(id(t))
         stack: list[tuple[Tensor, int]] = [(t, 0)]
+        leafs, nodes = self.leafs, self.nodes
         while stack:
-            node, i = stack.pop()
-            if i == 0:
-                if id(node) in self._seen:
-                    continue
-                self._seen.add(id(node))
-            if i < len(node.src):
-                stack.append((node, i + 1))
-                child = node.src[i]
-                if id(child) not in self._seen:
-                    stack.append((child, 0))
+            node, i = stack[-1]
+            src = node.src
+            while i < len(src) and id(src[i]) in seen:
+                i += 1
+            if i < len(src):
+                stack[-1] = (node, i + 1)
+                child = src[i]
+                seen.add(id(child))
+                stack.append((child, 0))
                 continue
+            stack.pop()
             if node.op == "NONE":
-                self.leafs.append(node)
+                leafs.append(node)
             else:
-                self.nodes.append(node)
+                nodes.append(node)
         return t
 
 
@@ -229,52 +288,64 @@ class BestFit:
 
 @dataclass
 class AllocResult:
-    """`peak_bytes`: the buffer ggml-alloc reserves; `live_at_peak`: (name, kind, bytes) of the
-    tensors alive when the highest end was reached, kind 'input' (graph inputs and constants),
-    'staging' or 'node'; their sum is below the peak by the holes between them."""
+    """`peak_bytes`: the buffer ggml-alloc reserves; at the moment the highest end was reached:
+    `live_bytes` of tensors alive (below the peak by the holes between them), of which
+    `input_bytes` graph inputs and constants and `staging_bytes` staged weight copies;
+    `live_at_peak`: (name, kind, bytes) of those tensors when asked for (detail=True)."""
 
     peak_bytes: int
+    live_bytes: int = 0
+    input_bytes: int = 0
+    staging_bytes: int = 0
     live_at_peak: list[tuple[str, str, int]] = field(default_factory=list)
 
 
-def _kind(t: Tensor) -> str:
-    if t.name == "staged_weight":
-        return "staging"
-    return "input" if t.op == "NONE" else "node"
+@dataclass(frozen=True)
+class AllocPlan:
+    """The size-independent part of a replay: which blocks are allocated and freed in which
+    order. `events`: b >= 0 allocates block b, ~b frees it. Per block: `slots` names the tensor
+    whose bytes it holds (i < n_leafs: graph.leafs[i]; else graph.nodes[i - n_leafs]; ~k: the
+    staged copy before node k) and `kinds` is 'input', 'node' or 'staging'; `tags` holds the
+    `extra` value of each staging block (None for the others). A node that takes over a
+    source's memory in place has no block of its own. A block of 0 bytes is not allocated."""
+
+    events: tuple[int, ...]
+    slots: tuple[int, ...]
+    kinds: tuple[str, ...]
+    tags: tuple[object, ...]
 
 
-def allocate(graph: Graph, alignment: int = CPU_ALIGNMENT, extra: dict[int, int] | None = None) -> AllocResult:
-    """Replay ggml_gallocr_alloc_graph_impl on `graph`; return the buffer size it needs.
+def plan_allocation(graph: Graph, extra: dict[int, object] | None = None) -> AllocPlan:
+    """Walk the graph as ggml_gallocr_alloc_graph_impl does (see the module docstring).
 
-    `extra`: id(node) -> bytes of a tensor allocated just before that node and freed right
+    `extra`: id(node) -> a tag of a tensor allocated just before that node and freed right
     after it (the GPU copy of a host-resident expert weight that op-offload stages for a
-    MUL_MAT_ID: ggml-backend.cpp splits each such op with its weight as the split input).
-    """
+    MUL_MAT_ID: ggml-backend.cpp splits each such op with its weight as the split input);
+    its bytes are given at replay (0: no copy, the weight is on the GPU).
+    The decisions depend on shapes only through equality (in-place reuse), not on sizes."""
     extra = extra or {}
-    heap = BestFit()
-    addr: dict[int, int] = {}
-    size_of: dict[int, int] = {}
+    n_leafs = len(graph.leafs)
+    slot_of = {id(t): i for i, t in enumerate(graph.leafs)}
+    slot_of.update({id(t): n_leafs + k for k, t in enumerate(graph.nodes)})
+    events: list[int] = []
+    slots: list[int] = []
+    kinds: list[str] = []
+    tags: list[object] = []
+    block: dict[int, int] = {}  # id(tensor) -> its block (shared along an in-place chain)
     owned: set[int] = set()
     children: dict[int, int] = {}
     views: dict[int, int] = {}
-    live: dict[int, Tensor] = {}
-    peak = [0, []]
 
-    def pad(n: int) -> int:
-        return -(-n // alignment) * alignment
-
-    def place(t: Tensor, size: int) -> None:
-        addr[id(t)] = heap.alloc(size)
-        size_of[id(t)] = size
-        live[id(t)] = t
-        if heap.max_size > peak[0]:
-            peak[0] = heap.max_size
-            peak[1] = [(x.name or x.op, _kind(x), size_of[id(x)]) for x in live.values()]
+    def new_block(slot: int, kind: str, tag: object = None) -> int:
+        slots.append(slot)
+        kinds.append(kind)
+        tags.append(tag)
+        events.append(len(slots) - 1)
+        return len(slots) - 1
 
     def release(t: Tensor) -> None:
-        heap.free(addr[id(t)], size_of[id(t)])
+        events.append(~block[id(t)])
         owned.discard(id(t))
-        live.pop(id(t), None)
 
     def allocate_node(t: Tensor) -> None:
         if id(t) in owned or t.external or t.view_src is not None:
@@ -285,12 +356,10 @@ def allocate(graph: Graph, alignment: int = CPU_ALIGNMENT, extra: dict[int, int]
                 if id(p) not in owned or p.output or not p.contiguous or p.type != t.type or p.ne != t.ne:
                     continue
                 if children.get(id(p), 0) == 1 and views.get(id(p), 0) == 0:
-                    addr[id(t)], size_of[id(t)] = addr[id(p)], size_of[id(p)]
+                    block[id(t)] = block[id(p)]
                     owned.discard(id(p))  # the child now owns the memory
-                    live.pop(id(p), None)
-                    live[id(t)] = t
                     return
-        place(t, pad(t.nbytes))
+        block[id(t)] = new_block(slot_of[id(t)], _kind(t))
 
     for leaf in graph.leafs:
         allocate_node(leaf)
@@ -299,16 +368,14 @@ def allocate(graph: Graph, alignment: int = CPU_ALIGNMENT, extra: dict[int, int]
             views[id(node.view_src)] = views.get(id(node.view_src), 0) + 1
         for s in node.src:
             children[id(s)] = children.get(id(s), 0) + 1
-    for node in graph.nodes:
+    for k, node in enumerate(graph.nodes):
         for s in node.src:
             allocate_node(s)
-        staged = extra.get(id(node), 0)
-        if staged:
-            stage = Tensor("NONE", (staged, 1, 1, 1), "I8", name="staged_weight")
-            place(stage, pad(staged))
+        tag = extra.get(id(node))
+        stage = new_block(~k, "staging", tag) if tag is not None else -1
         allocate_node(node)
-        if staged:
-            release(stage)
+        if stage >= 0:
+            events.append(~stage)
         for p in node.src:
             children[id(p)] -= 1
             if children[id(p)] or views.get(id(p), 0):
@@ -321,4 +388,104 @@ def allocate(graph: Graph, alignment: int = CPU_ALIGNMENT, extra: dict[int, int]
                     release(owner)
             elif id(p) in owned and not p.output:
                 release(p)
-    return AllocResult(peak[0], peak[1])
+    return AllocPlan(tuple(events), tuple(slots), tuple(kinds), tuple(tags))
+
+
+def block_bytes(plan: AllocPlan, graph: Graph) -> list[int]:
+    """Bytes of each block of `plan` for this graph's shapes (unpadded; staging blocks 0)."""
+    n_leafs = len(graph.leafs)
+    out = []
+    for slot in plan.slots:
+        if slot < 0:
+            out.append(0)
+        elif slot < n_leafs:
+            out.append(graph.leafs[slot].nbytes)
+        else:
+            out.append(graph.nodes[slot - n_leafs].nbytes)
+    return out
+
+
+def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
+           names: list[str] | None = None) -> AllocResult:
+    """Run the plan's allocations and frees through best fit (BestFit, inlined: the search
+    replays hundreds of plans) with these block sizes. `names` (per block) asks for the list
+    of tensors alive at the peak."""
+    offs: list[int] = [0]
+    lens: list[int] = [1 << 62]  # free block sizes; the last block is the open end
+    max_size = 0
+    padded = [-(-n // alignment) * alignment for n in sizes]
+    code = [1 if k == "input" else 2 if k == "staging" else 0 for k in plan.kinds]
+    offset = [0] * len(sizes)
+    live = [0, 0, 0]  # node, input, staging bytes
+    best = AllocResult(0)
+    alive: set[int] = set()
+    detail = names is not None
+    for ev in plan.events:
+        if ev >= 0:
+            size = padded[ev]
+            if not size:
+                continue
+            n_free = len(lens) - 1
+            i_best = n_free
+            best_size = 1 << 63
+            for i in range(n_free):
+                fs = lens[i]
+                if size <= fs <= best_size:
+                    i_best, best_size = i, fs
+            off = offs[i_best]
+            rest = lens[i_best] - size
+            if rest:
+                offs[i_best] = off + size
+                lens[i_best] = rest
+            else:
+                del offs[i_best], lens[i_best]
+            offset[ev] = off
+            live[code[ev]] += size
+            end = off + size
+            if detail:
+                alive.add(ev)
+            if end > max_size:
+                max_size = end
+                best = AllocResult(end, live[0] + live[1] + live[2], live[1], live[2])
+                if detail:
+                    best.live_at_peak = [(names[b], plan.kinds[b], padded[b]) for b in sorted(alive)]
+        else:
+            b = ~ev
+            size = padded[b]
+            if not size:
+                continue
+            live[code[b]] -= size
+            if detail:
+                alive.discard(b)
+            off = offset[b]
+            j = bisect.bisect(offs, off)  # offs[j - 1] < off < offs[j]
+            if j and offs[j - 1] + lens[j - 1] == off:
+                lens[j - 1] += size
+                if j < len(offs) and off + size == offs[j]:
+                    lens[j - 1] += lens[j]
+                    del offs[j], lens[j]
+            elif j < len(offs) and off + size == offs[j]:
+                offs[j] = off
+                lens[j] += size
+            else:
+                offs.insert(j, off)
+                lens.insert(j, size)
+    return best
+
+
+def _kind(t: Tensor) -> str:
+    return "input" if t.op == "NONE" else "node"
+
+
+def allocate(graph: Graph, alignment: int = CPU_ALIGNMENT, extra: dict[int, int] | None = None) -> AllocResult:
+    """Replay ggml_gallocr_alloc_graph_impl on `graph`: the buffer it needs and what is alive
+    at its peak; `extra`: id(node) -> bytes of a copy staged for that node (plan_allocation)."""
+    plan = plan_allocation(graph, extra)
+    n_leafs = len(graph.leafs)
+    names = []
+    for slot in plan.slots:
+        t = None if slot < 0 else graph.leafs[slot] if slot < n_leafs else graph.nodes[slot - n_leafs]
+        names.append("staged_weight" if t is None else t.name or t.op)
+    sizes = [int(tag) if kind == "staging" else n  # type: ignore[call-overload]
+             for n, kind, tag in zip(block_bytes(plan, graph), plan.kinds, plan.tags)]
+    return replay(plan, sizes, alignment, names)

@@ -19,15 +19,21 @@ rows.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from moeplan.planner.ggml import canonical_type
 from moeplan.planner.ggml_graph import (
     CPU_ALIGNMENT,
     CUDA_ALIGNMENT,
+    Aff,
+    AllocPlan,
     AllocResult,
     Graph,
-    allocate,
+    block_bytes,
+    plan_allocation,
+    replay,
 )
 from moeplan.planner.graph_dsv4 import Dsv4Dims, Dsv4Shape, build_dsv4_graph
 from moeplan.planner.graph_glm_dsa import GlmDsaDims, GlmDsaShape, build_glm_dsa_graph
@@ -105,61 +111,162 @@ def _staged_layers(model: ModelSpec, p: Placement) -> dict[int, tuple[int, int, 
     return out
 
 
-def build_graph(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx: int, n_ctx_seq: int,
-                n_ubatch: int, staged: bool) -> tuple[Graph, dict[int, int]] | None:
-    """The mirrored main graph for the reserved ubatch (n_tokens, n_outputs; n_ctx padded,
-    n_ctx_seq cells per KV stream), or None for an architecture or model it does not cover."""
+def _builder(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx_seq: int, n_ubatch: int
+             ) -> tuple[Callable[[tuple[int, ...]], tuple[Graph, dict[int, tuple[int, int]]]], tuple[int, ...],
+                        bool, tuple] | None:
+    """(build(cells), cells, top_k_saturated, key) for the mirrored graph of the reserved ubatch.
+
+    `cells` are the cache sizes that grow with the context (DeepSeek V4: CSA and HCA cells per
+    stream; GLM: the cache cells per stream); every other shape is fixed for a given `key`.
+    The indexer keeps min(cells, top_k) keys, so shapes are affine in the cells only once the
+    cache holds at least top_k cells (`top_k_saturated`). None for a model the graph does not
+    cover."""
     n_used = p.n_experts_used or model.n_experts_used
     n_seq = max(1, p.n_seq)
     t = -(-n_tokens // n_seq) * n_seq  # graph_reserve rounds the tokens up to whole sequences
-    cpu_moe = _staged_layers(model, p) if staged else {}
     type_k = canonical_type(p.cache_type_k)
     if model.arch == "deepseek4":
         d = dsv4_dims(model, n_used)
         if d is None:
             return None
         n_swa = int(dict(model.extra).get("attention.sliding_window", 0) or 0)
-        # llama-kv-cache-dsv4.cpp: every cache has one stream per sequence, whatever -kvu says
-        shape = Dsv4Shape(n_tokens=t, n_outputs=n_outputs, n_stream=n_seq,
-                          n_raw=_pad(min(n_ctx_seq, n_swa + n_ubatch)), n_csa=_pad(max(1, -(-n_ctx_seq // 4))),
-                          n_hca=_pad(max(1, -(-n_ctx_seq // 128))), flash_attn=p.flash_attn, type_k=type_k)
-        return build_dsv4_graph(d, shape, cpu_moe)
+        n_raw = _pad(min(n_ctx_seq, n_swa + n_ubatch))
+
+        def build_dsv4(cells: tuple[int, ...]) -> tuple[Graph, dict[int, tuple[int, int]]]:
+            # llama-kv-cache-dsv4.cpp: every cache has one stream per sequence, whatever -kvu says
+            shape = Dsv4Shape(n_tokens=t, n_outputs=n_outputs, n_stream=n_seq, n_raw=n_raw, n_csa=cells[0],
+                              n_hca=cells[1], n_top_k=n_top_k, flash_attn=p.flash_attn, type_k=type_k)
+            return build_dsv4_graph(d, shape)
+
+        cells = (_pad(max(1, -(-n_ctx_seq // 4))), _pad(max(1, -(-n_ctx_seq // 128))))
+        n_top_k = min(cells[0], d.top_k)
+        key = (d, t, n_outputs, n_seq, n_raw, n_top_k, p.flash_attn, type_k)
+        return build_dsv4, cells, cells[0] >= d.top_k, key
     if model.arch == "glm-dsa":
-        d = glm_dsa_dims(model, n_used)
-        if d is None:
+        dg = glm_dsa_dims(model, n_used)
+        if dg is None:
             return None
         n_stream = 1 if p.kv_unified else n_seq
-        shape = GlmDsaShape(n_tokens=t, n_outputs=n_outputs, n_stream=n_stream, n_kv=n_ctx_seq,
-                            flash_attn=p.flash_attn, type_k=type_k)
-        return build_glm_dsa_graph(d, shape, cpu_moe)
+
+        def build_glm(cells: tuple[int, ...]) -> tuple[Graph, dict[int, tuple[int, int]]]:
+            shape = GlmDsaShape(n_tokens=t, n_outputs=n_outputs, n_stream=n_stream, n_kv=cells[0],
+                                n_top_k=n_top_k, flash_attn=p.flash_attn, type_k=type_k)
+            return build_glm_dsa_graph(dg, shape)
+
+        n_top_k = min(n_ctx_seq, dg.top_k)
+        key = (dg, t, n_outputs, n_stream, n_top_k, p.flash_attn, type_k)
+        return build_glm, (n_ctx_seq,), n_ctx_seq >= dg.top_k, key
     return None
+
+
+@dataclass(frozen=True)
+class _Program:
+    """A replay plan whose block sizes are affine in the cache cells:
+    bytes[b] = base_bytes[b] + sum_i slope[i][b] * (cells[i] - base_cells[i])."""
+
+    plan: AllocPlan
+    base_cells: tuple[int, ...]
+    base_bytes: tuple[int, ...]
+    slopes: tuple[tuple[int, ...], ...]
+    inputs: tuple[int, ...]  # the blocks that are graph inputs (ggml_set_input)
+
+    def sizes(self, cells: tuple[int, ...]) -> list[int]:
+        out = list(self.base_bytes)
+        for slope, c, c0 in zip(self.slopes, cells, self.base_cells):
+            d = c - c0
+            if d:
+                out = [n + k * d for n, k in zip(out, slope)]
+        return out
+
+
+
+def _plan_of(graph: Graph, tags: dict[int, tuple[int, int]]) -> tuple[AllocPlan, list, tuple[int, ...]]:
+    plan = plan_allocation(graph, tags)
+    n_leafs = len(graph.leafs)
+    inputs = tuple(b for b, slot in enumerate(plan.slots) if 0 <= slot < n_leafs and graph.leafs[slot].input)
+    return plan, block_bytes(plan, graph), inputs
+
+
+def _compile(build: Callable, cells: tuple[int, ...]) -> _Program | None:
+    """Build the graph with the cells as Aff variables (every block's bytes an affine function
+    of the cells) and check the sizes against a plain build at `cells`; None when they differ
+    or a shape is not affine in the cells (that key is then always built afresh)."""
+    n = len(cells)
+    try:
+        graph, tags = build(tuple(Aff.var(i, n) for i in range(n)))
+        plan, exprs, inputs = _plan_of(graph, tags)
+    except (ArithmeticError, TypeError):
+        return None
+    coef = [e.c if isinstance(e, Aff) else (e,) + (0,) * n for e in exprs]
+    base = tuple(c[0] + sum(ci * xi for ci, xi in zip(c[1:], cells)) for c in coef)
+    numeric, _ = build(cells)
+    if len(numeric.nodes) != len(graph.nodes) or len(numeric.leafs) != len(graph.leafs) \
+            or block_bytes(plan, numeric) != list(base):
+        return None
+    slopes = tuple(tuple(c[i + 1] for c in coef) for i in range(n))
+    return _Program(plan, cells, base, slopes, inputs)
+
+
+def _evaluate(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx_seq: int, n_ubatch: int,
+              staged: bool) -> tuple[AllocPlan, list[int], tuple[int, ...]] | None:
+    """(plan, block bytes, input blocks) for this placement. Each key is compiled once (graph
+    sizes as affine functions of the cache cells); every context then only evaluates those
+    functions (the search asks for hundreds). `staged`: op-offload copies the expert tensors
+    of p.cpu_moe_layers for their ops (the other staging blocks stay 0)."""
+    made = _builder(model, p, n_tokens, n_outputs, n_ctx_seq, n_ubatch)
+    if made is None:
+        return None
+    build, cells, saturated, key = made
+    prog = None
+    if saturated:
+        memo_key = ("graph_program", key)
+        if memo_key not in model.memo:
+            model.memo[memo_key] = _compile(build, cells)
+        prog = model.memo[memo_key]
+    if prog is not None:
+        plan, sizes, inputs = prog.plan, prog.sizes(cells), prog.inputs
+    else:
+        plan, sizes, inputs = _plan_of(*build(cells))
+    if staged:
+        cpu = _staged_layers(model, p)
+        for b, tag in enumerate(plan.tags):
+            if tag is not None and tag[0] in cpu:  # type: ignore[index]
+                sizes[b] = cpu[tag[0]][tag[1]]  # type: ignore[index]
+    return plan, sizes, inputs
+
+
+def build_graph(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx_seq: int,
+                n_ubatch: int) -> tuple[Graph, dict[int, tuple[int, int]]] | None:
+    """The mirrored main graph for the reserved ubatch (n_tokens, n_outputs; n_ctx_seq cells
+    per KV stream) and its staging tags, or None for an architecture or model it does not cover."""
+    made = _builder(model, p, n_tokens, n_outputs, n_ctx_seq, n_ubatch)
+    return None if made is None else made[0](made[1])
 
 
 def peak_terms(result: AllocResult) -> dict[str, int]:
     """The replayed peak as graph_inputs + activations + staging + alloc_holes (they sum to it)."""
-    inputs = sum(n for _, kind, n in result.live_at_peak if kind == "input")
-    staging = sum(n for _, kind, n in result.live_at_peak if kind == "staging")
-    live = sum(n for _, _, n in result.live_at_peak)
-    return {"graph_inputs": inputs, "activations": live - inputs - staging, "staging": staging,
-            "alloc_holes": result.peak_bytes - live}
+    return {"graph_inputs": result.input_bytes,
+            "activations": result.live_bytes - result.input_bytes - result.staging_bytes,
+            "staging": result.staging_bytes, "alloc_holes": result.peak_bytes - result.live_bytes}
 
 
-def graph_buffer_terms(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx: int,
-                       n_ctx_seq: int, n_ubatch: int, gpu: bool, staged: bool) -> dict[str, int] | None:
-    built = build_graph(model, p, n_tokens, n_outputs, n_ctx, n_ctx_seq, n_ubatch, staged)
-    if built is None:
+def graph_buffer_terms(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx_seq: int,
+                       n_ubatch: int, gpu: bool, staged: bool) -> dict[str, int] | None:
+    """The device compute buffer of the mirrored graph as named terms (module docstring)."""
+    got = _evaluate(model, p, n_tokens, n_outputs, n_ctx_seq, n_ubatch, staged)
+    if got is None:
         return None
-    graph, extra = built
-    return peak_terms(allocate(graph, CUDA_ALIGNMENT if gpu else CPU_ALIGNMENT, extra))
+    plan, sizes, _ = got
+    return peak_terms(replay(plan, sizes, CUDA_ALIGNMENT if gpu else CPU_ALIGNMENT))
 
 
-def graph_cpu_side_terms(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx: int,
-                         n_ctx_seq: int, n_ubatch: int) -> dict[str, int] | None:
-    """The CPU buffer of a GPU run: every graph input of the mirrored graph and the
-    token-embedding rows (4 * E * T)."""
-    built = build_graph(model, p, n_tokens, n_outputs, n_ctx, n_ctx_seq, n_ubatch, staged=False)
-    if built is None:
+def graph_cpu_side_terms(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx_seq: int,
+                         n_ubatch: int) -> dict[str, int] | None:
+    """The CPU buffer of a GPU run: every graph input of the mirrored graph (not the constants,
+    which live where their consumers run) and the token-embedding rows (4 * E * T)."""
+    got = _evaluate(model, p, n_tokens, n_outputs, n_ctx_seq, n_ubatch, staged=False)
+    if got is None:
         return None
-    graph, _ = built
-    inputs = sum(-(-leaf.nbytes // CPU_ALIGNMENT) * CPU_ALIGNMENT for leaf in graph.leafs if leaf.input)
-    return {"graph_inputs": inputs, "embd_rows": F32 * model.n_embd * n_tokens}
+    _, sizes, inputs = got
+    total = sum(-(-sizes[b] // CPU_ALIGNMENT) * CPU_ALIGNMENT for b in inputs)
+    return {"graph_inputs": total, "embd_rows": F32 * model.n_embd * n_tokens}

@@ -87,6 +87,7 @@ class Dsv4Shape:
     n_raw: int  # SWA cells per stream: pad256(min(n_ctx_seq, n_swa + n_ubatch))
     n_csa: int  # pad256(ceil(n_ctx_seq / 4))
     n_hca: int  # pad256(ceil(n_ctx_seq / 128))
+    n_top_k: int  # keys the indexer keeps: min(n_csa, top_k)
     flash_attn: bool
     type_k: str  # -ctk as a ggml type name ('F16', 'Q8_0', ...)
 
@@ -96,10 +97,10 @@ class Dsv4Shape:
 
 
 class _Dsv4Builder:
-    def __init__(self, d: Dsv4Dims, s: Dsv4Shape, cpu_moe: dict[int, tuple[int, int, int]]):
+    def __init__(self, d: Dsv4Dims, s: Dsv4Shape, ):
         self.d, self.s, self.g = d, s, Graph()
-        self.cpu_moe = cpu_moe
-        self.staged: dict[int, int] = {}
+        # id(MUL_MAT_ID) -> (block, 0 gate / 1 up / 2 down): where op-offload stages a copy
+        self.staged: dict[int, tuple[int, int]] = {}
         self.mask_type = F16 if s.flash_attn else F32
 
     # ---- inputs ---------------------------------------------------------------------------
@@ -264,8 +265,7 @@ class _Dsv4Builder:
         iq = g.view(iq, d.idx_dim, d.n_idx_head, t // ns, ns)
         w = g.view(w, d.n_idx_head, t // ns, 1, ns)
         score = g.op("LIGHTNING_INDEXER", (n_lid, t // ns, 1, ns), F32, iq, k, w, lid["kq_mask"])
-        k_top = min(n_lid, d.top_k)
-        return g.cont(g.op("TOP_K", (k_top, t // ns, 1, ns), I32, score))
+        return g.cont(g.op("TOP_K", (s.n_top_k, t // ns, 1, ns), I32, score))
 
     def attention(self, il: int, cur: Tensor, ratio: int) -> Tensor:
         g, s, d = self.g, self.s, self.d
@@ -330,15 +330,13 @@ class _Dsv4Builder:
             weights = g.unary("SCALE", weights)
         g.expand(weights)
         x = g.reshape(cur, e, 1, t)
-        staged = self.cpu_moe.get(il)
         up = g.mul_mat_id(g.external("ffn_up_exps", e, f, n), x, selected)
         gate = g.mul_mat_id(g.external("ffn_gate_exps", e, f, n), x, selected)
         act = g.op("SWIGLU_CLAMP", gate.ne, F32, gate, up)
         down = g.mul_mat_id(g.external("ffn_down_exps", f, e, n), act, selected)
-        if staged:
-            # op-offload: each MUL_MAT_ID of a host-resident expert tensor gets its own split whose
-            # input is a full-size GPU copy of that tensor (ggml-backend.cpp), freed after the op
-            self.staged.update({id(gate): staged[0], id(up): staged[1], id(down): staged[2]})
+        # op-offload: each MUL_MAT_ID of a host-resident expert tensor gets its own split whose
+        # input is a full-size GPU copy of that tensor (ggml-backend.cpp), freed after the op
+        self.staged.update({id(gate): (il, 0), id(up): (il, 1), id(down): (il, 2)})
         experts = g.unary("MUL", down, weights)
         g.expand(experts)
         views = [g.view(experts, e, t, contiguous=False) for _ in range(k)]
@@ -416,13 +414,9 @@ class _Dsv4Builder:
         return g
 
 
-def build_dsv4_graph(d: Dsv4Dims, s: Dsv4Shape,
-                     cpu_moe: dict[int, tuple[int, int, int]] | None = None) -> tuple[Graph, dict[int, int]]:
-    """The main graph for the reserved ubatch, and the staged expert copies (see ggml_graph.allocate).
-
-    cpu_moe: block -> bytes of its (gate, up, down) expert tensors, for the blocks whose experts
-    stay in host memory while op-offload copies them to the GPU (empty on a CPU-only build).
-    """
-    b = _Dsv4Builder(d, s, cpu_moe or {})
+def build_dsv4_graph(d: Dsv4Dims, s: Dsv4Shape) -> tuple[Graph, dict[int, tuple[int, int]]]:
+    """The main graph for the reserved ubatch, and where op-offload may stage expert copies:
+    id(MUL_MAT_ID) -> (block, 0 gate / 1 up / 2 down) (see ggml_graph.plan_allocation)."""
+    b = _Dsv4Builder(d, s)
     graph = b.build()
     return graph, b.staged

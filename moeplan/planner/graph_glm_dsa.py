@@ -64,15 +64,16 @@ class GlmDsaShape:
     n_outputs: int
     n_stream: int  # 1 with a unified cache, else one per sequence
     n_kv: int  # cells per stream (the whole cache at reserve)
+    n_top_k: int  # keys the indexer keeps: min(n_kv, top_k)
     flash_attn: bool
     type_k: str
 
 
 class _GlmDsaBuilder:
-    def __init__(self, d: GlmDsaDims, s: GlmDsaShape, cpu_moe: dict[int, tuple[int, int, int]]):
+    def __init__(self, d: GlmDsaDims, s: GlmDsaShape, ):
         self.d, self.s, self.g = d, s, Graph()
-        self.cpu_moe = cpu_moe
-        self.staged: dict[int, int] = {}
+        # id(MUL_MAT_ID) -> (block, 0 gate / 1 up / 2 down): where op-offload stages a copy
+        self.staged: dict[int, tuple[int, int]] = {}
 
     def norm(self, x: Tensor, op: str = "RMS_NORM", bias: bool = False) -> Tensor:
         g = self.g
@@ -97,7 +98,7 @@ class _GlmDsaBuilder:
         iq = g.view(iq, d.idx_dim, d.n_idx_head, t // ns, ns)
         w = g.unary("SCALE", g.view(w, d.n_idx_head, t // ns, 1, ns, contiguous=False))
         score = g.op("LIGHTNING_INDEXER", (s.n_kv, t // ns, 1, ns), F32, iq, k, w, self.lid_mask)
-        return g.cont(g.op("TOP_K", (min(s.n_kv, d.top_k), t // ns, 1, ns), I32, score))
+        return g.cont(g.op("TOP_K", (s.n_top_k, t // ns, 1, ns), I32, score))
 
     def attention(self, cur: Tensor, qr: Tensor, top_k: Tensor) -> Tensor:
         g, d, s = self.g, self.d, self.s
@@ -176,9 +177,7 @@ class _GlmDsaBuilder:
         gate = g.mul_mat_id(g.external("ffn_gate_exps", e, f, n), x, selected)
         act = g.op("GLU", gate.ne, F32, gate, up)
         down = g.mul_mat_id(g.external("ffn_down_exps", f, e, n), act, selected)
-        staged = self.cpu_moe.get(il)
-        if staged:
-            self.staged.update({id(gate): staged[0], id(up): staged[1], id(down): staged[2]})
+        self.staged.update({id(gate): (il, 0), id(up): (il, 1), id(down): (il, 2)})
         experts = g.expand(g.unary("MUL", down, weights))
         views = [g.expand(g.view(experts, e, t, contiguous=False)) for _ in range(k)]
         moe_out = views[0]
@@ -229,9 +228,9 @@ class _GlmDsaBuilder:
         return g
 
 
-def build_glm_dsa_graph(d: GlmDsaDims, s: GlmDsaShape,
-                        cpu_moe: dict[int, tuple[int, int, int]] | None = None) -> tuple[Graph, dict[int, int]]:
-    """The main graph for the reserved ubatch and the staged expert copies (see graph_dsv4)."""
-    b = _GlmDsaBuilder(d, s, cpu_moe or {})
+def build_glm_dsa_graph(d: GlmDsaDims, s: GlmDsaShape) -> tuple[Graph, dict[int, tuple[int, int]]]:
+    """The main graph for the reserved ubatch and where op-offload may stage expert copies
+    (see graph_dsv4.build_dsv4_graph)."""
+    b = _GlmDsaBuilder(d, s)
     graph = b.build()
     return graph, b.staged
