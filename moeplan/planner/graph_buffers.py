@@ -4,7 +4,8 @@ DeepSeek V4 (graph_dsv4) and GLM-5.x DSA (graph_glm_dsa) reserve buffers that a 
 tensors do not describe: several [n_kv, n_tokens] masks and indexer scores and the holes
 ggml-alloc leaves between them decide the peak. For them compute_buffer asks this module,
 which maps a ModelSpec and a Placement to the mirrored graph's dimensions and reserved
-shape, replays ggml-alloc (ggml_graph.allocate) and reports the peak as named terms:
+shape, replays ggml-alloc (ggml_graph.plan_allocation + replay) and reports the peak as
+named terms:
 
   graph_inputs   graph inputs alive at the peak (masks, ids, constants)
   activations    op results alive at the peak
@@ -16,6 +17,11 @@ CPU-resident expert tensor gets a full-size copy of that tensor for the duration
 (op-offload, T >= GGML_OP_OFFLOAD_MIN_BATCH). The CPU buffer of such a run holds the graph
 inputs (ggml_backend_sched keeps every graph input on the CPU backend) and the token-embedding
 rows.
+
+The search asks for hundreds of contexts. For a given reserved shape only the cache cells
+change with the context, and every tensor's bytes are affine in them, so each shape is built
+once with the cells as ggml_graph.Aff variables ("compiled") and checked against a plain
+build; every further context only evaluates the affine sizes and replays the plan.
 """
 from __future__ import annotations
 
