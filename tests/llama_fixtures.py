@@ -14,8 +14,8 @@ Each writer returns the path and the list of (name, ggml shape, type) it wrote.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from gguf import GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES, ExpertGatingFuncType, GGMLQuantizationType
@@ -98,6 +98,53 @@ def _experts_vocab_globals(w: GGUFWriter, written: list, *, n_embd: int, n_vocab
     _add(w, written, "output.weight", (n_embd, n_vocab), output_type)
 
 
+def _mla_keys(w: GGUFWriter, *, q_lora: int, kv_lora: int, rope: int, nope: int, v_dim: int) -> None:
+    """The MLA keys DeepseekV2Model writes: a (kv_lora + rope)-wide key, the kv_lora-wide value
+    of the absorbed form, and the per-head MLA sizes."""
+    w.add_key_length(kv_lora + rope)
+    w.add_value_length(kv_lora)
+    w.add_key_length_mla(nope + rope)
+    w.add_value_length_mla(v_dim)
+    w.add_q_lora_rank(q_lora)
+    w.add_kv_lora_rank(kv_lora)
+    w.add_rope_dimension_count(rope)
+
+
+def _mla_attention(w: GGUFWriter, written: list, b: str, *, n_embd: int, n_head: int, q_lora: int, kv_lora: int,
+                   rope: int, nope: int, v_dim: int, dense_type) -> None:
+    """An MLA block's norms and attention (q_lora, the latent and rope key, k_b / v_b split) and
+    its ffn_norm, in the converter's order."""
+    _add(w, written, b + "attn_norm.weight", (n_embd,))
+    _add(w, written, b + "attn_q_a_norm.weight", (q_lora,))
+    _add(w, written, b + "attn_kv_a_norm.weight", (kv_lora,))
+    _add(w, written, b + "attn_q_a.weight", (n_embd, q_lora), dense_type)
+    _add(w, written, b + "attn_q_b.weight", (q_lora, n_head * (nope + rope)), dense_type)
+    _add(w, written, b + "attn_kv_a_mqa.weight", (n_embd, kv_lora + rope), dense_type)
+    _add(w, written, b + "attn_k_b.weight", (nope, kv_lora, n_head), dense_type)
+    _add(w, written, b + "attn_v_b.weight", (kv_lora, v_dim, n_head), dense_type)
+    _add(w, written, b + "attn_output.weight", (n_head * v_dim, n_embd), dense_type)
+    _add(w, written, b + "ffn_norm.weight", (n_embd,))
+
+
+def _experts_and_shared(w: GGUFWriter, written: list, b: str, *, n_embd: int, n_ff_exp: int, n_expert: int,
+                        n_ff_shexp: int, expert_type, dense_type) -> None:
+    """Routed experts (gate, up, down) and one shared expert of block prefix `b`."""
+    _add(w, written, b + "ffn_gate_exps.weight", (n_embd, n_ff_exp, n_expert), expert_type)
+    _add(w, written, b + "ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert), expert_type)
+    _add(w, written, b + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), expert_type)
+    _add(w, written, b + "ffn_gate_shexp.weight", (n_embd, n_ff_shexp), dense_type)
+    _add(w, written, b + "ffn_up_shexp.weight", (n_embd, n_ff_shexp), dense_type)
+    _add(w, written, b + "ffn_down_shexp.weight", (n_ff_shexp, n_embd), dense_type)
+
+
+def _nextn_projections(w: GGUFWriter, written: list, b: str, n_embd: int, dense_type) -> None:
+    """The NextN/MTP block's own tensors (the embedding and head are shared with the trunk)."""
+    _add(w, written, b + "nextn.eh_proj.weight", (2 * n_embd, n_embd), dense_type)
+    _add(w, written, b + "nextn.enorm.weight", (n_embd,))
+    _add(w, written, b + "nextn.hnorm.weight", (n_embd,))
+    _add(w, written, b + "nextn.shared_head_norm.weight", (n_embd,))
+
+
 def write_qwen3moe_llama(path: Path, *, n_layer=6, n_embd=1024, n_head=16, n_head_kv=2, head_dim=128,
                          n_expert=32, n_used=4, n_ff_exp=512, n_vocab=32000, ctx=32768,
                          expert_type=Q.Q4_K, dense_type=Q.Q8_0):
@@ -142,13 +189,7 @@ def write_deepseek2_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1024, n_he
     written: list = []
     _common(w, "moeplan-deepseek2", n_layer, n_embd, n_head, 1, ctx, 7)
     w.add_feed_forward_length(n_ff)
-    w.add_key_length(kv_lora + rope)
-    w.add_value_length(kv_lora)
-    w.add_key_length_mla(nope + rope)
-    w.add_value_length_mla(v_dim)
-    w.add_q_lora_rank(q_lora)
-    w.add_kv_lora_rank(kv_lora)
-    w.add_rope_dimension_count(rope)
+    _mla_keys(w, q_lora=q_lora, kv_lora=kv_lora, rope=rope, nope=nope, v_dim=v_dim)
     w.add_leading_dense_block_count(n_dense)
     w.add_expert_shared_count(n_shared)
     w.add_expert_weights_scale(2.5)
@@ -158,16 +199,8 @@ def write_deepseek2_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1024, n_he
                            n_ff_exp=n_ff_exp)
     for i in range(n_layer):
         b = f"blk.{i}."
-        _add(w, written, b + "attn_norm.weight", (n_embd,))
-        _add(w, written, b + "attn_q_a_norm.weight", (q_lora,))
-        _add(w, written, b + "attn_kv_a_norm.weight", (kv_lora,))
-        _add(w, written, b + "attn_q_a.weight", (n_embd, q_lora), dense_type)
-        _add(w, written, b + "attn_q_b.weight", (q_lora, n_head * (nope + rope)), dense_type)
-        _add(w, written, b + "attn_kv_a_mqa.weight", (n_embd, kv_lora + rope), dense_type)
-        _add(w, written, b + "attn_k_b.weight", (nope, kv_lora, n_head), dense_type)
-        _add(w, written, b + "attn_v_b.weight", (kv_lora, v_dim, n_head), dense_type)
-        _add(w, written, b + "attn_output.weight", (n_head * v_dim, n_embd), dense_type)
-        _add(w, written, b + "ffn_norm.weight", (n_embd,))
+        _mla_attention(w, written, b, n_embd=n_embd, n_head=n_head, q_lora=q_lora, kv_lora=kv_lora, rope=rope,
+                       nope=nope, v_dim=v_dim, dense_type=dense_type)
         if i < n_dense:
             _add(w, written, b + "ffn_gate.weight", (n_embd, n_ff), dense_type)
             _add(w, written, b + "ffn_up.weight", (n_embd, n_ff), dense_type)
@@ -374,17 +407,10 @@ def write_deepseek4_llama(path: Path, *, n_layer=8, n_embd=1024, n_head=16, head
         else:
             _add(w, written, b + "exp_probs_b.bias", (n_expert,))
         _add(w, written, b + "ffn_norm.weight", (n_embd,))
-        _add(w, written, b + "ffn_gate_exps.weight", (n_embd, n_ff_exp, n_expert), expert_type)
-        _add(w, written, b + "ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert), expert_type)
-        _add(w, written, b + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), expert_type)
-        _add(w, written, b + "ffn_gate_shexp.weight", (n_embd, n_ff_exp), dense_type)
-        _add(w, written, b + "ffn_up_shexp.weight", (n_embd, n_ff_exp), dense_type)
-        _add(w, written, b + "ffn_down_shexp.weight", (n_ff_exp, n_embd), dense_type)
+        _experts_and_shared(w, written, b, n_embd=n_embd, n_ff_exp=n_ff_exp, n_expert=n_expert,
+                            n_ff_shexp=n_ff_exp, expert_type=expert_type, dense_type=dense_type)
         if i >= n_layer:
-            _add(w, written, b + "nextn.eh_proj.weight", (2 * n_embd, n_embd), dense_type)
-            _add(w, written, b + "nextn.enorm.weight", (n_embd,))
-            _add(w, written, b + "nextn.hnorm.weight", (n_embd,))
-            _add(w, written, b + "nextn.shared_head_norm.weight", (n_embd,))
+            _nextn_projections(w, written, b, n_embd, dense_type)
     _finish(w)
     return path, written
 
@@ -414,13 +440,7 @@ def write_glm_dsa_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1536, n_head
     _common(w, "moeplan-glm-dsa", n_blocks, n_embd, n_head, 1, ctx, 15)
     w.add_uint32(f"{arch}.nextn_predict_layers", 1)
     w.add_feed_forward_length(n_ff)
-    w.add_key_length(kv_lora + rope)
-    w.add_value_length(kv_lora)
-    w.add_key_length_mla(nope + rope)
-    w.add_value_length_mla(v_dim)
-    w.add_q_lora_rank(q_lora)
-    w.add_kv_lora_rank(kv_lora)
-    w.add_rope_dimension_count(rope)
+    _mla_keys(w, q_lora=q_lora, kv_lora=kv_lora, rope=rope, nope=nope, v_dim=v_dim)
     w.add_leading_dense_block_count(n_dense)
     w.add_expert_shared_count(1)
     w.add_expert_weights_scale(2.5)
@@ -434,16 +454,8 @@ def write_glm_dsa_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1536, n_head
                            n_ff_exp=n_ff_exp)
     for i in range(n_blocks):
         b = f"blk.{i}."
-        _add(w, written, b + "attn_norm.weight", (n_embd,))
-        _add(w, written, b + "attn_q_a_norm.weight", (q_lora,))
-        _add(w, written, b + "attn_kv_a_norm.weight", (kv_lora,))
-        _add(w, written, b + "attn_q_a.weight", (n_embd, q_lora), dense_type)
-        _add(w, written, b + "attn_q_b.weight", (q_lora, n_head * (nope + rope)), dense_type)
-        _add(w, written, b + "attn_kv_a_mqa.weight", (n_embd, kv_lora + rope), dense_type)
-        _add(w, written, b + "attn_k_b.weight", (nope, kv_lora, n_head), dense_type)
-        _add(w, written, b + "attn_v_b.weight", (kv_lora, v_dim, n_head), dense_type)
-        _add(w, written, b + "attn_output.weight", (n_head * v_dim, n_embd), dense_type)
-        _add(w, written, b + "ffn_norm.weight", (n_embd,))
+        _mla_attention(w, written, b, n_embd=n_embd, n_head=n_head, q_lora=q_lora, kv_lora=kv_lora, rope=rope,
+                       nope=nope, v_dim=v_dim, dense_type=dense_type)
         if i >= n_layer or indexer_types[i]:
             _add(w, written, b + "indexer.k_norm.weight", (idx_dim,))
             _add(w, written, b + "indexer.k_norm.bias", (idx_dim,))
@@ -457,17 +469,10 @@ def write_glm_dsa_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1536, n_head
             continue
         _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
         _add(w, written, b + "exp_probs_b.bias", (n_expert,))
-        _add(w, written, b + "ffn_gate_exps.weight", (n_embd, n_ff_exp, n_expert), expert_type)
-        _add(w, written, b + "ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert), expert_type)
-        _add(w, written, b + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), expert_type)
-        _add(w, written, b + "ffn_gate_shexp.weight", (n_embd, n_ff_exp), dense_type)
-        _add(w, written, b + "ffn_up_shexp.weight", (n_embd, n_ff_exp), dense_type)
-        _add(w, written, b + "ffn_down_shexp.weight", (n_ff_exp, n_embd), dense_type)
+        _experts_and_shared(w, written, b, n_embd=n_embd, n_ff_exp=n_ff_exp, n_expert=n_expert,
+                            n_ff_shexp=n_ff_exp, expert_type=expert_type, dense_type=dense_type)
         if i >= n_layer:
-            _add(w, written, b + "nextn.eh_proj.weight", (2 * n_embd, n_embd), dense_type)
-            _add(w, written, b + "nextn.enorm.weight", (n_embd,))
-            _add(w, written, b + "nextn.hnorm.weight", (n_embd,))
-            _add(w, written, b + "nextn.shared_head_norm.weight", (n_embd,))
+            _nextn_projections(w, written, b, n_embd, dense_type)
     _finish(w)
     return path, written
 

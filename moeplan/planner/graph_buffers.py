@@ -54,6 +54,14 @@ def _pad(n: int, to: int = 256) -> int:
     return -(-n // to) * to
 
 
+INDEXER_KEYS = ("attention.indexer.head_count", "attention.indexer.key_length", "attention.indexer.top_k")
+
+
+def _lacks(x: dict[str, Any], *keys: str) -> bool:
+    """Whether a hyper-parameter the mirrored graph needs is missing (the phase model is used then)."""
+    return any(not x.get(k) for k in keys)
+
+
 def _weights_scaled(extra: dict[str, Any]) -> bool:
     """build_moe_ffn scales the router weights unless expert_weights_scale is 0 or 1; a profile
     without the key keeps the DeepSeek/GLM convention of a scale (its node is k*T*4 bytes)."""
@@ -64,10 +72,8 @@ def _weights_scaled(extra: dict[str, Any]) -> bool:
 def dsv4_dims(model: ModelSpec, n_used: int) -> Dsv4Dims | None:
     """The deepseek4 graph's dimensions, or None when the model lacks a key the graph needs."""
     x = dict(model.extra)
-    need = ("attention.key_length", "attention.q_lora_rank", "attention.output_group_count",
-            "attention.output_lora_rank", "hyper_connection.count", "attention.indexer.head_count",
-            "attention.indexer.key_length", "attention.indexer.top_k")
-    if any(not x.get(k) for k in need):
+    if _lacks(x, "attention.key_length", "attention.q_lora_rank", "attention.output_group_count",
+              "attention.output_lora_rank", "hyper_connection.count", *INDEXER_KEYS):
         return None
     ratio = {"csa": 4, "hca": 128}
     return Dsv4Dims(
@@ -85,10 +91,8 @@ def dsv4_dims(model: ModelSpec, n_used: int) -> Dsv4Dims | None:
 
 def glm_dsa_dims(model: ModelSpec, n_used: int) -> GlmDsaDims | None:
     x = dict(model.extra)
-    need = ("attention.q_lora_rank", "attention.kv_lora_rank", "rope.dimension_count",
-            "attention.key_length_mla", "attention.value_length_mla", "attention.indexer.head_count",
-            "attention.indexer.key_length", "attention.indexer.top_k")
-    if any(not x.get(k) for k in need):
+    if _lacks(x, "attention.q_lora_rank", "attention.kv_lora_rank", "rope.dimension_count",
+              "attention.key_length_mla", "attention.value_length_mla", *INDEXER_KEYS):
         return None
     trunk = model.trunk_layers
     rope = int(x["rope.dimension_count"])

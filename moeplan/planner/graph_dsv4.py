@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.planner.ggml_graph import F16, F32, I32, I64, Graph, Tensor
+from moeplan.planner.graph_llm import build_ffn, build_moe_experts, build_norm
 
 CSA_RATIO, HCA_RATIO = 4, 128
 
@@ -127,10 +128,7 @@ class _Dsv4Builder:
 
     # ---- helpers mirroring llama-graph / deepseek4.cpp --------------------------------------
     def norm(self, x: Tensor) -> Tensor:
-        """build_norm(x, w, RMS): rms_norm then the weight multiply."""
-        g = self.g
-        x = g.unary("RMS_NORM", x)
-        return g.unary("MUL", x, g.external("norm.weight", x.ne[0]))
+        return build_norm(self.g, x)
 
     def hadamard(self, x: Tensor, rot: Tensor) -> Tensor:
         """llama_mul_mat_hadamard: reshape (or cont) to rows of the rotation size, multiply."""
@@ -313,7 +311,7 @@ class _Dsv4Builder:
     def moe(self, il: int, cur: Tensor) -> Tensor:
         """build_moe_ffn (sqrt-softplus gating, hash routing on the first blocks) + shared expert."""
         g, d = self.g, self.d
-        e, t, n, k, f = d.n_embd, self.s.n_tokens, d.n_expert, d.n_used, d.n_ff_exp
+        e, t, n, k = d.n_embd, self.s.n_tokens, d.n_expert, d.n_used
         logits = g.mul_mat(g.external("ffn_gate_inp", e, n), cur)
         probs = g.unary("SQRT", g.unary("UNARY", logits))  # sqrt(softplus(logits))
         if il < d.n_hash:
@@ -321,38 +319,10 @@ class _Dsv4Builder:
         else:
             biased = g.unary("ADD", probs, g.external("exp_probs_b", n))
             selected = g.view(g.op("ARGSORT", biased.ne, I32, biased), k, t, contiguous=False)
-        weights = g.get_rows(g.reshape(probs, 1, n, t), selected)
-        if d.weights_norm:
-            w2 = g.reshape(weights, k, t)
-            wsum = g.unary("CLAMP", g.op("SUM_ROWS", (1, t), F32, w2))
-            weights = g.reshape(g.unary("DIV", w2, wsum), 1, k, t)
-        if d.weights_scale:
-            weights = g.unary("SCALE", weights)
-        g.expand(weights)
-        x = g.reshape(cur, e, 1, t)
-        up = g.mul_mat_id(g.external("ffn_up_exps", e, f, n), x, selected)
-        gate = g.mul_mat_id(g.external("ffn_gate_exps", e, f, n), x, selected)
-        act = g.op("SWIGLU_CLAMP", gate.ne, F32, gate, up)
-        down = g.mul_mat_id(g.external("ffn_down_exps", f, e, n), act, selected)
-        # op-offload: each MUL_MAT_ID of a host-resident expert tensor gets its own split whose
-        # input is a full-size GPU copy of that tensor (ggml-backend.cpp), freed after the op
-        self.staged.update({id(gate): (il, 0), id(up): (il, 1), id(down): (il, 2)})
-        experts = g.unary("MUL", down, weights)
-        g.expand(experts)
-        views = [g.view(experts, e, t, contiguous=False) for _ in range(k)]
-        for v in views:
-            g.expand(v)
-        moe_out = views[0]
-        for v in views[1:]:
-            moe_out = g.expand(g.op("ADD", (e, t), F32, moe_out, v) if moe_out.view_src is not None
-                               else g.unary("ADD", moe_out, v))
-        if k == 1:
-            moe_out = g.cont(moe_out)
-        sh_up = g.mul_mat(g.external("ffn_up_shexp", e, d.n_ff_shexp), cur)
-        sh_gate = g.mul_mat(g.external("ffn_gate_shexp", e, d.n_ff_shexp), cur)
-        sh = g.op("SWIGLU_CLAMP", sh_gate.ne, F32, sh_gate, sh_up)
-        sh = g.mul_mat(g.external("ffn_down_shexp", d.n_ff_shexp, e), sh)
-        return g.unary("ADD", moe_out, sh)
+        moe_out = build_moe_experts(g, cur, probs, selected, il=il, n_expert=n, n_used=k, n_ff_exp=d.n_ff_exp,
+                                    weights_norm=d.weights_norm, weights_scale=d.weights_scale,
+                                    act="SWIGLU_CLAMP", staged=self.staged)
+        return g.unary("ADD", moe_out, build_ffn(g, cur, e, d.n_ff_shexp, act="SWIGLU_CLAMP"))
 
     def hc_head(self, x: Tensor) -> Tensor:
         """build_hc_head: il = -1, so build_hc_pre runs unfused (hc products summed)."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.planner.ggml_graph import F16, F32, I32, I64, Graph, Tensor
+from moeplan.planner.graph_llm import build_ffn, build_moe_experts, build_norm
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,7 @@ class _GlmDsaBuilder:
         self.staged: dict[int, tuple[int, int]] = {}
 
     def norm(self, x: Tensor, op: str = "RMS_NORM", bias: bool = False) -> Tensor:
-        g = self.g
-        x = g.unary(op, x)
-        x = g.unary("MUL", x, g.external("norm.weight", x.ne[0]))
-        return g.unary("ADD", x, g.external("norm.bias", x.ne[0])) if bias else x
+        return build_norm(self.g, x, op, bias)
 
     def indexer_top_k(self, cur: Tensor, qr: Tensor) -> Tensor:
         g, d, s = self.g, self.d, self.s
@@ -151,40 +149,18 @@ class _GlmDsaBuilder:
 
     def ffn(self, cur: Tensor, n_ff: int) -> Tensor:
         """build_ffn with a parallel gate (swiglu, no clamp)."""
-        g = self.g
-        up = g.mul_mat(g.external("ffn_up", self.d.n_embd, n_ff), cur)
-        gate = g.mul_mat(g.external("ffn_gate", self.d.n_embd, n_ff), cur)
-        act = g.op("GLU", gate.ne, F32, gate, up)
-        return g.mul_mat(g.external("ffn_down", n_ff, self.d.n_embd), act)
+        return build_ffn(self.g, cur, self.d.n_embd, n_ff)
 
     def moe(self, il: int, cur: Tensor) -> Tensor:
         """build_moe_ffn: sigmoid gating with the selection bias, normalised and scaled weights."""
         g, d = self.g, self.d
-        e, t, n, k, f = d.n_embd, self.s.n_tokens, d.n_expert, d.n_used, d.n_ff_exp
+        e, t, n, k = d.n_embd, self.s.n_tokens, d.n_expert, d.n_used
         probs = g.unary("UNARY", g.mul_mat(g.external("ffn_gate_inp", e, n), cur))  # sigmoid
         biased = g.unary("ADD", probs, g.external("exp_probs_b", n))
         selected = g.view(g.op("ARGSORT", biased.ne, I32, biased), k, t, contiguous=False)
-        weights = g.get_rows(g.reshape(probs, 1, n, t), selected)
-        if d.weights_norm:
-            w2 = g.reshape(weights, k, t)
-            wsum = g.unary("CLAMP", g.op("SUM_ROWS", (1, t), F32, w2))
-            weights = g.reshape(g.unary("DIV", w2, wsum), 1, k, t)
-        if d.weights_scale:
-            weights = g.unary("SCALE", weights)
-        g.expand(weights)
-        x = g.reshape(cur, e, 1, t)
-        up = g.mul_mat_id(g.external("ffn_up_exps", e, f, n), x, selected)
-        gate = g.mul_mat_id(g.external("ffn_gate_exps", e, f, n), x, selected)
-        act = g.op("GLU", gate.ne, F32, gate, up)
-        down = g.mul_mat_id(g.external("ffn_down_exps", f, e, n), act, selected)
-        self.staged.update({id(gate): (il, 0), id(up): (il, 1), id(down): (il, 2)})
-        experts = g.expand(g.unary("MUL", down, weights))
-        views = [g.expand(g.view(experts, e, t, contiguous=False)) for _ in range(k)]
-        moe_out = views[0]
-        for v in views[1:]:
-            moe_out = g.expand(g.op("ADD", (e, t), F32, moe_out, v))
-        if k == 1:
-            moe_out = g.cont(moe_out)
+        moe_out = build_moe_experts(g, cur, probs, selected, il=il, n_expert=n, n_used=k, n_ff_exp=d.n_ff_exp,
+                                    weights_norm=d.weights_norm, weights_scale=d.weights_scale, act="GLU",
+                                    staged=self.staged)
         return g.unary("ADD", moe_out, self.ffn(cur, d.n_ff_shexp))
 
     def build(self) -> Graph:
