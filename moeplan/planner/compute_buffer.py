@@ -36,6 +36,15 @@ what remains is ggml-alloc's fragmentation (a tensor kept alive is placed above 
 input that is freed later, so the next large tensor cannot use its hole) - see the README's
 "Memory accounting".
 
+DeepSeek V4 and GLM-5.x DSA are not phases of a few live tensors: their attention reserves
+several [n_kv, T] masks (the SWA, compressed and indexer caches'), the fused lightning
+indexer's scores [n_ctx/4, T] f32, a top-k mask built from a filled copy of the mask and the
+concatenated keys and masks of each compressed block, and ggml-alloc's holes between them
+decide the peak (a live-set sum misses it by up to 30%). For them compute_phases returns one
+phase, 'graph': the graph of src/models/deepseek4.cpp / glm-dsa.cpp mirrored op by op
+(graph_dsv4.py, graph_glm_dsa.py) with ggml-alloc replayed on it (ggml_graph.py), exact to
+the byte on every recorded run (graph_buffers.py says how).
+
 Staging (GPU only, op-offload, T >= 32), from ggml/src/ggml-backend.cpp at llama.cpp 0c1e570:
   * L969: an op whose weight is in a host buffer is moved to the GPU when the GPU's
     offload_op agrees; CUDA's (ggml-cuda.cu L5651) wants a MUL_MAT_ID with ne[2] = n_tokens
