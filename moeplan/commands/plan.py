@@ -97,6 +97,7 @@ def register(app: typer.Typer) -> None:
         trials: Annotated[int, typer.Option("--trials", help="Most runs with --validate.")] = 6,
         budget: Annotated[str, typer.Option("--budget", help="Wall-time budget of --validate (5m, 90s).")] = "5m",
         binary: Annotated[Optional[str], typer.Option("--bin", help="Backend binary to check flags against / run.")] = None,
+        explain: Annotated[bool, typer.Option("--explain", help="Show the formula of every figure.")] = False,
         as_json: JsonOpt = False,
     ) -> None:
         """Search every sensible placement, recommend the fastest that fits, and say why."""
@@ -120,7 +121,7 @@ def register(app: typer.Typer) -> None:
             plan = validate_plan(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,
                                  binary=binary, quiet=as_json)
         _write_outputs(plan, spec, emit, plot, out, backend, binary)
-        _render_tune(plan, spec, as_json, emit)
+        _render_tune(plan, spec, as_json, emit, explain)
 
 
 def build_plan(spec, profile, result, objective: str, size_arg: str):
@@ -151,20 +152,16 @@ def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path |
         write_pareto_plot(plan, plot)
 
 
-def _render_tune(plan, spec, as_json: bool, emit: Path | None) -> None:
+def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = False) -> None:
     from moeplan.ui.console import emit_json, stdout_console
     from moeplan.ui.plan_tables import tune_render
 
     if as_json:
         emit_json({"plan": plan.to_dict()})
         return
-    cmd = ""
-    try:
-        from moeplan.launch import preview_command
+    from moeplan.launch import preview_command
 
-        cmd = preview_command(plan, spec)
-    except ImportError:
-        pass
-    stdout_console().print(tune_render(spec, plan, cmd))
+    cmd = preview_command(plan, spec)
+    stdout_console().print(tune_render(spec, plan, cmd, explain))
     if emit:
         stdout_console().print(f"wrote launch files to {emit}")
