@@ -14,11 +14,6 @@ from moeplan.commands.placement_opts import (AllCpuMoeOpt, BackendOpt, CacheOpt,
                                              NumaOpt, ThreadsOpt, UbatchOpt, resolve_placement)
 from moeplan.errors import InputError
 
-PLACEMENT_FLAGS = ("--cpu-moe-layers", "--cpu-layers", "--all-cpu-moe", "--ctx", "--kv-type", "--threads",
-                   "--ubatch", "--numa", "--no-op-offload", "--gpu-expert-cache", "--draft", "--accept",
-                   "--backend", "--no-mmap")
-
-
 def read_plan_placement(path: str, model):
     """Placement of a plan.json written by `moeplan tune` (and a note if it is for another model)."""
     from moeplan.planner.plan import Plan
@@ -26,11 +21,15 @@ def read_plan_placement(path: str, model):
     try:
         with open(os.path.expanduser(path), encoding="utf-8") as f:
             data = json.load(f)
+        if isinstance(data, dict) and isinstance(data.get("plan"), dict):
+            data = data["plan"]  # `tune --json` output wraps the plan
+        if not isinstance(data, dict) or "placement" not in data or "model" not in data:
+            raise ValueError("no model or placement")
         plan = Plan.from_dict(data)
     except FileNotFoundError:
         raise InputError(f"{path}: no such plan file", "write one with moeplan tune MODEL --json > plan.json") from None
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise InputError(f"{path}: not a moeplan plan ({exc})", "give the plan.json that moeplan tune wrote") from None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        raise InputError(f"{path}: not a moeplan plan", "give the plan.json that moeplan tune wrote") from None
     notes = []
     if plan.model.digest and plan.model.digest != model.digest():
         notes.append(f"the plan is for {plan.model.name} (digest {plan.model.digest}), not this model "
@@ -121,10 +120,14 @@ def register(app: typer.Typer) -> None:
         spec = resolve_model(model, quant=quant, size=size)
         notes: list[str] = []
         if plan is not None:
-            import click
-
-            given = [f for f in PLACEMENT_FLAGS if click.get_current_context().get_parameter_source(
-                f.lstrip("-").replace("-", "_")) == click.core.ParameterSource.COMMANDLINE]
+            # a flag given at its default value cannot be told apart, and changes nothing
+            given = [flag for flag, changed in (
+                ("--cpu-moe-layers", cpu_moe_layers is not None), ("--cpu-layers", cpu_layers is not None),
+                ("--all-cpu-moe", all_cpu_moe), ("--ctx", ctx != "4096"), ("--kv-type", kv_type != "f16"),
+                ("--threads", threads is not None), ("--ubatch", ubatch != 512), ("--numa", numa != "none"),
+                ("--no-op-offload", no_op_offload), ("--gpu-expert-cache", gpu_expert_cache is not None),
+                ("--draft", draft != 0), ("--accept", accept != 0.0), ("--backend", backend != "llama.cpp"),
+                ("--no-mmap", no_mmap)) if changed]
             if given:
                 raise InputError(f"give either --plan or placement flags, not both ({given[0]})",
                                  "the plan already says where every layer goes")

@@ -219,21 +219,20 @@ def memory_items(layout: ModelLayout, plan: BuildPlan, p: Placement, opt: ExecOp
 def _shrink_pools(layout: ModelLayout, plan: BuildPlan, p: Placement, opt: ExecOptions, budget_host: int,
                   budget_dev: int, llc_bytes: int) -> None:
     """Under sampling, give each MoE block fewer distinct expert buffers when all of them would
-    not fit, keeping enough that reads stream from DRAM and not from the CPU cache: together
-    the pools hold at least 4x the last-level cache, and each at least 2k experts."""
+    not fit: the largest pool (at least 2k experts) that fits. Pools smaller than 4x the CPU's
+    last-level cache are flagged, as reads could then be served from the cache."""
     if fits(plan, opt, budget_host, budget_dev)[0]:
         return
     moe = [lay for lay in plan.layers if lay.ffn.experts is not None]
     per = max(3 * lay.ffn.experts.n_ff * lay.ffn.experts.n_embd * dtype_bytes(opt.dtype) for lay in moe)
     k = max(lay.ffn.experts.n_used for lay in moe)
-    floor = max(2 * k, math.ceil(4 * max(llc_bytes, 64 * MIB) / (len(moe) * per)))
-    lo, hi = floor, max(plan.pool.values())
+    n_max = max(plan.pool.values())
+    lo, hi = min(2 * k, n_max), n_max
     best = None
     while lo <= hi:
         mid = (lo + hi) // 2
-        trial = {i: min(n, mid) for i, n in plan.pool.items()}
         old = plan.pool
-        plan.pool = trial
+        plan.pool = {i: min(n, mid) for i, n in old.items()}
         plan.items = memory_items(layout, plan, p, opt)
         ok = fits(plan, opt, budget_host, budget_dev)[0]
         plan.pool = old
@@ -242,12 +241,16 @@ def _shrink_pools(layout: ModelLayout, plan: BuildPlan, p: Placement, opt: ExecO
         else:
             hi = mid - 1
     if best is None:
-        best = floor  # does not fit even so; check_fits reports it
+        best = min(2 * k, n_max)  # does not fit even so; check_fits says so
     plan.pool = {i: min(n, best) for i, n in plan.pool.items()}
     plan.items = memory_items(layout, plan, p, opt)
     plan.notes.append(f"expert pool: each sampled MoE block holds {best} distinct expert buffers and expert e "
-                      f"uses buffer e mod {best} (all {max(lay.ffn.experts.n_expert for lay in moe)} would not fit); "
-                      "bytes moved per token are unchanged and the pool exceeds the CPU's last-level cache")
+                      f"uses buffer e mod {best} (all {n_max} would not fit); bytes moved per token are unchanged")
+    cache_floor = 4 * max(llc_bytes, 64 * MIB)
+    if best * per * len(moe) < cache_floor:
+        plan.notes.append(f"the expert pools ({best * per * len(moe) / MIB:.0f} MiB) are less than 4x the CPU's "
+                          f"last-level cache ({max(llc_bytes, 64 * MIB) / MIB:.0f} MiB): some expert reads may come "
+                          "from the cache, so expert tiers may look faster than DRAM allows")
 
 
 def available_bytes(opt: ExecOptions) -> tuple[int, int]:

@@ -11,6 +11,7 @@ scaled to the whole model (sampling.py) and the output says so.
 from __future__ import annotations
 
 import resource
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -83,9 +84,10 @@ class Built:
 def build_executor(model: ModelSpec, placement: Placement, opt: ExecOptions, n_positions: int,
                    routing_spec: RoutingSpec, record: bool = False,
                    progress: Callable[[str, float | None], Any] | None = None,
-                   free_bytes: tuple[int, int] | None = None) -> Built:
+                   free_bytes: tuple[int, int] | None = None, clock: Callable[[], float] | None = None) -> Built:
     """Plan, check memory (before allocating), then allocate and fill every tensor.
-    `free_bytes` = (host, device) overrides the measured free memory (a seam for tests)."""
+    `free_bytes` = (host, device) overrides the measured free memory and `clock` the meter's
+    wall clock (seams for tests)."""
     torch = import_torch()
     from moeplan.executor.attention import CacheGeometry
     from moeplan.executor.cache import ExpertCache
@@ -115,7 +117,7 @@ def build_executor(model: ModelSpec, placement: Placement, opt: ExecOptions, n_p
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    meter = Meter(torch.cuda.synchronize if cuda else (lambda: None))
+    meter = Meter(torch.cuda.synchronize if cuda else (lambda: None), clock or time.perf_counter)
     source = GgufWeights(model.shards or (model.path,), dtype) if opt.weights == "gguf" else \
         SyntheticWeights(opt.seed, dtype)
     moe_run = [lay for lay in plan.layers if lay.ffn.kind == "moe"]
@@ -166,14 +168,14 @@ def build_executor(model: ModelSpec, placement: Placement, opt: ExecOptions, n_p
 
 def run_bench(model: ModelSpec, placement: Placement, opt: ExecOptions, spec: RunSpec,
               progress: Callable[[str, float | None], Any] | None = None,
-              free_bytes: tuple[int, int] | None = None) -> dict:
+              free_bytes: tuple[int, int] | None = None, clock: Callable[[], float] | None = None) -> dict:
     """Run the executor; returns the result dict (`moeplan bench --json` prints it)."""
     torch = import_torch()
     tick = progress or (lambda what, n=None: None)
     n_positions = spec.n_prompt + spec.n_warmup + spec.n_tokens
     torch.set_num_threads(max(1, placement.threads_batch))
     built = build_executor(model, placement, opt, n_positions, spec.routing, spec.record_trace is not None,
-                           progress, free_bytes)
+                           progress, free_bytes, clock)
     plan, layout, routing, meter, ctx = built.plan, built.layout, built.routing, built.meter, built.ctx
     cuda = opt.device == "cuda"
     try:
