@@ -105,24 +105,32 @@ class ExpertWeights:
     down_b: torch.Tensor | None = None  # (D,)
 
 
+def matvec(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x (n, in) @ w (out, in)^T. One row goes through torch.mv: on the CPU its bf16 kernel
+    streams ~25 % faster than F.linear's (benchmarks/executor_roofline.py)."""
+    if x.shape[0] == 1 and x.device.type == "cpu":
+        return torch.mv(w, x[0]).unsqueeze(0)
+    return F.linear(x, w)
+
+
 def expert_ffn(x: torch.Tensor, w: ExpertWeights, activation: str) -> torch.Tensor:
     """SwiGLU expert: down(act(gate x) * up x), x (n, D) -> (n, D), computed in the weights'
     dtype (an F16 expert read from a file runs in fp16, as ggml runs it) and returned in x's."""
     out_dtype = x.dtype
     x = x.to(w.down.dtype)
     if w.gate_up is not None:
-        h = F.linear(x, w.gate_up)
+        h = matvec(x, w.gate_up)
         if w.gate_up_b is not None:
             h = h + w.gate_up_b.to(h.dtype)
         n_ff = h.shape[-1] // 2
         g, u = h[..., :n_ff], h[..., n_ff:]
     else:
-        g, u = F.linear(x, w.gate), F.linear(x, w.up)
+        g, u = matvec(x, w.gate), matvec(x, w.up)
         if w.gate_up_b is not None:
             n_ff = g.shape[-1]
             b = w.gate_up_b.to(g.dtype)
             g, u = g + b[:n_ff], u + b[n_ff:]
-    y = F.linear(glu(g, u, activation), w.down)
+    y = matvec(glu(g, u, activation), w.down)
     if w.down_b is not None:
         y = y + w.down_b.to(y.dtype)
     return y.to(out_dtype)

@@ -5,7 +5,9 @@ the dense reference, on any device, build bit-identical weights. Matrices are un
 +-sqrt(3 / fan_in) (unit-variance outputs for unit-variance inputs), norm weights near 1,
 biases near 0. Routed experts: one seeded random block per tensor, and expert slot s is that
 block rotated by s * 7919 elements, so experts are distinct and are filled at memcpy speed
-(seeded generation runs at ~0.25 GB/s here, far too slow for GiB-sized layers).
+(seeded generation runs at ~0.25 GB/s here, far too slow for GiB-sized layers). Other tensors
+over 4 Mi elements (token_embd, output) are filled the same way from a 4 Mi-element block,
+each chunk rotated differently.
 
 GGUF values are read with gguf-py's reader (a read-only memmap) and dequantized with
 `gguf.quants.dequantize` into the compute dtype; this is for models that fit in memory.
@@ -24,6 +26,7 @@ from moeplan.executor.layout import Weight
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 SLOT_STRIDE = 7919  # a prime, so slot rotations of one block differ for every slot
+BIG_TENSOR = 1 << 22  # elements; larger non-expert tensors are tiled from a block this size
 
 
 def parse_dtype(text: str) -> str:
@@ -52,9 +55,9 @@ def init_kind(name: str, n_dims: int) -> str:
     return "matrix"
 
 
-def _fill_random(out: torch.Tensor, name: str, seed: int, fan_in: int) -> None:
+def _fill_random(out: torch.Tensor, name: str, seed: int, fan_in: int, n_dims: int | None = None) -> None:
     g = torch.Generator().manual_seed(_seed(seed, name))
-    kind = init_kind(name, out.dim())
+    kind = init_kind(name, out.dim() if n_dims is None else n_dims)
     if kind == "norm":
         out.uniform_(0.9, 1.1, generator=g)
     elif kind == "bias":
@@ -66,6 +69,16 @@ def _fill_random(out: torch.Tensor, name: str, seed: int, fan_in: int) -> None:
     else:
         a = math.sqrt(3.0 / max(1, fan_in))
         out.uniform_(-a, a, generator=g)
+
+
+def _rotate_into(out: torch.Tensor, base: torch.Tensor, shift: int) -> None:
+    """out[i] = base[(i + shift) mod len(base)] for the first len(out) elements (two copies)."""
+    n = out.numel()
+    r = shift % base.numel()
+    head = min(n, base.numel() - r)
+    out[:head].copy_(base[r:r + head])
+    if head < n:
+        out[head:].copy_(base[: n - head])
 
 
 class SyntheticWeights:
@@ -80,7 +93,17 @@ class SyntheticWeights:
 
     def tensor(self, w: Weight, device: torch.device) -> torch.Tensor:
         out = torch.empty(w.shape, dtype=self.dtype)
-        _fill_random(out, w.name, self.seed, w.shape[-1] if out.dim() > 1 else 1)
+        fan_in = w.shape[-1] if out.dim() > 1 else 1
+        n = out.numel()
+        if n <= BIG_TENSOR:
+            _fill_random(out, w.name, self.seed, fan_in)
+        else:
+            base = torch.empty(BIG_TENSOR, dtype=self.dtype)
+            _fill_random(base, w.name, self.seed, fan_in, len(w.shape))
+            flat = out.view(-1)
+            for i, start in enumerate(range(0, n, BIG_TENSOR)):
+                chunk = flat[start:start + BIG_TENSOR]
+                _rotate_into(chunk, base, i * SLOT_STRIDE)
         return out.to(device)
 
     def fill_expert(self, name: str, slot: int, out: torch.Tensor) -> None:
@@ -90,12 +113,7 @@ class SyntheticWeights:
             base = torch.empty(out.numel(), dtype=self.dtype)
             _fill_random(base.view(out.shape), name, self.seed, out.shape[-1])
             self._blocks[name] = base
-        flat = out.view(-1)
-        n = flat.numel()
-        r = (slot * SLOT_STRIDE) % n
-        flat[: n - r].copy_(base[r:])
-        if r:
-            flat[n - r:].copy_(base[:r])
+        _rotate_into(out.view(-1), base, slot * SLOT_STRIDE)
 
     def done(self) -> None:
         """Drop the cached random blocks once a model is built (they are as big as one expert)."""
