@@ -28,13 +28,17 @@ def register(app: typer.Typer) -> None:
         """List the bundled model profiles."""
         from moeplan.probes.profiles import list_profiles
         from moeplan.ui.console import emit_json, stdout_console
-        from moeplan.ui.model_tables import models_table
+        from moeplan.ui.model_tables import aliases_lines, models_table
 
         rows = list_profiles()
         if as_json:
             emit_json({"models": rows})
         else:
-            stdout_console().print(models_table(rows))
+            con = stdout_console()
+            con.print(models_table(rows))
+            con.print("aliases (any of these names works as MODEL):")
+            for line in aliases_lines(rows):
+                con.print("  " + line, highlight=False)
 
     @app.command("inspect")
     @command

@@ -42,25 +42,48 @@ def n_trunk(hp: dict[str, Any]) -> int:
 
 
 def is_swa_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
-    """llama_hparams::set_swa_pattern(n_pattern): SWA when il % n < n - 1."""
-    pattern_arr = hp.get("attention.sliding_window_pattern")
-    if isinstance(pattern_arr, (list, tuple)):
-        return bool(pattern_arr[il]) if il < len(pattern_arr) else False
-    if arch == "gpt-oss":
-        n = int(pattern_arr or 2)
-    elif arch == "llama4":
-        if hp.get("attention.sliding_window", None) == 0:
-            return False
-        n = int(pattern_arr or 4)  # 3 chunked layers, then 1 full (NoPE) layer
-    else:
+    """llama_model_base::load_swa_pattern: a per-layer bool array if the GGUF has one, else
+    set_swa_pattern(n) with the key's scalar or the arch default: SWA when il % n < n - 1
+    (n == 0: every layer). NextN blocks are never SWA."""
+    if il >= n_trunk(hp):
         return False
+    if arch == "llama4" and hp.get("attention.sliding_window", None) == 0:
+        return False  # llama4.cpp: a GGUF with sliding_window 0 has no chunked attention
+    pattern = hp.get("attention.sliding_window_pattern")
+    if isinstance(pattern, (list, tuple)):
+        return bool(pattern[il]) if il < len(pattern) else False
+    defaults = {"gpt-oss": 2, "llama4": 4}  # openai-moe.cpp / llama4.cpp load_swa_pattern(ml, n)
+    if arch not in defaults:
+        return False
+    n = defaults[arch] if pattern is None else int(pattern)
     return n == 0 or (il % n < n - 1)
 
 
 def swa_window(arch: str, hp: dict[str, Any]) -> int:
     if arch == "llama4":
-        return int(hp.get("attention.sliding_window") or 8192)  # chunked attention, chunk 8192
+        return 8192  # llama4.cpp sets n_swa = 8192 (chunked attention) whatever the GGUF says
     return int(hp.get("attention.sliding_window") or 0)
+
+
+# GLM-5.2's indexer layout (llama.cpp src/models/glm-dsa.cpp GLM_5_2_DEFAULT_INDEXER_TYPES):
+# full lightning indexers on blocks 0, 1, then on the first block of every group of four
+GLM_5_2_INDEXER_FULL = (True, True) + (True, False, False, False) * 19
+
+
+def is_indexer_full(arch: str, hp: dict[str, Any], il: int) -> bool:
+    """Whether trunk block il keeps DSA indexer keys (llama_hparams::is_indexer_full).
+
+    deepseek32: every trunk block. glm-dsa (glm-dsa.cpp load_arch_hparams): the GGUF's
+    attention.indexer.types array if present; else every block for GLM 5 / 5.1
+    (n_ctx_train < 1048576) and GLM_5_2_INDEXER_FULL for GLM-5.2."""
+    if arch != "glm-dsa":
+        return True
+    types = hp.get("attention.indexer.types")
+    if isinstance(types, (list, tuple)) and il < len(types):
+        return bool(types[il])
+    if int(hp.get("context_length", 0) or 0) < 1048576:
+        return True
+    return GLM_5_2_INDEXER_FULL[il] if il < len(GLM_5_2_INDEXER_FULL) else False
 
 
 def is_recurrent_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
@@ -110,8 +133,10 @@ def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvCompo
         comps = [KvComponent("k", d_k * n_head_kv, "ctx", "k")]
         label = "mla"
         idx_dim = int(hp.get("attention.indexer.key_length", 0) or 0)
-        if arch in ("glm-dsa", "deepseek32") and idx_dim:
-            # DSA lightning indexer keeps its own single-head key cache (llama-kv-cache-dsa.cpp)
+        if arch in ("glm-dsa", "deepseek32") and idx_dim and is_indexer_full(arch, hp, il):
+            # llama-kv-cache-dsa.cpp: the lightning indexer keeps its own key cache, one head of
+            # attention.indexer.key_length, K only (the MLA hparams make it V-less), type -ctk,
+            # on the blocks llama-model.cpp's filter_lid selects (is_indexer_full)
             comps.append(KvComponent("idx_k", idx_dim, "ctx", "k"))
             label = "mla+dsa"
         return label, tuple(comps)

@@ -144,12 +144,22 @@ class Load:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Efficiency factors fitted by `moeplan calibrate` (see cost.py for their meaning)."""
+    """Efficiency factors fitted by `moeplan calibrate` (see cost.py for their meaning).
+
+    factors: fitted values by name; priors: the backend priors they started from (their
+    ratio is this machine's correction, which cost.py also applies, with more uncertainty,
+    to other backends); rel_err: 1-sigma relative uncertainty of each fitted factor;
+    residuals: relative error (predicted / measured - 1) of each run after the fit.
+    """
 
     factors: dict[str, float] = field(default_factory=dict)
+    priors: dict[str, float] = field(default_factory=dict)
+    rel_err: dict[str, float] = field(default_factory=dict)
     backend: str = "llama.cpp"
     runs: tuple[str, ...] = ()
     residuals: dict[str, float] = field(default_factory=dict)
+    median_abs_error_before: float | None = None
+    median_abs_error_after: float | None = None
     method: str = ""
     created: str = ""
 

@@ -120,7 +120,9 @@ def kv_cells(comp: KvComponent, n_ctx: int, n_seq: int, n_ubatch: int, swa_full:
     if comp.cells == "seq":
         return max(1, n_seq)
     if comp.cells == "ratio":
-        return max(1, -(-kv_size // comp.ratio))
+        # llama-kv-cache-dsv4.cpp: GGML_PAD(max(1, ceil(kv_size / ratio)), 256) cells per
+        # stream, one stream per sequence (the compressed caches are never unified)
+        return pad(max(1, -(-kv_size // comp.ratio)), kv_pad) * max(1, n_seq)
     if comp.cells == "fixed":
         return comp.window * max(1, n_seq)
     raise ValueError(f"unknown KV cell rule {comp.cells!r}")
@@ -226,40 +228,47 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
 
 def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | None = None,
                     repack_types: tuple[str, ...] = ()) -> MemoryBreakdown:
-    """VRAM and host-RAM breakdown of placement `p` (one GPU holding all non-expert weights).
+    """VRAM and host-RAM breakdown of placement `p` (one GPU holding all non-expert weights,
+    or, with p.n_gpus == 0, a CPU-only run: every weight, the KV cache and the buffers in RAM).
 
     `repack_types`: ggml types the CPU backend repacks into a second buffer at load time.
     """
     c = consts or MemoryConstants()
-    cpu_layers = set(p.cpu_moe_layers)
+    cpu_only = p.n_gpus == 0
+    cpu_layers = set(layer.index for layer in model.moe_layers) if cpu_only else set(p.cpu_moe_layers)
     items: list[MemoryItem] = []
+    mmap_backed = p.load_mode == "mmap"
+    weights_dev = "host" if cpu_only else "gpu"
 
     embd = sum(t.n_bytes for t in model.globals if t.group == "embed")
     out = sum(t.n_bytes for t in model.globals if t.group != "embed")
     resident = sum(layer.resident_bytes for layer in model.trunk_layers)
-    gpu_experts = sum(layer.expert_bytes for layer in model.trunk_layers
-                      if layer.kind == "moe" and layer.index not in cpu_layers)
-    cpu_experts = sum(layer.expert_bytes for layer in model.trunk_layers
-                      if layer.kind == "moe" and layer.index in cpu_layers)
+    gpu_experts = sum(layer.expert_bytes for layer in model.moe_layers if layer.index not in cpu_layers)
+    cpu_experts = sum(layer.expert_bytes for layer in model.moe_layers if layer.index in cpu_layers)
     n_gpu_moe = sum(1 for layer in model.moe_layers if layer.index not in cpu_layers)
 
-    items.append(MemoryItem("weights_dense", "gpu", out + resident,
-                            "output + output_norm + attention/norm/router/shared/dense-FFN of every block"))
-    items.append(MemoryItem("weights_experts", "gpu", gpu_experts,
-                            f"routed experts of the {n_gpu_moe} MoE layers kept on the GPU"))
+    items.append(MemoryItem("weights_dense", weights_dev, out + resident,
+                            "output + output_norm + attention/norm/router/shared/dense-FFN of every block",
+                            page_cache=cpu_only and mmap_backed))
+    if not cpu_only:
+        items.append(MemoryItem("weights_experts", "gpu", gpu_experts,
+                                f"routed experts of the {n_gpu_moe} MoE layers kept on the GPU"))
+        if p.gpu_expert_cache_bytes:
+            items.append(MemoryItem("expert_cache", "gpu", p.gpu_expert_cache_bytes,
+                                    "GPU cache of hot experts of CPU layers (plan's cache size)"))
 
     kv = kv_cache_bytes(model, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, p.n_ubatch)
     kv_formula = (f"pad256(ctx={p.n_ctx}) cells x per-layer rows "
                   f"(K {p.cache_type_k}, V {p.cache_type_v}, n_seq {p.n_seq})")
-    items.append(MemoryItem("kv_cache", "gpu" if p.kv_offload else "host", kv, kv_formula))
+    items.append(MemoryItem("kv_cache", "gpu" if (p.kv_offload and not cpu_only) else "host", kv, kv_formula))
 
-    gterms = compute_buffer_terms(model, p, gpu=True, consts=c)
-    items.append(MemoryItem("compute", "gpu", sum(gterms.values()),
-                            " + ".join(f"{k} {v / MIB:.0f} MiB" for k, v in gterms.items())))
-    items.append(MemoryItem("cuda_context", "gpu", c.cuda_context_bytes,
-                            "CUDA context + cuBLAS workspace (backend prior)"))
+    if not cpu_only:
+        gterms = compute_buffer_terms(model, p, gpu=True, consts=c)
+        items.append(MemoryItem("compute", "gpu", sum(gterms.values()),
+                                " + ".join(f"{k} {v / MIB:.0f} MiB" for k, v in gterms.items())))
+        items.append(MemoryItem("cuda_context", "gpu", c.cuda_context_bytes,
+                                "CUDA context + cuBLAS workspace (backend prior)"))
 
-    mmap_backed = p.load_mode == "mmap"
     items.append(MemoryItem("weights_embed", "host", embd, "token_embd (llama.cpp keeps the input layer on the CPU)",
                             page_cache=mmap_backed))
     items.append(MemoryItem("weights_experts_cpu", "host", cpu_experts,
@@ -272,9 +281,10 @@ def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | No
     if repack:
         items.append(MemoryItem("repack", "host", repack,
                                 "CPU_REPACK copy of CPU expert weights of repackable types"))
-    cterms = compute_buffer_terms(model, p, gpu=False, consts=c)
+    # CPU-only: the CPU buffer holds the whole graph (logits too), and nothing is staged
+    cterms = compute_buffer_terms(model, p.with_(op_offload=False) if cpu_only else p, gpu=cpu_only, consts=c)
     items.append(MemoryItem("compute_cpu", "host", sum(cterms.values()) if cpu_layers else 0,
-                            "activations of a ubatch through the CPU-resident expert ops"))
+                            "activations of a ubatch through the CPU-resident ops"))
     items.append(MemoryItem("output", "host", model.n_vocab * 4 * p.n_seq,
                             "logits buffer n_vocab * n_outputs * 4 (one output per sequence)"))
-    return MemoryBreakdown(items=tuple(items), margin_bytes=c.margin_bytes)
+    return MemoryBreakdown(items=tuple(items), margin_bytes=0 if cpu_only else c.margin_bytes)

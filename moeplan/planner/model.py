@@ -80,7 +80,7 @@ class KvComponent:
       'ctx'   : the context size padded to 256 (a full-attention or MLA cache)
       'swa'   : min(ctx, pad256(window * n_seq + n_ubatch)) (sliding-window layers)
       'seq'   : one row per sequence (recurrent conv/ssm state; always f32)
-      'ratio' : max(1, ceil(ctx / ratio)) (DeepSeek V4 compressed caches)
+      'ratio' : pad256(max(1, ceil(ctx / ratio))) per sequence (DeepSeek V4 compressed caches)
       'fixed' : `window` rows, whatever the context (compressor state buffers)
     dtype 'k' / 'v' means the user's -ctk / -ctv type; otherwise a fixed ggml type name.
     """

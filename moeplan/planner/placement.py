@@ -46,6 +46,9 @@ class Placement:
     n_draft: int = 0
     draft_accept: float = 0.0
     n_gpus: int = 1
+    # experts used per token if not the model's own (llama.cpp --override-kv
+    # ARCH.expert_used_count=int:6, KTransformers' reduced-expert runs); 0 = the model's
+    n_experts_used: int = 0
     extra: tuple[tuple[str, str], ...] = field(default=())
 
     @property

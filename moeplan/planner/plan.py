@@ -107,3 +107,10 @@ def digest_of(obj) -> str:
     """Digest of any dataclass or JSON-able value (used for hardware profiles)."""
     blob = json.dumps(to_jsonable(obj), sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def model_ref(model, size_arg: str = "") -> ModelRef:
+    """How a Plan names its model: the path for files, the profile name for profiles."""
+    path = model.path if model.source != "profile" else model.name
+    return ModelRef(name=model.name, arch=model.arch, source=model.source, path=path, quant=model.quant,
+                    digest=model.digest(), file_bytes=model.file_bytes, size_arg=size_arg)

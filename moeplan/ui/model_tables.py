@@ -1,6 +1,7 @@
 """Tables and JSON for `moeplan models` and `moeplan inspect`."""
 from __future__ import annotations
 
+from rich import box
 from rich.table import Table
 
 from moeplan.planner.memory import kv_cache_bytes, kv_layer_bytes
@@ -94,13 +95,24 @@ def inspect_tables(data: dict) -> list[Table]:
     return [t, s]
 
 
+def _b(v) -> str:
+    return f"{v}B" if v not in (None, "") else "?"
+
+
 def models_table(rows: list[dict]) -> Table:
-    t = Table(title="bundled model profiles (sizes: GB = 1000^3 bytes, as model cards print them)")
-    for col in ("name", "aliases", "arch", "params", "active", "experts", "layers", "native", "status"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r["name"], ", ".join(r.get("aliases", [])[:3]), r["arch"],
-                  f"{r.get('total_params_b', '?')}B", f"{r.get('active_params_b', '?')}B",
-                  f"{r.get('n_experts_used', '?')}/{r.get('n_experts', '?')}", str(r.get("n_layers", "?")),
-                  r.get("native_format", ""), r.get("status", ""))
+    t = Table(title="bundled model profiles (params in billions, as model cards print them)",
+              box=box.SIMPLE_HEAD, pad_edge=False)
+    cells = [[r["name"], r["arch"], _b(r.get("total_params_b")), _b(r.get("active_params_b")),
+              f"{r.get('n_experts_used', '?')}/{r.get('n_experts', '?')}", str(r.get("n_layers", "?")),
+              str(r.get("default_quant", "")), str(r.get("status", "")).split(" ")[0]] for r in rows]
+    for i, col in enumerate(("name", "arch", "total", "active", "k/N", "layers", "quant", "status")):
+        width = max([len(col)] + [len(c[i]) for c in cells])
+        # the name folds when the terminal is narrow; the short columns keep their width
+        t.add_column(col, min_width=None if i == 0 else width, overflow="fold" if i == 0 else "ellipsis")
+    for c in cells:
+        t.add_row(*c)
     return t
+
+
+def aliases_lines(rows: list[dict]) -> list[str]:
+    return [f"{r['name']}: {', '.join(r['aliases'])}" for r in rows if r.get("aliases")]

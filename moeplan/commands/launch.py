@@ -1,0 +1,109 @@
+"""`moeplan emit`: write the launch scripts and config files of a saved plan."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from moeplan.commands.common import JsonOpt, command
+from moeplan.errors import InputError, ModelFormatError
+from moeplan.planner.model import ModelSpec
+from moeplan.planner.plan import Plan
+
+
+def read_plan(path: Path) -> Plan:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such plan file", "write one with `moeplan tune MODEL --emit DIR`") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}", "check the path and its permissions") from None
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or "placement" not in data or "model" not in data:
+            raise ValueError("no placement or model")
+        return Plan.from_dict(data)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InputError(f"{path} is not a moeplan plan ({exc})",
+                         "give the plan.json that `moeplan tune` wrote") from None
+
+
+def read_plan_model(plan: Plan, model_path: str | None) -> tuple[ModelSpec, bool, str]:
+    """Read the plan's model again (or the one at `model_path`) and compare its digest.
+
+    Returns the model, whether it is the plan's, and a one-line verdict. A changed model is
+    reported, not refused: the -ot patterns are checked against the model as it is now.
+    """
+    from moeplan.probes.models import resolve_model
+
+    ref = plan.model
+    try:
+        if model_path:
+            spec = resolve_model(model_path)
+        elif ref.source == "profile":
+            # a profile's quant label is the --quant it was read with ('native (FP8)' for native)
+            quant = "native" if ref.quant.startswith("native") else (ref.quant or None)
+            spec = resolve_model(ref.path, quant=quant, size=ref.size_arg or None)
+        else:
+            spec = resolve_model(ref.path)
+    except ModelFormatError as err:
+        raise ModelFormatError(err.message, "the plan's model moved? pass --model PATH to read it from there") from None
+    now = spec.digest()
+    if now == ref.digest:
+        return spec, True, f"model digest {now} matches the plan"
+    return spec, False, (f"the model changed since the plan was made (digest {ref.digest} -> {now}); "
+                  "the placement was checked against the model as it is now, but the plan's "
+                  "predictions may no longer hold: re-plan with `moeplan tune`")
+
+
+OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Folder to write into (default: ./launch-BACKEND).")]
+BinOpt = Annotated[Optional[str], typer.Option(
+    "--bin", help="The backend's build folder or program (llama.cpp: build/bin; sglang/ktransformers: "
+                  "the python that has sglang; vllm: the vllm command). Its --help decides the flags.")]
+NodesOpt = Annotated[int, typer.Option("--nodes", help="Identical machines to spread the model over (vllm, sglang).")]
+GpuVramOpt = Annotated[Optional[str], typer.Option(
+    "--gpu-vram", help="Memory of one GPU (80G), for the per-GPU checks of vllm/sglang/ktransformers.")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="Where the plan's model is now, if it moved.")]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("emit")
+    @command
+    def emit_cmd(
+        plan_file: Annotated[Path, typer.Argument(metavar="PLAN.json", help="A plan written by `moeplan tune`.")],
+        backend: Annotated[Optional[str], typer.Option(
+            "--backend", help="llama.cpp | ik_llama.cpp | ktransformers | vllm | sglang (default: the plan's)")] = None,
+        out: OutOpt = None,
+        binary: BinOpt = None,
+        nodes: NodesOpt = 1,
+        gpu_vram: GpuVramOpt = None,
+        model: ModelOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Write launch.sh, bench.sh and the backend's config files for a saved plan."""
+        from moeplan.launch import backend_of, find_programs, write_launch
+        from moeplan.ui.console import emit_json, progress, stderr_console, stdout_console
+        from moeplan.ui.launch_tables import launch_data, launch_table
+        from moeplan.units import parse_size
+
+        plan = read_plan(plan_file)
+        name = backend_of(plan, backend)
+        vram = parse_size(gpu_vram, "--gpu-vram") if gpu_vram else None
+        spec, same_model, model_note = read_plan_model(plan, model)
+        if not same_model and not as_json:
+            stderr_console().print(f"warning: {model_note}", markup=False)
+        with progress(f"reading the flags of the {name} programs", enabled=not as_json):
+            programs = find_programs(name, binary)
+        out_dir = out or Path(f"launch-{name}")
+        launch, paths = write_launch(plan, spec, out_dir, name, binary, n_nodes=nodes, gpu_vram_bytes=vram,
+                                     programs=programs, notes=() if same_model else (model_note,))
+        if as_json:
+            emit_json(launch_data(launch, paths, plan.inputs_digest(), same_model, model_note))
+            return
+        con = stdout_console()
+        con.print(launch_table(launch, paths))
+        con.print(f"run: {out_dir / 'launch.sh'}", markup=False, highlight=False)
+        for note in launch.notes:
+            con.print(f"note: {note}", markup=False, highlight=False)

@@ -1,0 +1,170 @@
+"""`moeplan estimate` (one placement) and `moeplan tune` (search, recommend, emit, validate)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from moeplan.commands.common import JsonOpt, command
+from moeplan.commands.model import QuantOpt, SizeOpt
+from moeplan.commands.placement_opts import (AcceptOpt, AllCpuMoeOpt, BackendOpt, CacheOpt, CpuLayersOpt,
+                                             CpuMoeLayersOpt, CtxOpt, DraftOpt, KvTypeOpt, NoMmapOpt,
+                                             NoOpOffloadOpt, NumaOpt, ThreadsOpt, UbatchOpt, resolve_placement)
+from moeplan.errors import InputError
+
+HwOpt = Annotated[Optional[str], typer.Option("--hw", help="Hardware profile JSON, a preset name, or omit to use this machine (cached probe).")]
+DepthOpt = Annotated[int, typer.Option("--depth", help="Tokens already in context when decoding.")]
+PromptOpt = Annotated[int, typer.Option("--prompt", help="Prompt length for the prefill figure.")]
+VramOpt = Annotated[Optional[str], typer.Option("--vram", help="What-if VRAM budget (all GPUs), e.g. 96G.")]
+RamOpt = Annotated[Optional[str], typer.Option("--ram", help="What-if host RAM, e.g. 512G.")]
+
+OBJECTIVES = ("decode", "prefill", "balanced")
+
+
+def _hardware(hw: str | None, vram: str | None = None, ram: str | None = None):
+    from moeplan.planner.hardware import apply_overrides
+    from moeplan.probes.hwprofile import load_hardware
+    from moeplan.units import parse_size
+
+    profile = load_hardware(hw)
+    return apply_overrides(profile, vram_bytes=parse_size(vram, "--vram") if vram else None,
+                           ram_bytes=parse_size(ram, "--ram") if ram else None)
+
+
+def _default_threads(profile, numa: str) -> int:
+    from moeplan.planner.cost import cpu_nodes
+
+    nodes = cpu_nodes(profile)
+    if numa == "bind":
+        gpu_node = profile.gpus[0].numa_node if profile.gpus else None
+        nodes = [n for n in nodes if n.id == gpu_node] or nodes[:1]
+    return max(1, sum(n.n_physical_cores for n in nodes) or profile.cpu.n_cores)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("estimate")
+    @command
+    def estimate_cmd(
+        model: Annotated[str, typer.Argument(help="GGUF file, Hugging Face folder, or profile name")],
+        hw: HwOpt = None, quant: QuantOpt = None, size: SizeOpt = None,
+        cpu_moe_layers: CpuMoeLayersOpt = None, cpu_layers: CpuLayersOpt = None, all_cpu_moe: AllCpuMoeOpt = False,
+        ctx: CtxOpt = "4096", depth: DepthOpt = 0, prompt: PromptOpt = 4096, kv_type: KvTypeOpt = "f16",
+        threads: ThreadsOpt = None, ubatch: UbatchOpt = 512, numa: NumaOpt = "none",
+        no_op_offload: NoOpOffloadOpt = False, gpu_expert_cache: CacheOpt = None, draft: DraftOpt = 0,
+        accept: AcceptOpt = 0.0, backend: BackendOpt = "llama.cpp", no_mmap: NoMmapOpt = False,
+        vram: VramOpt = None, ram: RamOpt = None, as_json: JsonOpt = False,
+    ) -> None:
+        """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
+        from moeplan.planner.cost import estimate
+        from moeplan.probes.models import resolve_model
+        from moeplan.probes.priors import read_priors
+        from moeplan.ui.console import emit_json, stdout_console
+        from moeplan.ui.plan_tables import estimate_data, estimate_render
+
+        spec = resolve_model(model, quant=quant, size=size)
+        profile = _hardware(hw, vram, ram)
+        p = resolve_placement(spec, backend=backend, cpu_moe_layers=cpu_moe_layers, cpu_layers=cpu_layers,
+                              all_cpu_moe=all_cpu_moe, ctx=ctx, kv_type=kv_type, threads=threads,
+                              default_threads=_default_threads(profile, numa), ubatch=ubatch, numa=numa,
+                              no_op_offload=no_op_offload, gpu_expert_cache=gpu_expert_cache, draft=draft,
+                              accept=accept, no_mmap=no_mmap)
+        if depth < 0 or prompt < 1:
+            raise InputError("--depth must be >= 0 and --prompt >= 1", "for example --depth 8192 --prompt 512")
+        p = p.with_(n_gpus=len(profile.gpus))
+        e = estimate(spec, p, profile, read_priors(backend), depth=depth, n_prompt=prompt)
+        if as_json:
+            emit_json(estimate_data(spec, p, e, profile.name))
+        else:
+            stdout_console().print(estimate_render(spec, p, e))
+
+    @app.command("tune")
+    @command
+    def tune_cmd(
+        model: Annotated[str, typer.Argument(help="GGUF file, Hugging Face folder, or profile name")],
+        hw: HwOpt = None, quant: QuantOpt = None, size: SizeOpt = None,
+        vram: VramOpt = None, ram: RamOpt = None,
+        ctx: Annotated[Optional[str], typer.Option("--ctx", help="Exact context size.")] = None,
+        min_ctx: Annotated[str, typer.Option("--min-ctx", help="At least this context; grown to fill spare VRAM.")] = "4096",
+        backend: BackendOpt = "llama.cpp",
+        objective: Annotated[str, typer.Option("--objective", help="decode | prefill | balanced")] = "decode",
+        depth: DepthOpt = 0, prompt: PromptOpt = 4096, threads: ThreadsOpt = None,
+        emit: Annotated[Optional[Path], typer.Option("--emit", help="Write launch.sh, plan.json, bench.sh and configs here.")] = None,
+        plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a picture of the Pareto front (PNG/SVG).")] = None,
+        out: Annotated[Optional[Path], typer.Option("--out", help="Write plan.json here.")] = None,
+        validate: Annotated[bool, typer.Option("--validate", help="Run the plan and neighbours, calibrate, re-plan.")] = False,
+        runner: Annotated[str, typer.Option("--runner", help="executor | llama-bench (with --validate)")] = "executor",
+        trials: Annotated[int, typer.Option("--trials", help="Most runs with --validate.")] = 6,
+        budget: Annotated[str, typer.Option("--budget", help="Wall-time budget of --validate (5m, 90s).")] = "5m",
+        binary: Annotated[Optional[str], typer.Option("--bin", help="Backend binary to check flags against / run.")] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Search every sensible placement, recommend the fastest that fits, and say why."""
+        from moeplan.planner.search import Request, choose_plan
+        from moeplan.probes.models import resolve_model
+        from moeplan.probes.priors import read_priors
+        from moeplan.units import parse_ctx
+
+        if objective not in OBJECTIVES:
+            raise InputError(f"unknown objective {objective!r}", "use decode, prefill or balanced")
+        spec = resolve_model(model, quant=quant, size=size)
+        profile = _hardware(hw, vram, ram)
+        priors = read_priors(backend)
+        req = Request(backend=backend, objective=objective, n_ctx=parse_ctx(ctx) if ctx else None,
+                      min_ctx=parse_ctx(min_ctx), depth=depth, n_prompt=prompt, threads=threads)
+        result = choose_plan(spec, profile, priors, req)
+        plan = build_plan(spec, profile, result, objective, size or "")
+        if validate:
+            from moeplan.tuner.validate import validate_plan
+
+            plan = validate_plan(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,
+                                 binary=binary, quiet=as_json)
+        _write_outputs(plan, spec, emit, plot, out, backend, binary)
+        _render_tune(plan, spec, as_json, emit)
+
+
+def build_plan(spec, profile, result, objective: str, size_arg: str):
+    from moeplan import __version__
+    from moeplan.planner.plan import Plan, digest_of, model_ref
+    from moeplan.planner.search import to_alternative
+
+    notes = tuple(result.why) + ((f"one more GiB of VRAM: {result.one_more_gib}",) if result.one_more_gib else ())
+    return Plan(model=model_ref(spec, size_arg), hardware_name=profile.name, hardware_digest=digest_of(profile),
+                placement=result.best.placement, estimate=result.best.estimate, objective=objective,
+                alternatives=tuple(to_alternative(c) for c in result.alternatives), pareto=result.pareto,
+                notes=notes + (f"{result.n_evaluated} placements evaluated",), moeplan_version=__version__)
+
+
+def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path | None, backend: str,
+                   binary: str | None) -> None:
+    from moeplan.probes.files import write_text_atomic
+
+    if out:
+        write_text_atomic(out, plan.to_json())
+    if emit:
+        from moeplan.launch import write_launch_files
+
+        write_launch_files(plan, spec, emit, backend=backend, binary=binary)
+    if plot:
+        from moeplan.ui.plot import write_pareto_plot
+
+        write_pareto_plot(plan, plot)
+
+
+def _render_tune(plan, spec, as_json: bool, emit: Path | None) -> None:
+    from moeplan.ui.console import emit_json, stdout_console
+    from moeplan.ui.plan_tables import tune_render
+
+    if as_json:
+        emit_json({"plan": plan.to_dict()})
+        return
+    cmd = ""
+    try:
+        from moeplan.launch import preview_command
+
+        cmd = preview_command(plan, spec)
+    except ImportError:
+        pass
+    stdout_console().print(tune_render(spec, plan, cmd))
+    if emit:
+        stdout_console().print(f"wrote launch files to {emit}")

@@ -1,0 +1,155 @@
+"""Turn a Plan into the commands and files that run it, one module per backend.
+
+    write_launch_files(plan, model, out_dir, backend=None, binary=None) -> [paths]
+
+writes launch.sh (the server), bench.sh (the measurement that verifies the plan), plan.json,
+launch.json (every command as an argv list, for programs) and, per backend, complete.sh
+(llama.cpp, ik_llama.cpp: one short completion), vllm.yaml, ray-*.sh, launch-nodeN.sh.
+
+Backend settings a plan may carry in Placement.extra (all optional):
+  op_offload_min_batch  llama.cpp: GGML_OP_OFFLOAD_MIN_BATCH for the run
+  tensor_split, devices llama.cpp/ik: -ts and -dev with several GPUs (default: an even split)
+  draft_model, spec_type  speculative decoding (default: the model's MTP blocks if it has any)
+  kt_method, kt_weight_path, kt_max_deferred_experts_per_token  KTransformers
+  hf_bytes_per_param    vLLM/SGLang memory check of a GGUF plan (default 2, BF16)
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+from moeplan.errors import InputError
+from moeplan.launch import ikllama, ktransformers, llamacpp, sglang, vllm
+from moeplan.launch.binaries import (HelpReader, Programs, find_llama_programs, find_python_programs,
+                                     find_vllm_programs, read_help)
+from moeplan.launch.common import EmitContext, Launch, ShellVar
+from moeplan.launch.render import render_script
+from moeplan.planner.model import ModelSpec
+from moeplan.planner.plan import Plan
+
+EMITTERS: dict[str, ModuleType] = {
+    "llama.cpp": llamacpp,
+    "ik_llama.cpp": ikllama,
+    "ktransformers": ktransformers,
+    "vllm": vllm,
+    "sglang": sglang,
+}
+
+
+def backend_of(plan: Plan, backend: str | None) -> str:
+    name = backend or plan.placement.backend
+    if name not in EMITTERS:
+        raise InputError(f"unknown backend {name!r}", "use one of " + ", ".join(EMITTERS))
+    return name
+
+
+def release_programs(backend: str) -> Programs:
+    """The programs and flags of the backend's targeted release (no binary consulted)."""
+    mod = EMITTERS[backend]
+    flags = mod.release_flags()
+    if backend in ("llama.cpp", "ik_llama.cpp"):
+        return Programs(programs=dict(mod.PROGRAMS), flags=flags)
+    return Programs(programs={"server": "vllm" if backend == "vllm" else "python"}, flags=flags)
+
+
+def find_programs(backend: str, binary: str | None, which: Callable[[str], str | None] | None = None,
+                  reader: HelpReader | None = None) -> Programs:
+    """The backend's programs on this machine (or at --bin), with the flags their --help lists."""
+    import shutil
+
+    which = which or shutil.which
+    reader = reader or read_help
+    release = EMITTERS[backend].release_flags()
+    if backend in ("llama.cpp", "ik_llama.cpp"):
+        return find_llama_programs(backend, binary, release, which, reader)
+    if backend == "vllm":
+        return find_vllm_programs(binary, release, which, reader)
+    return find_python_programs(backend, binary, release, which, reader,
+                                marker="--kt-method" if backend == "ktransformers" else "")
+
+
+def script_model_path(model: ModelSpec, backend: str) -> str:
+    """The model argument of llama.cpp-family scripts: the GGUF (first shard), else $MODEL."""
+    if backend in ("llama.cpp", "ik_llama.cpp") and model.source == "gguf" and model.path:
+        return model.shards[0] if model.shards else model.path
+    return ShellVar("MODEL")
+
+
+def emit_launch(plan: Plan, model: ModelSpec, backend: str | None = None, programs: Programs | None = None,
+                *, n_nodes: int = 1, gpu_vram_bytes: int | None = None, model_path: str | None = None) -> Launch:
+    """The Launch of `plan` for `backend` (pure: the programs' flags are given)."""
+    name = backend_of(plan, backend)
+    if n_nodes < 1:
+        raise InputError(f"--nodes {n_nodes} must be at least 1", "give the number of identical machines")
+    progs = programs or release_programs(name)
+    notes = list(progs.notes)
+    if plan.placement.backend != name:
+        notes.append(f"the plan was made for {plan.placement.backend}; its speed figures are for that backend")
+    ctx = EmitContext(plan=plan, model=model, flags=progs.flags, programs=progs.programs,
+                      model_path=model_path if model_path is not None else script_model_path(model, name),
+                      n_nodes=n_nodes, gpu_vram_bytes=gpu_vram_bytes, notes=tuple(notes))
+    return EMITTERS[name].emit(ctx)
+
+
+def preview_command(plan: Plan, model: ModelSpec, backend: str | None = None) -> str:
+    """The plan's server command as one shell line, for people reading `moeplan tune` (flags of
+    the targeted release; `emit` and `tune --emit` check them against the installed binary)."""
+    from moeplan.errors import MoeplanError
+
+    try:
+        launch = emit_launch(plan, model, backend)
+    except MoeplanError as err:
+        return f"# no {backend_of(plan, backend)} command: {err.message}"
+    return launch.scripts[0].command.shell()
+
+
+def render_files(plan: Plan, model: ModelSpec, launch: Launch) -> list[tuple[str, str, bool]]:
+    """(file name, text, executable) of everything a launch writes."""
+    import json
+
+    from moeplan import __version__
+
+    files = [(s.name, render_script(plan, model, launch, s), True) for s in launch.scripts]
+    files += [(c.name, c.text, False) for c in launch.configs]
+    files.append(("plan.json", plan.to_json(), False))
+    doc = {"moeplan_version": __version__, "plan_digest": plan.inputs_digest(), **launch.to_dict()}
+    files.append(("launch.json", json.dumps(doc, sort_keys=True, indent=2) + "\n", False))
+    return files
+
+
+def write_launch(plan: Plan, model: ModelSpec, out_dir: Path, backend: str | None = None,
+                 binary: str | None = None, *, n_nodes: int = 1, gpu_vram_bytes: int | None = None,
+                 programs: Programs | None = None, notes: tuple[str, ...] = ()) -> tuple[Launch, list[Path]]:
+    """Emit the plan for `backend` (default: the plan's) into `out_dir`: the Launch and the paths.
+
+    Everything is rendered before the first file is written, and each file is written
+    atomically, so an error leaves no half-written script behind.
+    """
+    name = backend_of(plan, backend)
+    progs = programs or find_programs(name, binary)
+    if notes:
+        progs = Programs(progs.programs, progs.flags, progs.notes + tuple(notes))
+    mp = script_model_path(model, name)
+    if not isinstance(mp, ShellVar):
+        mp = os.path.abspath(mp)  # scripts run from anywhere
+    launch = emit_launch(plan, model, name, progs, n_nodes=n_nodes, gpu_vram_bytes=gpu_vram_bytes, model_path=mp)
+    files = render_files(plan, model, launch)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out} is a file", "give --out a folder (it is created if missing)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {out}: {exc.strerror}", "choose a writable --out folder") from None
+    from moeplan.probes.files import write_text_atomic
+
+    return launch, [write_text_atomic(out / fname, text, 0o755 if exe else 0o644) for fname, text, exe in files]
+
+
+def write_launch_files(plan: Plan, model: ModelSpec, out_dir: Path, backend: str | None = None,
+                       binary: str | None = None, **kw) -> list[Path]:
+    """`tune --emit DIR`: write the launch files of `plan`; returns the paths written.
+    Keywords as write_launch (n_nodes, gpu_vram_bytes, programs, notes)."""
+    return write_launch(plan, model, out_dir, backend, binary, **kw)[1]

@@ -1,0 +1,580 @@
+"""Decode and prefill time of a placement, as a sum of named terms.
+
+Let C / G be the MoE layers whose routed experts are in host RAM / on the GPU, N experts per
+layer, k used per token, E_l the expert bytes of layer l and W_l its expert weights
+(elements), so one expert is S_exp = E_l / N bytes and P_exp = W_l / N weights.
+
+Decode, seconds per token (DESIGN.md §5):
+  t_tok = t_gpu_weights + t_kv + t_launch + t_cpu_read + t_cpu_compute_excess + t_sync
+          + t_nvme + t_token
+  t_gpu_weights = (R_dense + sum_G k/N * E_l) / BW_g          BW_g = eta_gpu * BW_gpu
+  t_kv          = KV_read(depth) / BW_g
+  t_launch      = n_layers * s_layer_gpu
+  t_cpu_read    = sum_C k/N * E_l * (1 - h) / BW_c            (memory time of CPU experts)
+  t_cpu_compute_excess = max(0, sum_C k/N * W_l * c_type * (1 - h) / (T * r_dot) - t_cpu_read)
+                  (the roofline: CPU expert time is max(memory, dot-product compute))
+  t_sync        = |C| * (s_sync + n_ops * s_barrier * T * x_sockets)
+  t_nvme        = m * sum_C k/N * E_l / BW_nvme    (m: share of CPU expert pages not resident)
+  BW_c = min(T * b_core, eta_cpu * sum_{memory nodes} BW_node), then the remote share f
+         (NUMA policy) gives 1/BW_c' = (1-f)/BW_c + f/(rho * BW_c)
+  h = GPU expert-cache hit rate = (c/N)^(1 - s) for c cached experts per CPU layer (Zipf s)
+
+Speculative decoding with n drafted tokens and acceptance a: one verification step reads
+  the experts of n+1 tokens, U(n+1) = N (1 - (1 - k/N)^(n+1)) per layer instead of k, and
+  yields (1 - a^(n+1)) / (1 - a) tokens.
+
+Prefill, per ubatch of u tokens (U(u) distinct experts per layer):
+  op-offload active (mainline: u >= 32; ik_llama.cpp: u*k >= 32*N):
+      t_h2d = sum_C U(u)/N * E_l / (pi * B_h2d)       (used experts copied, not overlapped)
+  otherwise the CPU computes its experts:
+      t_cpu = sum_C max(u * 2 * k * P_exp_l / F_cpu, U(u)/N * E_l / BW_c)
+  t_gpu = max(2 * u * P_active_gpu + attention flops) / (mfu * F_gpu),
+              (R_dense + sum_G U(u)/N * E_l) / BW_g)
+  t_ubatch = t_gpu + t_h2d + t_cpu + |C| * s_sync ; prefill tok/s = prompt / sum t_ubatch
+
+Each factor carries a source (calibrated > measured > spec-sheet > prior) and a relative
+uncertainty; the range of a prediction combines them over the terms they feed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from moeplan.planner.hardware import Figure, HardwareProfile, NumaNode
+from moeplan.planner.memory import (MemoryConstants, estimate_memory, kv_read_bytes)
+from moeplan.planner.model import LayerSpec, ModelSpec
+from moeplan.planner.placement import Placement
+from moeplan.planner.plan import Estimate, Term
+from moeplan.planner.priors import BackendPriors
+
+# 1.28 sigma: the reported range is about an 80% interval
+RANGE_SIGMA = 1.28
+_SOURCE_ERR = {"measured": 0.07, "calibrated": 0.05, "nvml": 0.1, "sysfs": 0.1, "user": 0.15,
+               "spec-sheet": 0.15, "prior": 0.3}
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A resolved figure the model uses: value (unit in the field name), where it came from,
+    and its relative uncertainty (1 sigma)."""
+
+    value: float
+    source: str
+    rel_err: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Factors:
+    bw_gpu_bytes_per_s: Rate
+    gpu_flop_per_s: Rate
+    h2d_bytes_per_s: Rate
+    bw_cpu_bytes_per_s: Rate
+    cpu_dot_elem_per_s: Rate
+    cpu_flop_per_s: Rate
+    s_sync_s: Rate
+    s_layer_gpu_s: Rate
+    t_token_s: Rate
+    nvme_bytes_per_s: Rate
+    remote_share: float
+    cross_socket: bool
+    cpu_only: bool
+    numa_note: str
+
+    def to_dict(self) -> dict:
+        out: dict = {}
+        for name in self.__dataclass_fields__:
+            v = getattr(self, name)
+            if isinstance(v, Rate):
+                out[name] = {"value": v.value, "source": v.source, "rel_err": round(v.rel_err, 4),
+                             "note": v.note}
+            else:
+                out[name] = v
+        return out
+
+
+# ---- resolving factors ---------------------------------------------------------------------
+
+def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
+    if fig is None or not fig.value:
+        return None
+    err = _SOURCE_ERR.get(fig.source, 0.2)
+    if fig.source == "measured" and fig.spread:
+        err = max(err, fig.spread / 2)
+    return fig.effective, fig.source, err
+
+
+def _factor(name: str, prior: float, pr: BackendPriors, hw: HardwareProfile,
+            err_key: str | None = None) -> tuple[float, str, float]:
+    """A factor's value, source and 1-sigma relative error.
+
+    A calibration of this backend wins. A calibration made with another runner (e.g. the
+    bundled executor) says how this machine deviates from that runner's prior; the same
+    ratio is applied to this backend's prior, with more uncertainty. Otherwise the prior.
+    """
+    own = hw.calibration_for(pr.name)
+    if own and name in own.factors:
+        return own.factors[name], "calibrated", max(0.03, own.rel_err.get(name, 0.08))
+    for c in hw.calibration:
+        if c.backend != pr.name and name in c.factors and c.priors.get(name):
+            ratio = c.factors[name] / c.priors[name]
+            return prior * ratio, f"calibrated via {c.backend}", pr.err(err_key or name) * 0.5 + 0.1
+    return prior, "prior", pr.err(err_key or name)
+
+
+def cpu_nodes(hw: HardwareProfile) -> tuple[NumaNode, ...]:
+    """NUMA nodes that have CPUs (memory-only nodes excluded); one synthetic node if none."""
+    nodes = tuple(n for n in hw.numa_nodes if n.cpus and not n.memory_only)
+    if nodes:
+        return nodes
+    return (NumaNode(id=0, cpus=tuple(range(hw.cpu.n_threads)), n_physical_cores=hw.cpu.n_cores,
+                     mem_total_bytes=hw.system.ram_total_bytes),)
+
+
+def _node_bw(n: NumaNode, hw: HardwareProfile, n_nodes: int) -> tuple[float, str, float]:
+    f = _fig(n.dram_read_bytes_per_s)
+    if f:
+        return f
+    # no per-node figure: split the machine's channels evenly over the nodes
+    c = hw.cpu
+    if c.memory_channels and c.ram_speed_mts:
+        peak = c.memory_channels * c.ram_speed_mts * 1e6 * 8 / max(1, n_nodes)
+        return peak * 0.7, "spec-sheet", 0.25
+    return 20e9, "prior", 0.5  # one DDR4 channel pair; says "no figure" in the note
+
+
+def used_nodes(hw: HardwareProfile, p: Placement) -> tuple[NumaNode, ...]:
+    nodes = cpu_nodes(hw)
+    if p.numa_nodes:
+        chosen = tuple(n for n in nodes if n.id in p.numa_nodes)
+        if chosen:
+            return chosen
+    if p.numa == "bind":
+        gpu_node = hw.gpus[0].numa_node if hw.gpus else None
+        for n in nodes:
+            if n.id == gpu_node:
+                return (n,)
+        return nodes[:1]
+    return nodes
+
+
+def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Factors:
+    """Turn the profile's figures, calibration and backend priors into the model's rates."""
+    cpu_only = not hw.gpus or p.n_gpus == 0
+    gpu = hw.gpus[0] if hw.gpus else None
+
+    # GPU memory bandwidth and compute
+    eta_g, eta_src, eta_err = _factor("eta_gpu", pr.eta_gpu, pr, hw)
+    g = _fig(gpu.mem_bw_bytes_per_s) if gpu else None
+    if g:
+        bw_g = Rate(g[0] * eta_g, f"{g[1]} x {eta_src} eta_gpu={eta_g:.2f}", math.hypot(g[2], eta_err))
+    else:
+        bw_g = Rate(0.0, "none", 0.0, "no GPU")
+    mfu, mfu_src, mfu_err = _factor("gpu_mfu", pr.gpu_mfu, pr, hw)
+    gf = _fig(gpu.fp16_flop_per_s) if gpu else None
+    if gf:
+        f_gpu = Rate(gf[0] * mfu, f"{gf[1]} x {mfu_src} mfu={mfu:.2f}", math.hypot(gf[2], mfu_err))
+    elif gpu and g:
+        # no FLOP figure: a modern GPU does ~ 100 FLOP per byte of its bandwidth in FP16
+        f_gpu = Rate(g[0] * 100 * mfu, "prior (100 FLOP/B of bandwidth)", 0.5)
+    else:
+        f_gpu = Rate(0.0, "none", 0.0)
+    pi, pi_src, pi_err = _factor("pi_h2d", pr.pi_h2d, pr, hw)
+    h = _fig(gpu.h2d_bytes_per_s) if gpu else None
+    if h:
+        h2d = Rate(h[0] * pi, f"{h[1]} x {pi_src} pi={pi:.2f}", math.hypot(h[2], pi_err))
+    elif gpu and gpu.pcie_gen and gpu.pcie_width:
+        per_lane = {3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}.get(gpu.pcie_gen, 0.985e9)
+        h2d = Rate(per_lane * gpu.pcie_width * 0.8 * pi, f"spec-sheet PCIe {gpu.pcie_gen}x{gpu.pcie_width} x prior",
+                   math.hypot(0.15, pi_err))
+    else:
+        h2d = Rate(0.0, "none", 0.0)
+
+    # CPU: threads, nodes, NUMA policy
+    nodes = used_nodes(hw, p)
+    all_nodes = cpu_nodes(hw)
+    n_nodes = len(all_nodes)
+    T = max(1, p.n_threads)
+    bws = [_node_bw(n, hw, n_nodes) for n in nodes]
+    eta_c, etac_src, etac_err = _factor("eta_cpu", pr.eta_cpu, pr, hw)
+    rho, rho_src, rho_err = _factor("rho_remote", pr.rho_remote, pr, hw)
+    if hw.numa_bw_matrix and len(nodes) > 1:
+        m = hw.numa_bw_matrix
+        try:
+            local = sum(m[n.id][n.id] for n in nodes) / len(nodes)
+            remote = [m[a.id][b.id] for a in nodes for b in nodes if a.id != b.id]
+            rho, rho_src, rho_err = (sum(remote) / len(remote)) / local, "measured", 0.1
+        except (IndexError, ZeroDivisionError):
+            pass
+    if pr.numa_aware or len(nodes) == 1:
+        mem_nodes_bw = sum(b[0] for b in bws)
+        f_remote = 0.0
+        note = "node-local pools" if pr.numa_aware and len(nodes) > 1 else f"node {nodes[0].id}"
+    elif p.numa == "interleave":
+        mem_nodes_bw = sum(b[0] for b in bws)
+        f_remote = 1 - 1 / len(nodes)
+        note = f"pages interleaved over nodes {[n.id for n in nodes]}"
+    elif p.numa == "distribute":
+        mem_nodes_bw = sum(b[0] for b in bws)
+        f_remote = 0.5 * (1 - 1 / len(nodes))  # first touch by spread threads: half stays remote
+        note = "threads spread over nodes, pages first-touched by them"
+    else:  # none: threads spread by the OS, pages first-touched by the loader on one node
+        mem_nodes_bw = bws[0][0]
+        f_remote = 1 - 1 / len(nodes)
+        note = f"no NUMA policy: pages on one node, {f_remote:.0%} of reads remote"
+    cores_per_node = max(1, sum(n.n_physical_cores or len(n.cpus) for n in nodes) // len(nodes))
+    core_fig = _fig(hw.cpu.core_read_bytes_per_s)
+    share, share_src, share_err = _factor("core_read_share", pr.core_read_share, pr, hw, "eta_cpu")
+    if core_fig and share_src == "prior":
+        b_core = core_fig[0]
+    else:
+        b_core = share * (sum(b[0] for b in bws) / len(bws)) / cores_per_node
+    bw_loc = min(T * b_core, eta_c * mem_nodes_bw)
+    bw_val = bw_loc / ((1 - f_remote) + f_remote / max(rho, 1e-3)) if f_remote else bw_loc
+    src_err = max(b[2] for b in bws)
+    thread_bound = T * b_core < eta_c * mem_nodes_bw
+    err = math.hypot(src_err, share_err if thread_bound else etac_err, rho_err * f_remote)
+    srcs = sorted({b[1] for b in bws})
+    how = (f"{T} threads x {b_core / 1e9:.1f} GB/s per core ({share_src})" if thread_bound
+           else f"{'/'.join(srcs)} x {etac_src} eta_cpu={eta_c:.2f}")
+    bw_c = Rate(bw_val, how, err, note)
+
+    r_dot, rdot_src, rdot_err = _factor("cpu_dot_elem_per_s_per_core", pr.cpu_dot_elem_per_s_per_core, pr,
+                                        hw, "cpu_dot")
+    dot = Rate(r_dot * T, rdot_src, rdot_err)
+    isa = set(hw.cpu.isa)
+    isa_class = ("amx" if "amx_tile" in isa else "avx512_vnni" if "avx512_vnni" in isa else
+                 "avx512f" if "avx512f" in isa else "avx2" if "avx2" in isa else "neon")
+    per_core = pr.cpu_flop_per_s_per_core.get(isa_class) or max(pr.cpu_flop_per_s_per_core.values(), default=0.0)
+    fc, fc_src, fc_err = _factor("cpu_flop_per_s_per_core", per_core, pr, hw, "cpu_flop")
+    cpu_flop = Rate(fc * max(1, p.threads_batch), f"{fc_src} ({isa_class})", fc_err)
+
+    sockets_used = len(nodes) > 1 and hw.cpu.n_sockets > 1
+    xs = 2.0 if sockets_used else 1.0
+    s_sync, ss_src, ss_err = _factor("s_sync_s", pr.s_sync_s, pr, hw)
+    barrier = pr.n_cpu_ops_per_layer * pr.s_barrier_s_per_thread * T * xs
+    sync = Rate(s_sync + barrier, ss_src, ss_err)
+    sl, sl_src, sl_err = _factor("s_layer_gpu_s", pr.s_layer_gpu_s, pr, hw, "s_sync_s")
+    tt, tt_src, tt_err = _factor("t_token_s", pr.t_token_s, pr, hw, "s_sync_s")
+    st = hw.storage[0].seq_read_bytes_per_s if hw.storage else None
+    nv = _fig(st)
+    nvme = Rate(nv[0], nv[1], nv[2]) if nv else Rate(2e9, "prior (a PCIe 3/4 NVMe)", 0.5)
+    return Factors(bw_gpu_bytes_per_s=bw_g, gpu_flop_per_s=f_gpu, h2d_bytes_per_s=h2d, bw_cpu_bytes_per_s=bw_c,
+                   cpu_dot_elem_per_s=dot, cpu_flop_per_s=cpu_flop, s_sync_s=sync,
+                   s_layer_gpu_s=Rate(sl, sl_src, sl_err), t_token_s=Rate(tt, tt_src, tt_err),
+                   nvme_bytes_per_s=nvme, remote_share=f_remote, cross_socket=sockets_used,
+                   cpu_only=cpu_only, numa_note=note)
+
+
+# ---- pieces of the model --------------------------------------------------------------------
+
+def distinct_experts(n_experts: int, k: int, n_tokens: int) -> float:
+    """U(n) = N (1 - (1 - k/N)^n): expected distinct experts a layer uses over n tokens."""
+    if n_experts <= 0:
+        return 0.0
+    return n_experts * (1.0 - (1.0 - k / n_experts) ** max(0, n_tokens))
+
+
+def cache_hit_rate(cached_per_layer: float, n_experts: int, zipf_s: float) -> float:
+    """Share of expert uses served by the c most popular experts of a layer (Zipf s prior)."""
+    if cached_per_layer <= 0 or n_experts <= 0:
+        return 0.0
+    frac = min(1.0, cached_per_layer / n_experts)
+    return min(1.0, frac ** (1.0 - min(max(zipf_s, 0.0), 0.95)))
+
+
+def dot_elements(layer: LayerSpec, type_cost: dict[str, float]) -> float:
+    """Q8_0-equivalent weights of a layer's experts (elements x relative vec_dot cost)."""
+    return sum(t.n_elements * type_cost.get(t.ggml_type, 1.3) for t in layer.tensors if t.group == "experts")
+
+
+def non_expert_params(model: ModelSpec) -> float:
+    """Weights multiplied per token outside the routed experts (embedding lookup excluded)."""
+    n = sum(t.n_elements for t in model.globals if t.group == "output")
+    for layer in model.trunk_layers:
+        n += sum(t.n_elements for t in layer.tensors
+                 if t.group not in ("experts", "expert_aux", "norm") and len(t.shape) >= 2)
+    return float(n)
+
+
+def dense_read_bytes(model: ModelSpec) -> float:
+    """R_dense: non-expert weight bytes read per token (one embedding row, not the table)."""
+    total = 0.0
+    for t in model.globals:
+        total += t.n_bytes / max(1, model.n_vocab) if t.group == "embed" else t.n_bytes
+    for layer in model.trunk_layers:
+        total += layer.resident_bytes
+    return total
+
+
+def attention_flops_per_token(model: ModelSpec, depth: int) -> float:
+    """Score and value products of one token at context depth `depth`:
+    4 * cells attended * n_head * d_k per attention layer (d_k = GGUF attention.key_length;
+    for MLA that is the absorbed latent width, which is what llama.cpp multiplies)."""
+    extra = dict(model.extra)
+    d_k = int(extra.get("attention.key_length") or (model.n_embd // max(1, model.n_head)))
+    flops = 0.0
+    for layer in model.trunk_layers:
+        for c in layer.kv:
+            if c.name != "k":
+                continue
+            cells = depth if c.cells == "ctx" else min(depth, c.window) if c.cells == "swa" else 0
+            flops += 4.0 * cells * max(1, model.n_head) * d_k
+    return flops
+
+
+# ---- the estimate ---------------------------------------------------------------------------
+
+def _terms_range(terms: list[Term], errs: dict[str, float]) -> float:
+    total = sum(t.seconds for t in terms)
+    if total <= 0:
+        return 0.0
+    var = sum((t.seconds * errs.get(t.name, 0.3)) ** 2 for t in terms)
+    return min(0.9, RANGE_SIGMA * math.sqrt(var) / total)
+
+
+def _resident_share(model: ModelSpec, p: Placement, hw: HardwareProfile, mem_host_other: int) -> float:
+    """Share of CPU expert pages that page cache can keep (mmap); the rest comes from NVMe."""
+    if p.load_mode != "mmap" or not hw.system.ram_total_bytes:
+        return 1.0
+    cpu_layers = set(p.cpu_moe_layers)
+    need = sum(layer.expert_bytes for layer in model.moe_layers if layer.index in cpu_layers)
+    if need <= 0:
+        return 1.0
+    avail = hw.ram_bytes - mem_host_other - 2 * 1024**3  # the OS and the rest keep ~2 GiB
+    return max(0.0, min(1.0, avail / need))
+
+
+def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
+                          f: Factors, depth: int, resident_share: float = 1.0) -> tuple[list[Term], dict[str, float], float]:
+    """Terms of one decode step (seconds), their errors, and tokens produced per step."""
+    k, n = p.n_experts_used or model.n_experts_used, model.n_experts
+    cpu = set(p.cpu_moe_layers)
+    n_step = 1 + max(0, p.n_draft)  # tokens verified per step
+    touched = distinct_experts(n, k, n_step) / max(1, n) if n else 0.0  # share of a layer's experts read
+    per_tok = k / n if n else 0.0
+    # GPU expert cache over the CPU layers
+    hit = 0.0
+    if p.gpu_expert_cache_bytes and cpu and n:
+        s_exp = sum(layer.expert_bytes for layer in model.moe_layers if layer.index in cpu) / len(cpu) / n
+        per_layer = p.gpu_expert_cache_bytes / max(1.0, s_exp) / len(cpu)
+        hit = cache_hit_rate(per_layer, n, pr.zipf_s)
+    terms: list[Term] = []
+    errs: dict[str, float] = {}
+    r_dense = dense_read_bytes(model)
+    kv_bytes = kv_read_bytes(model, depth + n_step - 1, p.cache_type_k, p.cache_type_v) if depth or n_step else 0
+    gpu_exp = sum(layer.expert_bytes for layer in model.moe_layers if layer.index not in cpu) * touched
+    cpu_exp = [layer for layer in model.moe_layers if layer.index in cpu]
+    cpu_bytes = sum(layer.expert_bytes for layer in cpu_exp) * touched
+    cpu_dot = sum(dot_elements(layer, pr.type_cost) for layer in cpu_exp) * per_tok * n_step
+
+    if f.cpu_only:
+        all_bytes = r_dense + sum(layer.expert_bytes for layer in model.moe_layers) * touched + kv_bytes
+        all_dot = (non_expert_params(model) * 1.0 * n_step
+                   + sum(dot_elements(layer, pr.type_cost) for layer in model.moe_layers) * per_tok * n_step)
+        t_read = all_bytes / f.bw_cpu_bytes_per_s.value
+        t_dot = all_dot / max(1.0, f.cpu_dot_elem_per_s.value)
+        terms.append(Term("cpu_weights_read", t_read, "cpu-mem",
+                          f"{all_bytes / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.1f} GB/s"))
+        errs["cpu_weights_read"] = f.bw_cpu_bytes_per_s.rel_err
+        terms.append(Term("cpu_compute_excess", max(0.0, t_dot - t_read), "cpu-compute",
+                          f"max(0, {all_dot / 1e9:.2f} G weights / {f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read)"))
+        errs["cpu_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
+        n_ops = len(model.trunk_layers)
+        terms.append(Term("barriers", n_ops * pr.n_cpu_ops_per_layer * 2 * pr.s_barrier_s_per_thread * p.n_threads
+                          * (2.0 if f.cross_socket else 1.0), "sync",
+                          f"{n_ops} layers x {pr.n_cpu_ops_per_layer * 2} ops x thread barrier"))
+    else:
+        t_gw = (r_dense + gpu_exp + cpu_bytes * hit) / f.bw_gpu_bytes_per_s.value
+        terms.append(Term("gpu_weights_read", t_gw, "gpu-mem",
+                          f"({r_dense / 1e9:.2f} dense + {gpu_exp / 1e9:.2f} GPU experts"
+                          + (f" + {cpu_bytes * hit / 1e9:.2f} cached" if hit else "")
+                          + f") GB / {f.bw_gpu_bytes_per_s.value / 1e9:.0f} GB/s"))
+        errs["gpu_weights_read"] = f.bw_gpu_bytes_per_s.rel_err
+        if kv_bytes:
+            terms.append(Term("kv_read", kv_bytes / f.bw_gpu_bytes_per_s.value, "gpu-mem",
+                              f"{kv_bytes / 1e9:.3f} GB of KV at depth {depth}"))
+            errs["kv_read"] = f.bw_gpu_bytes_per_s.rel_err
+        terms.append(Term("gpu_launch", len(model.trunk_layers) * f.s_layer_gpu_s.value, "gpu-compute",
+                          f"{len(model.trunk_layers)} layers x {f.s_layer_gpu_s.value * 1e6:.0f} us"))
+        errs["gpu_launch"] = f.s_layer_gpu_s.rel_err
+        if cpu_exp:
+            if pr.op_offload == "weights":
+                # vLLM/SGLang --cpu-offload-gb: the offloaded layers' weights cross PCIe every step
+                full = sum(layer.expert_bytes for layer in cpu_exp)
+                terms.append(Term("pcie_weights", full / max(1.0, f.h2d_bytes_per_s.value), "pcie",
+                                  f"{full / 1e9:.2f} GB offloaded weights / {f.h2d_bytes_per_s.value / 1e9:.1f} GB/s"))
+                errs["pcie_weights"] = f.h2d_bytes_per_s.rel_err
+            else:
+                miss = 1.0 - hit
+                t_read = cpu_bytes * miss / f.bw_cpu_bytes_per_s.value
+                t_dot = cpu_dot * miss / max(1.0, f.cpu_dot_elem_per_s.value)
+                terms.append(Term("cpu_experts_read", t_read, "cpu-mem",
+                                  f"{cpu_bytes * miss / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.1f} GB/s "
+                                  f"({f.numa_note})"))
+                errs["cpu_experts_read"] = f.bw_cpu_bytes_per_s.rel_err
+                terms.append(Term("cpu_compute_excess", max(0.0, t_dot - t_read), "cpu-compute",
+                                  f"max(0, {cpu_dot * miss / 1e9:.2f} G weights / "
+                                  f"{f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read time)"))
+                errs["cpu_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
+                terms.append(Term("sync", len(cpu_exp) * f.s_sync_s.value, "sync",
+                                  f"{len(cpu_exp)} CPU layers x {f.s_sync_s.value * 1e6:.0f} us"))
+                errs["sync"] = f.s_sync_s.rel_err
+                if resident_share < 1.0:
+                    miss_bytes = cpu_bytes * miss * (1.0 - resident_share)
+                    terms.append(Term("nvme_read", miss_bytes / f.nvme_bytes_per_s.value, "nvme",
+                                      f"{1 - resident_share:.0%} of CPU expert pages not in RAM: "
+                                      f"{miss_bytes / 1e9:.2f} GB / {f.nvme_bytes_per_s.value / 1e9:.1f} GB/s"))
+                    errs["nvme_read"] = f.nvme_bytes_per_s.rel_err
+    terms.append(Term("per_token", f.t_token_s.value, "sync", "sampling, graph build, host sync"))
+    errs["per_token"] = f.t_token_s.rel_err
+    a = min(max(p.draft_accept, 0.0), 0.999)
+    tokens_per_step = (1 - a ** n_step) / (1 - a) if p.n_draft else 1.0
+    return terms, errs, tokens_per_step
+
+
+def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
+                           f: Factors, n_prompt: int) -> tuple[list[Term], dict[str, float]]:
+    """Terms of processing an n_prompt-token prompt, in seconds per prompt token."""
+    k, n = p.n_experts_used or model.n_experts_used, model.n_experts
+    n_prompt = max(1, n_prompt)
+    u = max(1, min(p.n_ubatch, n_prompt))
+    n_ub = math.ceil(n_prompt / u)
+    cpu = set(p.cpu_moe_layers)
+    share = distinct_experts(n, k, u) / max(1, n)
+    depth_mid = n_prompt / 2
+    moe_gpu = [layer for layer in model.moe_layers if layer.index not in cpu]
+    moe_cpu = [layer for layer in model.moe_layers if layer.index in cpu]
+    p_dense = non_expert_params(model)
+    per_tok = k / n if n else 0.0
+    exp_params = lambda layers: sum(layer.expert_elements for layer in layers) * per_tok  # noqa: E731
+    attn = attention_flops_per_token(model, int(depth_mid))
+    if pr.op_offload == "mainline":
+        offload = p.op_offload and u >= 32
+    elif pr.op_offload == "ik":
+        offload = p.op_offload and u * k >= 32 * n
+    else:
+        offload = pr.op_offload == "weights"
+    terms: list[Term] = []
+    errs: dict[str, float] = {}
+    scale = n_ub / n_prompt  # per-ubatch seconds -> seconds per prompt token
+    if f.cpu_only:
+        flops = u * (2 * (p_dense + exp_params(model.moe_layers)) + attn)
+        t = flops / max(1.0, f.cpu_flop_per_s.value)
+        terms.append(Term("cpu_matmul", t * scale, "cpu-compute",
+                          f"{flops / 1e12:.2f} TFLOP per ubatch / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s"))
+        errs["cpu_matmul"] = f.cpu_flop_per_s.rel_err
+    else:
+        gpu_params = p_dense + exp_params(moe_gpu) + (exp_params(moe_cpu) if offload else 0.0)
+        flops = u * (2 * gpu_params + attn)
+        t_c = flops / max(1.0, f.gpu_flop_per_s.value)
+        r = dense_read_bytes(model) + sum(layer.expert_bytes for layer in moe_gpu) * share
+        t_r = r / max(1.0, f.bw_gpu_bytes_per_s.value)
+        terms.append(Term("gpu_matmul", max(t_c, t_r) * scale, "gpu-compute",
+                          f"max({flops / 1e12:.2f} TFLOP / {f.gpu_flop_per_s.value / 1e12:.0f} TFLOP/s, "
+                          f"{r / 1e9:.2f} GB / {f.bw_gpu_bytes_per_s.value / 1e9:.0f} GB/s) per ubatch of {u}"))
+        errs["gpu_matmul"] = f.gpu_flop_per_s.rel_err
+        if moe_cpu:
+            if offload:
+                full = 1.0 if pr.op_offload == "weights" else share
+                b = sum(layer.expert_bytes for layer in moe_cpu) * full
+                terms.append(Term("h2d_experts", b / max(1.0, f.h2d_bytes_per_s.value) * scale, "pcie",
+                                  f"{b / 1e9:.2f} GB of used experts per ubatch of {u} / "
+                                  f"{f.h2d_bytes_per_s.value / 1e9:.1f} GB/s"))
+                errs["h2d_experts"] = f.h2d_bytes_per_s.rel_err
+            else:
+                fl = u * 2 * exp_params(moe_cpu)
+                b = sum(layer.expert_bytes for layer in moe_cpu) * share
+                t_c = fl / max(1.0, f.cpu_flop_per_s.value)
+                t_r = b / max(1.0, f.bw_cpu_bytes_per_s.value)
+                terms.append(Term("cpu_experts", max(t_c, t_r) * scale, "cpu-compute" if t_c >= t_r else "cpu-mem",
+                                  f"max({fl / 1e12:.2f} TFLOP / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s, "
+                                  f"{b / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.0f} GB/s) per ubatch"))
+                errs["cpu_experts"] = f.cpu_flop_per_s.rel_err if t_c >= t_r else f.bw_cpu_bytes_per_s.rel_err
+            terms.append(Term("sync", len(moe_cpu) * f.s_sync_s.value * scale, "sync",
+                              f"{len(moe_cpu)} CPU layers x {f.s_sync_s.value * 1e6:.0f} us per ubatch"))
+            errs["sync"] = f.s_sync_s.rel_err
+    return terms, errs
+
+
+def _bottleneck(terms: list[Term]) -> str:
+    if not terms:
+        return "none"
+    by_res: dict[str, float] = {}
+    for t in terms:
+        by_res[t.resource] = by_res.get(t.resource, 0.0) + t.seconds
+    return max(sorted(by_res), key=lambda r: by_res[r])
+
+
+BOTTLENECK_TEXT = {
+    "cpu-mem": "CPU DRAM bandwidth (routed experts read from RAM)",
+    "cpu-compute": "CPU compute (dequantising and multiplying experts)",
+    "gpu-mem": "GPU memory bandwidth",
+    "gpu-compute": "GPU compute / kernel launches",
+    "pcie": "PCIe host-to-GPU copies",
+    "sync": "per-layer synchronisation between CPU and GPU",
+    "nvme": "NVMe reads (the CPU experts do not fit in RAM)",
+}
+
+
+def node_ram_split(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
+                   host_bytes: int) -> tuple[tuple[int, int], ...]:
+    """Host RAM per NUMA node: bound nodes hold it all, interleave spreads it, KTransformers
+    copies the experts to every node, no policy puts it on the first node."""
+    nodes = used_nodes(hw, p)
+    if pr.numa_aware and len(nodes) > 1:
+        return tuple((n.id, host_bytes) for n in nodes)
+    if p.numa in ("interleave", "distribute") and len(nodes) > 1:
+        share = host_bytes // len(nodes)
+        return tuple((n.id, share) for n in nodes)
+    return ((nodes[0].id, host_bytes),)
+
+
+def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, *, depth: int = 0,
+             n_prompt: int = 4096, consts: MemoryConstants | None = None,
+             repack_types: tuple[str, ...] = ()) -> Estimate:
+    """Memory, decode and prefill speed of placement `p` on `hw` with backend priors `pr`."""
+    if not hw.gpus and p.n_gpus:
+        p = p.with_(n_gpus=0)
+    mem = estimate_memory(model, p, consts, repack_types=repack_types)
+    f = resolve_factors(hw, pr, p)
+    other_host = mem.ram_bytes - mem.get("weights_experts_cpu")
+    res_share = _resident_share(model, p, hw, other_host)
+    dterms, derrs, per_step = estimate_decode_terms(model, p, hw, pr, f, depth, res_share)
+    t_step = sum(t.seconds for t in dterms)
+    decode = per_step / t_step if t_step > 0 else 0.0
+    dr = _terms_range(dterms, derrs)
+    pterms, perrs = estimate_prefill_terms(model, p, hw, pr, f, n_prompt)
+    t_pp = sum(t.seconds for t in pterms)
+    prefill = 1.0 / t_pp if t_pp > 0 else 0.0
+    prr = _terms_range(pterms, perrs)
+    host = mem.ram_bytes
+    if pr.numa_aware and len(used_nodes(hw, p)) > 1:
+        host += mem.get("weights_experts_cpu") * (len(used_nodes(hw, p)) - 1)
+    notes = []
+    if res_share < 1.0:
+        notes.append(f"only {res_share:.0%} of the CPU experts fit in RAM: the rest is read from NVMe")
+    if p.n_draft:
+        notes.append(f"speculative: {p.n_draft} drafted, acceptance {p.draft_accept:.0%} -> "
+                     f"{per_step:.2f} tokens per step")
+    if f.cpu_only:
+        notes.append("no GPU layers: everything runs on the CPU")
+    return Estimate(
+        decode_tok_s=decode,
+        decode_tok_s_range=(decode / (1 + dr), decode / max(0.1, 1 - dr)),
+        prefill_tok_s=prefill,
+        prefill_tok_s_range=(prefill / (1 + prr), prefill / max(0.1, 1 - prr)),
+        decode_terms=tuple(t if p.n_draft == 0 else Term(t.name, t.seconds / per_step, t.resource, t.formula)
+                           for t in dterms),
+        prefill_terms=tuple(pterms),
+        bottleneck=_bottleneck(dterms),
+        prefill_bottleneck=_bottleneck(pterms),
+        vram_bytes=0 if f.cpu_only else mem.vram_bytes,
+        vram_required_bytes=0 if f.cpu_only else mem.vram_required_bytes,
+        ram_bytes=host,
+        memory=mem.to_dict(),
+        ram_bytes_per_node=node_ram_split(model, p, hw, pr, host if not pr.numa_aware else mem.ram_bytes),
+        depth=depth,
+        factors=f.to_dict(),
+        notes=tuple(notes),
+    )

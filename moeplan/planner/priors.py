@@ -1,0 +1,67 @@
+"""Per-backend efficiency priors (the data lives in profiles/backends.toml, read by probes).
+
+A prior is what the cost model assumes before anything was measured on this machine. The
+order of trust is: calibrated factor (HardwareProfile.calibration) > measured figure of the
+profile > these priors. Every prior carries a relative uncertainty that feeds the range.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class BackendPriors:
+    """Efficiency factors of one runtime. Symbols as in cost.py's docstring.
+
+    eta_gpu: fraction of the GPU's effective memory bandwidth that decode kernels reach.
+    eta_cpu: fraction of a NUMA node's effective DRAM read bandwidth reached when the CPU
+        streams routed experts in decode.
+    rho_remote: remote/local read-bandwidth ratio when the profile has no measured matrix.
+    core_read_share: one core's read rate as a multiple of (node bandwidth / node cores):
+        b_core = core_read_share * BW_node / n_cores_node (STREAM saturates a node with about
+        1/core_read_share of its cores).
+    cpu_dot_elem_per_s_per_core: decode (batch 1) dot-product rate of one core, weights per
+        second, for Q8_0 on an AVX2/AVX-512 core; other types scale by `type_cost`.
+    type_cost: relative cost per weight of a type's vec_dot against Q8_0 (>1 = slower).
+    s_sync_s: fixed cost per CPU-expert layer per token (two backend switches, copies of the
+        activations, kernel launches).
+    s_barrier_s_per_thread: thread-pool barrier cost per thread per CPU op (grows with T;
+        doubled across sockets); n_cpu_ops_per_layer barriers per CPU layer.
+    s_layer_gpu_s: fixed GPU cost per layer per token (kernel launches not hidden by graphs).
+    t_token_s: fixed per-token cost (sampling, graph build, host sync).
+    pi_h2d: fraction of the host-to-GPU copy rate that expert uploads reach in prefill.
+    gpu_mfu: fraction of the GPU's dense FP16 tensor rate reached by prefill matmuls.
+    cpu_flop_per_s_per_core: batched (prefill) matmul rate of one core by ISA class.
+    numa_aware: per-node thread pools reading node-local copies of the experts (KTransformers).
+    op_offload: 'mainline' (copy used experts when ubatch >= 32), 'ik' (when ubatch*k >=
+        32*n_experts), 'never' (CPU computes its experts in prefill too), 'weights' (vLLM's
+        --cpu-offload-gb: offloaded weights cross PCIe in every forward pass, decode too).
+    expert_cache: the backend has a GPU cache of hot experts of CPU layers.
+    zipf_s: skew of expert popularity used for cache hit rates (0 = uniform).
+    rel_err: relative uncertainty of each prior (1 sigma), by name.
+    """
+
+    name: str
+    eta_gpu: float = 0.8
+    eta_cpu: float = 0.65
+    rho_remote: float = 0.3
+    core_read_share: float = 2.5
+    cpu_dot_elem_per_s_per_core: float = 8.8e9
+    type_cost: dict[str, float] = field(default_factory=dict)
+    s_sync_s: float = 100e-6
+    s_barrier_s_per_thread: float = 0.3e-6
+    n_cpu_ops_per_layer: int = 4
+    s_layer_gpu_s: float = 60e-6
+    t_token_s: float = 1e-3
+    pi_h2d: float = 0.8
+    gpu_mfu: float = 0.35
+    cpu_flop_per_s_per_core: dict[str, float] = field(default_factory=dict)
+    numa_aware: bool = False
+    op_offload: str = "mainline"
+    expert_cache: bool = False
+    zipf_s: float = 0.5
+    rel_err: dict[str, float] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+
+    def err(self, name: str, default: float = 0.3) -> float:
+        return self.rel_err.get(name, default)

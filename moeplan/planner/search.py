@@ -1,0 +1,357 @@
+"""Enumerate placements, prune by memory, rank by objective, keep the Pareto front.
+
+The search builds its table first and ranks it second (no mutation of inputs):
+
+  for each KV type (legal ones: a quantized V cache needs flash attention, MLA needs the
+  K and V types to match), ubatch in 512..4096 with and without op-offload, NUMA policy (when
+  the machine has several nodes), thread count (physical cores of the used nodes) and GPU
+  expert-cache size (where the backend has one):
+      the fewest CPU-expert layers that fit the VRAM budget (memory grows monotonically
+      with the number of GPU-resident expert layers, so this is a binary search), because
+      every layer moved to the GPU makes decode (and offloaded prefill) faster;
+      prune by host RAM (anonymous memory must fit; page cache may spill to NVMe at a
+      modelled cost) and by per-node RAM when bound to nodes;
+  then rank by the objective; the Pareto front of VRAM against decode speed varies the
+  number of CPU layers for the best settings.
+
+Which layers go to the CPU for a count c: the ones whose experts cost the CPU least per byte
+freed on the GPU (cheap-to-dot types first), ties broken by block index ascending, so plain
+models get the leading layers (like --n-cpu-moe) and the -ot patterns stay compact.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from moeplan.errors import InfeasibleError
+from moeplan.planner.cost import dot_elements, estimate, used_nodes
+from moeplan.planner.hardware import HardwareProfile
+from moeplan.planner.memory import MemoryConstants, estimate_memory
+from moeplan.planner.model import ModelSpec
+from moeplan.planner.placement import Placement
+from moeplan.planner.plan import Alternative, Estimate
+from moeplan.planner.priors import BackendPriors
+
+GIB = 1024**3
+UBATCHES = (512, 1024, 2048, 4096)
+KV_TYPES = ("f16", "q8_0", "q4_0")
+# a quantized KV cache costs quality: take it only when it buys this much decode speed
+KV_PREFERENCE = {"f16": 1.0, "q8_0": 1.03, "q4_0": 1.10}
+OS_RESERVE_BYTES = 2 * GIB  # RAM the OS and the rest of the system keep
+# "balanced" scores a typical request: a 4096-token prompt and 512 generated tokens
+BALANCED_PROMPT, BALANCED_GEN = 4096, 512
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for. Budgets of 0 mean: take them from the hardware profile."""
+
+    backend: str = "llama.cpp"
+    objective: str = "decode"  # decode | prefill | balanced
+    n_ctx: int | None = None  # exact context; None = at least min_ctx, grown to fill VRAM
+    min_ctx: int = 4096
+    vram_bytes: int = 0  # usable VRAM of all GPUs together
+    ram_bytes: int = 0
+    depth: int = 0
+    n_prompt: int = 4096
+    kv_types: tuple[str, ...] = KV_TYPES
+    ubatches: tuple[int, ...] = UBATCHES
+    numa_policies: tuple[str, ...] = ()  # () = all that make sense for the machine
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    placement: Placement
+    estimate: Estimate
+    score: float
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    best: Candidate
+    alternatives: tuple[Candidate, ...]
+    pareto: tuple[Alternative, ...]
+    n_evaluated: int
+    why: tuple[str, ...]
+    one_more_gib: str
+
+
+def cpu_layer_order(model: ModelSpec, pr: BackendPriors) -> tuple[int, ...]:
+    """MoE layers in the order they should move to the CPU (see module docstring)."""
+    def key(layer):
+        cost = dot_elements(layer, pr.type_cost) / max(1, layer.expert_elements)
+        return (round(cost, 3), -layer.expert_bytes, layer.index)
+    return tuple(layer.index for layer in sorted(model.moe_layers, key=key))
+
+
+def _budgets(hw: HardwareProfile, req: Request) -> tuple[int, int]:
+    vram = req.vram_bytes or sum((g.vram_free_bytes or g.vram_bytes) for g in hw.gpus)
+    ram = req.ram_bytes or hw.ram_bytes
+    return vram, ram
+
+
+def shortfall(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ram: int,
+         consts: MemoryConstants, pr: BackendPriors) -> str:
+    """What is short (a message) when placement p does not fit; '' when it fits."""
+    mem = estimate_memory(model, p, consts)
+    if p.n_gpus and mem.vram_required_bytes > vram:
+        return f"VRAM short by {(mem.vram_required_bytes - vram) / GIB:.2f} GiB"
+    anon = mem.ram_anon_bytes
+    if pr.numa_aware:
+        anon += mem.get("weights_experts_cpu") * max(0, len(used_nodes(hw, p)) - 1)
+    if anon > ram - OS_RESERVE_BYTES:
+        return f"RAM short by {(anon - ram + OS_RESERVE_BYTES) / GIB:.2f} GiB"
+    if p.numa == "bind" and hw.numa_nodes:
+        nodes = used_nodes(hw, p)
+        node_mem = sum(n.mem_total_bytes for n in nodes)
+        if node_mem and mem.ram_bytes > node_mem - OS_RESERVE_BYTES // 2:
+            return f"bound NUMA node RAM short by {(mem.ram_bytes - node_mem) / GIB:.2f} GiB"
+    return ""
+
+
+def kv_type_legal(model: ModelSpec, kv: str) -> bool:
+    """llama.cpp refuses a quantized cache whose block does not divide the head size
+    (q8_0/q4_0 blocks are 32 wide): check d_k and d_v of the model."""
+    from moeplan.planner.ggml import TYPE_SIZES, canonical_type
+
+    block = TYPE_SIZES[canonical_type(kv)][0]
+    extra = dict(model.extra)
+    dims = [extra.get("attention.key_length"), extra.get("attention.value_length")]
+    dims = [int(d) for d in dims if d] or [model.n_embd // max(1, model.n_head)]
+    return all(d % block == 0 for d in dims)
+
+
+def _score(e: Estimate, objective: str, kv: str) -> float:
+    pref = KV_PREFERENCE.get(kv, 1.2)
+    if objective == "prefill":
+        return e.prefill_tok_s / pref
+    if objective == "balanced":
+        t = BALANCED_PROMPT / max(e.prefill_tok_s, 1e-9) + BALANCED_GEN / max(e.decode_tok_s, 1e-9)
+        return 1.0 / t / pref
+    return e.decode_tok_s / pref
+
+
+def _numa_options(hw: HardwareProfile, req: Request, pr: BackendPriors) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    nodes = [n for n in hw.numa_nodes if n.cpus and not n.memory_only]
+    if len(nodes) <= 1 or pr.numa_aware:
+        return (("none", ()),) if not pr.numa_aware else (("none", tuple(n.id for n in nodes)),)
+    allowed = req.numa_policies or ("bind", "interleave", "distribute", "none")
+    gpu_node = hw.gpus[0].numa_node if hw.gpus else None
+    bind_node = gpu_node if gpu_node is not None else nodes[0].id
+    out = []
+    for pol in allowed:
+        out.append((pol, (bind_node,) if pol == "bind" else ()))
+    return tuple(out)
+
+
+def _threads_for(hw: HardwareProfile, p: Placement, req: Request) -> int:
+    if req.threads:
+        return req.threads
+    nodes = used_nodes(hw, p)
+    cores = sum(n.n_physical_cores for n in nodes)
+    return max(1, cores or hw.cpu.n_cores)
+
+
+def _min_cpu_layers(model: ModelSpec, base: Placement, order: tuple[int, ...], hw: HardwareProfile,
+                    vram: int, ram: int, consts: MemoryConstants, pr: BackendPriors) -> int | None:
+    """Fewest CPU layers (in `order`) that fit; None if even all-on-CPU does not fit."""
+    lo, hi = 0, len(order)
+    if shortfall(model, base.with_(cpu_moe_layers=tuple(sorted(order))), hw, vram, ram, consts, pr):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        p = base.with_(cpu_moe_layers=tuple(sorted(order[:mid])))
+        if shortfall(model, p, hw, vram, ram, consts, pr):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _grow_ctx(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ram: int,
+              consts: MemoryConstants, pr: BackendPriors) -> Placement:
+    """Largest context (multiple of 256, up to the model's maximum) that still fits."""
+    top = model.n_ctx_train or p.n_ctx
+    if top <= p.n_ctx:
+        return p
+    lo, hi = p.n_ctx // 256, top // 256
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if shortfall(model, p.with_(n_ctx=mid * 256), hw, vram, ram, consts, pr):
+            hi = mid - 1
+        else:
+            lo = mid
+    return p.with_(n_ctx=lo * 256)
+
+
+def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request,
+                consts: MemoryConstants | None = None) -> SearchResult:
+    """The fastest placement for `req.objective` that fits the budgets. Raises InfeasibleError."""
+    consts = consts or MemoryConstants()
+    vram, ram = _budgets(hw, req)
+    has_gpu = bool(hw.gpus) and vram > 0
+    n_gpus = max(1, len(hw.gpus)) if has_gpu else 0
+    order = cpu_layer_order(model, pr)
+    ctx0 = req.n_ctx or min(req.min_ctx, model.n_ctx_train or req.min_ctx)
+    candidates: list[Candidate] = []
+    shortfalls: list[str] = []
+    n_eval = 0
+    cache_options = (0,)
+    # flash attention stays on (llama.cpp's default on CUDA): it is what makes a quantized V
+    # cache legal, and K = V types keeps MLA's latent cache legal too
+    for kv in req.kv_types:
+        if not kv_type_legal(model, kv):
+            continue
+        for numa, nodes in _numa_options(hw, req, pr):
+            for ub in req.ubatches:
+                for op in ((True, False) if has_gpu and pr.op_offload in ("mainline", "ik") else (True,)):
+                    base = Placement(backend=pr.name, n_ctx=ctx0, cache_type_k=kv, cache_type_v=kv,
+                                     flash_attn=True, n_ubatch=ub, n_batch=max(2048, ub), numa=numa,
+                                     numa_nodes=nodes, op_offload=op, n_gpus=n_gpus)
+                    base = base.with_(n_threads=_threads_for(hw, base, req))
+                    if not has_gpu:
+                        p = base.with_(cpu_moe_layers=model.moe_layer_indices)
+                        short = shortfall(model, p, hw, vram, ram, consts, pr)
+                        if short:
+                            shortfalls.append(short)
+                            continue
+                    else:
+                        c = _min_cpu_layers(model, base, order, hw, vram, ram, consts, pr)
+                        if c is None:
+                            shortfalls.append(shortfall(model, base.with_(cpu_moe_layers=tuple(sorted(order))), hw,
+                                                   vram, ram, consts, pr))
+                            continue
+                        p = base.with_(cpu_moe_layers=tuple(sorted(order[:c])))
+                    if req.n_ctx is None:
+                        p = _grow_ctx(model, p, hw, vram, ram, consts, pr)
+                    for cache in cache_options:
+                        q = p.with_(gpu_expert_cache_bytes=cache)
+                        e = estimate(model, q, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
+                        n_eval += 1
+                        candidates.append(Candidate(q, e, _score(e, req.objective, kv)))
+    if not candidates:
+        raise infeasible(model, hw, pr, req, vram, ram, consts, shortfalls)
+    # deterministic ranking: score, then smaller VRAM, then a stable key of the placement
+    candidates.sort(key=lambda c: (-round(c.score, 9), c.estimate.vram_bytes, _stable_key(c.placement)))
+    best = candidates[0]
+    alts = _distinct_alternatives(candidates[1:], best)
+    pareto = pareto_front(model, best.placement, order, hw, pr, req, vram, ram, consts) if has_gpu else ()
+    return SearchResult(best=best, alternatives=tuple(alts), pareto=pareto, n_evaluated=n_eval,
+                        why=explain(best, candidates, model, hw),
+                        one_more_gib=one_more_gib(model, best.placement, order, hw, pr, req, vram, ram, consts)
+                        if has_gpu else "")
+
+
+def _stable_key(p: Placement) -> tuple:
+    return (p.cache_type_k, p.n_ubatch, not p.op_offload, p.numa, p.n_ctx, p.cpu_moe_layers)
+
+
+def _distinct_alternatives(cands: list[Candidate], best: Candidate, n: int = 5) -> list[Candidate]:
+    seen = {_label(best.placement)}
+    out = []
+    for c in cands:
+        lab = _label(c.placement)
+        if lab in seen:
+            continue
+        seen.add(lab)
+        out.append(c)
+        if len(out) >= n:
+            break
+    return out
+
+
+def _label(p: Placement) -> str:
+    return (f"{len(p.cpu_moe_layers)} CPU layers, KV {p.cache_type_k}, ub {p.n_ubatch}"
+            f"{'' if p.op_offload else ', no op-offload'}, numa {p.numa}")
+
+
+def to_alternative(c: Candidate) -> Alternative:
+    return Alternative(label=_label(c.placement), placement=c.placement, decode_tok_s=c.estimate.decode_tok_s,
+                       prefill_tok_s=c.estimate.prefill_tok_s, vram_bytes=c.estimate.vram_bytes,
+                       ram_bytes=c.estimate.ram_bytes)
+
+
+def pareto_front(model: ModelSpec, best: Placement, order: tuple[int, ...], hw: HardwareProfile,
+                 pr: BackendPriors, req: Request, vram: int, ram: int, consts: MemoryConstants,
+                 max_points: int = 24) -> tuple[Alternative, ...]:
+    """VRAM against decode speed: the best settings with every feasible CPU-layer count
+    (each point is the fastest for its VRAM, since speed falls as layers leave the GPU)."""
+    n = len(order)
+    step = max(1, math.ceil((n + 1) / max_points))
+    counts = sorted(set(range(0, n + 1, step)) | {n, len(best.cpu_moe_layers)})
+    out = []
+    for c in counts:
+        p = best.with_(cpu_moe_layers=tuple(sorted(order[:c])))
+        if shortfall(model, p, hw, 1 << 62, ram, consts, pr):
+            continue  # RAM-infeasible whatever the VRAM
+        e = estimate(model, p, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
+        out.append(Alternative(label=f"{c} CPU layers", placement=p, decode_tok_s=e.decode_tok_s,
+                               prefill_tok_s=e.prefill_tok_s, vram_bytes=e.vram_bytes, ram_bytes=e.ram_bytes))
+    return tuple(sorted(out, key=lambda a: a.vram_bytes))
+
+
+def one_more_gib(model: ModelSpec, best: Placement, order: tuple[int, ...], hw: HardwareProfile,
+                 pr: BackendPriors, req: Request, vram: int, ram: int, consts: MemoryConstants) -> str:
+    """What 1 GiB more VRAM would buy (the next layer's experts, or more context)."""
+    c = len(best.cpu_moe_layers)
+    if c == 0:
+        return "nothing for speed: every expert already sits on the GPU"
+    extra = vram + GIB
+    p = best.with_(cpu_moe_layers=tuple(sorted(order[:c - 1])))
+    base_e = estimate(model, best, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
+    k = 0
+    while k < c and not shortfall(model, best.with_(cpu_moe_layers=tuple(sorted(order[:c - k - 1]))), hw,
+                                  extra, ram, consts, pr):
+        k += 1
+    if k == 0:
+        mem_next = estimate_memory(model, p, consts).vram_required_bytes
+        need = mem_next - vram
+        return f"not enough for another layer's experts (the next needs {need / GIB:.2f} GiB more)"
+    q = best.with_(cpu_moe_layers=tuple(sorted(order[:c - k])))
+    e = estimate(model, q, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
+    gain = e.decode_tok_s / base_e.decode_tok_s - 1
+    return (f"{k} more layer{'s' if k > 1 else ''}' experts on the GPU: decode "
+            f"{base_e.decode_tok_s:.1f} -> {e.decode_tok_s:.1f} tok/s (+{gain:.0%})")
+
+
+def explain(best: Candidate, cands: list[Candidate], model: ModelSpec, hw: HardwareProfile) -> tuple[str, ...]:
+    from moeplan.planner.cost import BOTTLENECK_TEXT
+
+    p, e = best.placement, best.estimate
+    why = [f"bottleneck: {BOTTLENECK_TEXT.get(e.bottleneck, e.bottleneck)}"]
+    n_moe = len(model.moe_layers)
+    c = len(p.cpu_moe_layers)
+    if hw.gpus:
+        why.append(f"{n_moe - c} of {n_moe} MoE layers keep their experts on the GPU: "
+                   f"the most that fit beside the KV cache at ctx {p.n_ctx}")
+    if p.cache_type_k != "f16":
+        f16 = [x for x in cands if x.placement.cache_type_k == "f16"]
+        if f16:
+            gain = e.decode_tok_s / max(x.estimate.decode_tok_s for x in f16) - 1
+            why.append(f"KV {p.cache_type_k}: frees VRAM for more expert layers (+{gain:.0%} decode over f16)")
+    if p.numa != "none":
+        why.append(f"NUMA {p.numa}: {dict(e.factors).get('numa_note', '')}")
+    if not p.op_offload:
+        why.append("no op-offload: copying experts over PCIe per ubatch is slower than computing them on the CPU")
+    return tuple(why)
+
+
+def infeasible(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request, vram: int, ram: int,
+               consts: MemoryConstants, shortfalls: list[str]) -> InfeasibleError:
+    """Say what is short by how much, and what would make it fit."""
+    ctx = req.n_ctx or req.min_ctx
+    p = Placement(backend=pr.name, n_ctx=ctx, cache_type_k="q4_0" if not model.mla else "q4_0",
+                  cache_type_v="q4_0", cpu_moe_layers=model.moe_layer_indices, n_gpus=1 if hw.gpus else 0)
+    mem = estimate_memory(model, p, consts)
+    parts = []
+    if hw.gpus and mem.vram_required_bytes > vram:
+        parts.append(f"even with every expert on the CPU and a q4_0 KV cache it needs "
+                     f"{mem.vram_required_bytes / GIB:.1f} GiB of VRAM (with the 1 GiB margin), "
+                     f"the budget is {vram / GIB:.1f} GiB")
+    if mem.ram_anon_bytes > ram - OS_RESERVE_BYTES or mem.ram_bytes > ram:
+        parts.append(f"host RAM: needs {mem.ram_bytes / GIB:.1f} GiB, has {ram / GIB:.1f} GiB")
+    if not parts:
+        parts = sorted(set(shortfalls))[:2] or ["no placement fits"]
+    hint = "a smaller quant (--quant), a shorter --ctx, more VRAM (--vram) or RAM (--ram)"
+    return InfeasibleError(f"{model.name}: no placement fits: " + "; ".join(parts), f"try {hint}")

@@ -1,0 +1,320 @@
+"""Hugging Face config -> GGUF hyper-parameters -> tensor index, as llama.cpp builds them.
+
+Two pure steps, so a bundled profile, a Hugging Face folder and a GGUF file all reach
+`build_model_spec` through the same code:
+
+1. `gguf_hparams(config)` maps a config.json (with a VL container's `text_config` merged to
+   the root, as convert_hf_to_gguf.py does) to the keys convert_hf_to_gguf.py / conversion/*.py
+   write, without the `{arch}.` prefix ('block_count', 'attention.head_count_kv', ...).
+2. `tensor_specs(arch, hp)` lists the tensors of such a GGUF with their ggml shapes (ne0 first)
+   as llama.cpp's src/models/<arch>.cpp `load_arch_tensors` creates them, in the layout the
+   converter writes (separate q/k/v and gate/up, MLA kv_b split into k_b and v_b).
+
+Each TensorSpec carries a `role` that the quant recipes (quants.py) and the checkpoint-format
+rules key on. Sources: llama.cpp 2026-10 master, conversion/{base,deepseek,glm,qwen,gpt_oss,
+llama,minimax}.py and src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,
+qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2}.cpp.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TensorSpec", "gguf_hparams", "tensor_specs", "arch_of_config", "keeps_mtp"]
+
+# HF `architectures[0]` -> (llama.cpp arch, converter variant). conversion/__init__.py registry.
+HF_ARCHS: dict[str, tuple[str, str]] = {
+    "DeepseekV2ForCausalLM": ("deepseek2", "deepseek"),
+    "DeepseekV3ForCausalLM": ("deepseek2", "deepseek"),
+    "KimiK25ForConditionalGeneration": ("deepseek2", "deepseek"),
+    "Glm4MoeLiteForCausalLM": ("deepseek2", "glm-lite"),  # GLM-4.7-Flash keeps its MTP block
+    "DeepseekV32ForCausalLM": ("deepseek32", ""),
+    "GlmMoeDsaForCausalLM": ("glm-dsa", ""),
+    "DeepseekV4ForCausalLM": ("deepseek4", ""),
+    "Glm4MoeForCausalLM": ("glm4moe", ""),
+    "Glm4vMoeForConditionalGeneration": ("glm4moe", ""),
+    "Qwen2MoeForCausalLM": ("qwen2moe", ""),
+    "Qwen3MoeForCausalLM": ("qwen3moe", ""),
+    "Qwen3NextForCausalLM": ("qwen3next", ""),
+    "Qwen3_5MoeForConditionalGeneration": ("qwen35moe", ""),
+    "Qwen3_5MoeForCausalLM": ("qwen35moe", ""),
+    "GptOssForCausalLM": ("gpt-oss", ""),
+    "Llama4ForConditionalGeneration": ("llama4", ""),
+    "Llama4ForCausalLM": ("llama4", ""),
+    "MixtralForCausalLM": ("llama", ""),
+    "MiniMaxM2ForCausalLM": ("minimax-m2", ""),
+}
+# model_type fallback when `architectures` is missing
+MODEL_TYPES: dict[str, str] = {
+    "deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
+    "kimi_k2": "DeepseekV3ForCausalLM", "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
+    "deepseek_v32": "DeepseekV32ForCausalLM", "glm_moe_dsa": "GlmMoeDsaForCausalLM",
+    "deepseek_v4": "DeepseekV4ForCausalLM", "glm4_moe": "Glm4MoeForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+    "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM", "gpt_oss": "GptOssForCausalLM",
+    "llama4": "Llama4ForConditionalGeneration", "llama4_text": "Llama4ForCausalLM",
+    "mixtral": "MixtralForCausalLM", "minimax_m2": "MiniMaxM2ForCausalLM",
+}
+
+
+def hf_architecture(cfg: dict[str, Any]) -> str | None:
+    archs = cfg.get("architectures") or []
+    if archs and archs[0] in HF_ARCHS:
+        return archs[0]
+    return MODEL_TYPES.get(str(cfg.get("model_type", "")))
+
+
+def arch_of_config(cfg: dict[str, Any]) -> tuple[str, str]:
+    """(llama.cpp arch, converter variant). Raises KeyError for an architecture not covered."""
+    name = hf_architecture(cfg)
+    if name is None:
+        raise KeyError(str((cfg.get("architectures") or [cfg.get("model_type")])[0]))
+    return HF_ARCHS[name]
+
+
+def keeps_mtp(arch: str, variant: str) -> bool:
+    """Whether convert_hf_to_gguf.py writes the MTP/NextN block (by default, no --no-mtp)."""
+    if arch == "deepseek2":
+        return variant == "glm-lite"  # DeepseekV2Model.skip_mtp; Glm4MoeLiteModel keeps it
+    return arch in ("deepseek32", "glm-dsa", "glm4moe", "qwen3next", "qwen35moe")
+
+
+def n_mtp_layers(cfg: dict[str, Any], n_mtp: int | None) -> int:
+    """MTP blocks of the checkpoint: num_nextn_predict_layers or mtp_num_hidden_layers."""
+    v = _first(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers")
+    if v is None:
+        v = n_mtp or 0
+    return int(v)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of the synthesised index. `shape` is ggml order (ne0 = row length)."""
+
+    name: str
+    shape: tuple[int, ...]
+    role: str  # see ROLES
+    layer: int | None = None
+
+    @property
+    def n_elements(self) -> int:
+        return math.prod(self.shape)
+
+
+# Roles quants.py keys on. 'vector' = any 1-D tensor or bias, always kept F32 by the converter.
+ROLES = ("embed", "output", "vector", "attn", "router", "tid2eid", "experts", "expert_bias",
+         "shexp", "ffn", "hc", "compressor", "indexer", "indexer_proj", "ssm", "ssm_conv",
+         "nextn_proj", "nextn_embed", "nextn_head")
+
+
+def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    """convert_hf_to_gguf.py find_hparam: the first key present (None values count as present)."""
+    for k in keys:
+        if k in cfg:
+            return cfg[k]
+    return default
+
+
+def merged_config(config: dict[str, Any]) -> dict[str, Any]:
+    """TextModel.__init__: a VL container's text_config is merged over the root."""
+    if isinstance(config.get("text_config"), dict):
+        return {**config, **config["text_config"]}
+    return dict(config)
+
+
+# ---- step 1: config.json -> GGUF hyper-parameters --------------------------------------------
+
+def _common(cfg: dict[str, Any], n_blocks: int) -> dict[str, Any]:
+    """TextModel.set_gguf_parameters (conversion/base.py)."""
+    hp: dict[str, Any] = {"block_count": n_blocks}
+    for key, names in (
+        ("context_length", ("max_position_embeddings", "n_ctx", "n_positions", "max_length",
+                            "max_sequence_length", "model_max_length")),
+        ("embedding_length", ("hidden_size", "n_embd", "dim")),
+        ("feed_forward_length", ("prefix_dense_intermediate_size", "dense_intermediate_size",
+                                 "intermediate_size", "n_inner", "hidden_dim")),
+        ("attention.head_count", ("num_attention_heads", "n_head", "n_heads")),
+        ("attention.head_count_kv", ("num_key_value_heads", "n_kv_heads")),
+        ("expert_count", ("num_local_experts", "num_experts", "n_routed_experts")),
+        ("expert_used_count", ("num_experts_per_tok", "num_experts_per_token", "top_k_experts")),
+    ):
+        v = _first(cfg, *names)
+        if v is not None:
+            hp[key] = v
+    if cfg.get("head_dim") is not None:
+        hp["attention.key_length"] = cfg["head_dim"]
+        hp["attention.value_length"] = cfg["head_dim"]
+    return hp
+
+
+def gguf_hparams(config: dict[str, Any], *, keep_mtp: bool | None = None,
+                 n_mtp: int | None = None) -> tuple[str, dict[str, Any]]:
+    """(llama.cpp architecture, GGUF hyper-parameters) the converter writes for `config`.
+
+    keep_mtp: None follows the converter (deepseek2 and deepseek4 drop the MTP block, glm4moe,
+    glm-dsa, deepseek32, GLM-4.7-Flash, qwen3next and qwen35moe keep it); True keeps it (the
+    layout of the published checkpoint). n_mtp: MTP block count when the config does not say
+    (Qwen3-Next: the converter counts the mtp.* tensors of the checkpoint).
+    """
+    cfg = merged_config(config)
+    arch, variant = arch_of_config(cfg)
+    keep = keeps_mtp(arch, variant) if keep_mtp is None else keep_mtp
+    n_trunk = int(_first(cfg, "n_layers", "num_hidden_layers", "n_layer", "num_layers"))
+    mtp = n_mtp_layers(cfg, n_mtp) if keep else 0
+    hp = _common(cfg, n_trunk + mtp)
+    if mtp:
+        hp["nextn_predict_layers"] = mtp
+    builder = _HPARAMS.get(arch)
+    if builder is not None:
+        builder(cfg, hp)
+    if arch == "deepseek4" and mtp:
+        hp["nextn_predict_layers"] = mtp
+    return arch, hp
+
+
+def _hp_deepseek2(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """DeepseekV2Model.set_gguf_parameters: MLA becomes MQA with a 576-wide key."""
+    hp["attention.head_count_kv"] = 1
+    has_moe = cfg.get("n_routed_experts") is not None
+    fk = cfg.get("first_k_dense_replace")
+    hp["leading_dense_block_count"] = fk if fk is not None else (0 if has_moe else cfg["num_hidden_layers"])
+    kv_lora = cfg.get("kv_lora_rank", 512)
+    hp["vocab_size"] = cfg["vocab_size"]
+    if cfg.get("q_lora_rank") is not None:
+        hp["attention.q_lora_rank"] = cfg["q_lora_rank"]
+    hp["attention.kv_lora_rank"] = kv_lora
+    hp["attention.key_length"] = kv_lora + cfg["qk_rope_head_dim"]
+    hp["attention.value_length"] = kv_lora
+    hp["attention.key_length_mla"] = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+    hp["attention.value_length_mla"] = cfg["v_head_dim"]
+    hp["expert_feed_forward_length"] = _first(cfg, "moe_intermediate_size", "intermediate_size")
+    if cfg.get("n_routed_experts") is not None:
+        hp["expert_count"] = cfg["n_routed_experts"]
+    hp["expert_shared_count"] = cfg.get("n_shared_experts", 0)
+    hp["rope.dimension_count"] = cfg["qk_rope_head_dim"]
+
+
+def _hp_dsa(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """GlmMoeDsaModel / DeepseekV32Model: deepseek2 keys plus the DSA indexer."""
+    _hp_deepseek2(cfg, hp)
+    hp["attention.indexer.head_count"] = cfg["index_n_heads"]
+    hp["attention.indexer.key_length"] = cfg["index_head_dim"]
+    hp["attention.indexer.top_k"] = cfg["index_topk"]
+    if cfg.get("indexer_types") is not None:
+        hp["attention.indexer.types"] = [t == "full" for t in cfg["indexer_types"]]
+
+
+def _hp_deepseek4(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """DeepseekV4Model.set_gguf_parameters (conversion/deepseek.py)."""
+    hp["rope.dimension_count"] = cfg["qk_rope_head_dim"]
+    hp["attention.q_lora_rank"] = cfg["q_lora_rank"]
+    hp["attention.sliding_window"] = cfg["sliding_window"]
+    hp["expert_feed_forward_length"] = cfg["moe_intermediate_size"]
+    hp["expert_shared_count"] = cfg["n_shared_experts"]
+    hp["attention.indexer.head_count"] = cfg["index_n_heads"]
+    hp["attention.indexer.key_length"] = cfg["index_head_dim"]
+    hp["attention.indexer.top_k"] = cfg["index_topk"]
+    hp["attention.output_group_count"] = cfg["o_groups"]
+    hp["attention.output_lora_rank"] = cfg["o_lora_rank"]
+    hp["attention.compress_ratios"] = list(cfg["compress_ratios"])
+    hp["hyper_connection.count"] = cfg["hc_mult"]
+    hp["hash_layer_count"] = cfg["num_hash_layers"]
+    hp["embedding_length_out"] = cfg["hidden_size"] * cfg["hc_mult"]
+
+
+def _hp_glm4moe(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """Glm4MoeModel.set_gguf_parameters."""
+    rope_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    prf = cfg.get("partial_rotary_factor", (cfg.get("rope_parameters") or {}).get("partial_rotary_factor", 0.5))
+    hp["rope.dimension_count"] = int(rope_dim * prf)
+    for key, name in (("expert_count", "n_routed_experts"), ("expert_feed_forward_length", "moe_intermediate_size"),
+                      ("expert_shared_count", "n_shared_experts"),
+                      ("leading_dense_block_count", "first_k_dense_replace")):
+        if cfg.get(name) is not None:
+            hp[key] = cfg[name]
+
+
+def _hp_qwen_moe(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """Qwen2MoeModel.set_gguf_parameters (qwen2moe, qwen3moe, qwen3next, qwen35moe)."""
+    if cfg.get("moe_intermediate_size") is not None:
+        hp["expert_feed_forward_length"] = cfg["moe_intermediate_size"]
+    if cfg.get("shared_expert_intermediate_size") is not None:
+        hp["expert_shared_feed_forward_length"] = cfg["shared_expert_intermediate_size"]
+
+
+def _hp_qwen_hybrid(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """Qwen3NextModel.set_gguf_parameters (also Qwen3.5 MoE): gated delta net state sizes."""
+    _hp_qwen_moe(cfg, hp)
+    hp["ssm.conv_kernel"] = cfg["linear_conv_kernel_dim"]
+    hp["ssm.state_size"] = cfg["linear_key_head_dim"]
+    hp["ssm.group_count"] = cfg["linear_num_key_heads"]
+    hp["ssm.time_step_rank"] = cfg["linear_num_value_heads"]
+    hp["ssm.inner_size"] = cfg["linear_value_head_dim"] * cfg["linear_num_value_heads"]
+    n_trunk = cfg["num_hidden_layers"]
+    if cfg.get("layer_types") is not None:
+        rec = [t == "linear_attention" for t in cfg["layer_types"]]
+        hp["attention.recurrent_layers"] = rec + [False] * (hp["block_count"] - n_trunk)
+    hp["full_attention_interval"] = cfg.get("full_attention_interval", 4)
+
+
+def _hp_gpt_oss(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    hp["attention.sliding_window"] = cfg["sliding_window"]
+    hp["expert_feed_forward_length"] = cfg["intermediate_size"]
+
+
+def _hp_llama4(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """Llama4Model: intermediate_size is the expert width, intermediate_size_mlp the dense one."""
+    hp["feed_forward_length"] = cfg["intermediate_size_mlp"]
+    hp["interleave_moe_layer_step"] = cfg["interleave_moe_layer_step"]
+    hp["expert_feed_forward_length"] = cfg["intermediate_size"]
+    if "layer_types" in cfg and all(t == "full_attention" for t in cfg["layer_types"]):
+        hp["attention.sliding_window"] = 0
+
+
+def _hp_minimax_m2(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    hp["expert_feed_forward_length"] = cfg["intermediate_size"]
+    hp["rope.dimension_count"] = cfg["rotary_dim"]
+
+
+_HPARAMS = {
+    "deepseek2": _hp_deepseek2, "glm-dsa": _hp_dsa, "deepseek32": _hp_dsa, "deepseek4": _hp_deepseek4,
+    "glm4moe": _hp_glm4moe, "qwen2moe": _hp_qwen_moe, "qwen3moe": _hp_qwen_moe,
+    "qwen3next": _hp_qwen_hybrid, "qwen35moe": _hp_qwen_hybrid, "gpt-oss": _hp_gpt_oss,
+    "llama4": _hp_llama4, "minimax-m2": _hp_minimax_m2,
+}
+
+
+# ---- step 2: hyper-parameters -> tensor index -----------------------------------------------
+
+def layout_options(config: dict[str, Any]) -> dict[str, bool]:
+    """Tensor-presence switches a config decides but no GGUF key records.
+
+    probs_bias: exp_probs_b (e_score_correction_bias) exists for noaux_tc routing (DeepSeek V3,
+      Kimi K2, GLM), not for DeepSeek V2's greedy / group-limited routing.
+    qk_norm: GLM-4.5 has q/k norms, GLM-4.5-Air (use_qk_norm false) has none.
+    rope_freqs: llama3-type rope scaling makes the converter write rope_freqs.weight.
+    """
+    cfg = merged_config(config)
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    rope_type = str(rope.get("rope_type", rope.get("type", "")) or "").lower()
+    return {
+        "probs_bias": cfg.get("topk_method", "noaux_tc") == "noaux_tc",
+        "qk_norm": bool(cfg.get("use_qk_norm", True)),
+        "rope_freqs": rope_type == "llama3",
+    }
+
+
+def tensor_specs(arch: str, hp: dict[str, Any], *, n_vocab: int,
+                 mtp_tensors: tuple[str, ...] = ("eh_proj", "enorm", "hnorm", "shared_head_norm"),
+                 options: dict[str, bool] | None = None) -> list[TensorSpec]:
+    """Every tensor of the GGUF `gguf_hparams` describes, as load_arch_tensors creates it.
+
+    mtp_tensors: which NextN extras the checkpoint carries (llama.cpp marks embed_tokens,
+    shared_head_head and shared_head_norm optional; DeepSeek V3 carries all four, GLM 4.6+
+    not the first two). options: see layout_options.
+    """
+    from moeplan.planner import synth_tensors
+
+    return synth_tensors.build(arch, hp, n_vocab, mtp_tensors, options)

@@ -1,0 +1,432 @@
+"""GGUF hyper-parameters -> the tensor list llama.cpp's load_arch_tensors creates (ggml shapes).
+
+One builder per architecture, written from src/models/<arch>.cpp (llama.cpp 2026-10). Shapes
+are ne0 first; names are the GGUF names the converter writes. The NextN/MTP block (blocks past
+n_layer) gets the trunk block of its kind plus the nextn.* extras the checkpoint carries.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from moeplan.planner.synth import TensorSpec
+
+
+class _Index:
+    """Collects TensorSpecs in creation order."""
+
+    def __init__(self) -> None:
+        self.out: list[TensorSpec] = []
+
+    def g(self, name: str, shape: tuple[int, ...], role: str) -> None:
+        self.out.append(TensorSpec(name, tuple(int(d) for d in shape), role, None))
+
+    def b(self, il: int, name: str, shape: tuple[int, ...], role: str) -> None:
+        self.out.append(TensorSpec(f"blk.{il}.{name}", tuple(int(d) for d in shape), role, il))
+
+
+def _i(hp: dict[str, Any], key: str, default: int = 0) -> int:
+    v = hp.get(key, default)
+    if isinstance(v, (list, tuple)):
+        v = v[0]
+    return int(v if v is not None else default)
+
+
+def _dims(hp: dict[str, Any]) -> dict[str, int]:
+    n_embd = _i(hp, "embedding_length")
+    n_head = _i(hp, "attention.head_count")
+    n_head_kv = _i(hp, "attention.head_count_kv", n_head)
+    d_k = _i(hp, "attention.key_length", n_embd // max(1, n_head))
+    d_v = _i(hp, "attention.value_length", n_embd // max(1, n_head))
+    return {
+        "n_embd": n_embd, "n_head": n_head, "n_head_kv": n_head_kv, "d_k": d_k, "d_v": d_v,
+        "n_ff": _i(hp, "feed_forward_length"), "n_ff_exp": _i(hp, "expert_feed_forward_length"),
+        "n_expert": _i(hp, "expert_count"), "n_used": _i(hp, "expert_used_count"),
+        "n_shared": _i(hp, "expert_shared_count"), "n_blocks": _i(hp, "block_count"),
+        "n_layer": _i(hp, "block_count") - _i(hp, "nextn_predict_layers"),
+    }
+
+
+def _globals(ix: _Index, n_embd: int, n_vocab: int, output: bool = True) -> None:
+    ix.g("token_embd.weight", (n_embd, n_vocab), "embed")
+    ix.g("output_norm.weight", (n_embd,), "vector")
+    if output:
+        ix.g("output.weight", (n_embd, n_vocab), "output")
+
+
+def _experts(ix: _Index, il: int, n_embd: int, n_ff: int, n_expert: int) -> None:
+    ix.b(il, "ffn_gate_exps.weight", (n_embd, n_ff, n_expert), "experts")
+    ix.b(il, "ffn_down_exps.weight", (n_ff, n_embd, n_expert), "experts")
+    ix.b(il, "ffn_up_exps.weight", (n_embd, n_ff, n_expert), "experts")
+
+
+def _shexp(ix: _Index, il: int, n_embd: int, n_ff: int) -> None:
+    ix.b(il, "ffn_gate_shexp.weight", (n_embd, n_ff), "shexp")
+    ix.b(il, "ffn_down_shexp.weight", (n_ff, n_embd), "shexp")
+    ix.b(il, "ffn_up_shexp.weight", (n_embd, n_ff), "shexp")
+
+
+def _dense_ffn(ix: _Index, il: int, n_embd: int, n_ff: int) -> None:
+    ix.b(il, "ffn_gate.weight", (n_embd, n_ff), "ffn")
+    ix.b(il, "ffn_down.weight", (n_ff, n_embd), "ffn")
+    ix.b(il, "ffn_up.weight", (n_embd, n_ff), "ffn")
+
+
+def _qkv(ix: _Index, il: int, n_embd: int, n_q: int, n_k: int, n_v: int, bias: bool = False) -> None:
+    """create_tensor_qkv without fusion: the converter writes separate q, k, v (and biases)."""
+    ix.b(il, "attn_q.weight", (n_embd, n_q), "attn")
+    ix.b(il, "attn_k.weight", (n_embd, n_k), "attn")
+    ix.b(il, "attn_v.weight", (n_embd, n_v), "attn")
+    if bias:
+        ix.b(il, "attn_q.bias", (n_q,), "vector")
+        ix.b(il, "attn_k.bias", (n_k,), "vector")
+        ix.b(il, "attn_v.bias", (n_v,), "vector")
+
+
+def _gqa(ix: _Index, il: int, d: dict[str, int], q_mult: int = 1, bias: bool = False) -> None:
+    """q, k, v (create_tensor_qkv) and the output projection of a GQA block; q_mult 2 for the
+    gated queries of qwen3next / qwen35moe."""
+    n_embd, d_k = d["n_embd"], d["d_k"]
+    _qkv(ix, il, n_embd, d_k * d["n_head"] * q_mult, d_k * d["n_head_kv"], d["d_v"] * d["n_head_kv"], bias)
+    ix.b(il, "attn_output.weight", (d_k * d["n_head"], n_embd), "attn")
+
+
+def _nextn(ix: _Index, il: int, n_embd: int, n_vocab: int, extras: tuple[str, ...]) -> None:
+    """NextN/MTP wiring around the extra decoder block (eh_proj, enorm, hnorm, optional head)."""
+    if "eh_proj" in extras:
+        ix.b(il, "nextn.eh_proj.weight", (2 * n_embd, n_embd), "nextn_proj")
+    if "enorm" in extras:
+        ix.b(il, "nextn.enorm.weight", (n_embd,), "vector")
+    if "hnorm" in extras:
+        ix.b(il, "nextn.hnorm.weight", (n_embd,), "vector")
+    if "embed_tokens" in extras:
+        ix.b(il, "nextn.embed_tokens.weight", (n_embd, n_vocab), "nextn_embed")
+    if "shared_head_head" in extras:
+        ix.b(il, "nextn.shared_head_head.weight", (n_embd, n_vocab), "nextn_head")
+    if "shared_head_norm" in extras:
+        ix.b(il, "nextn.shared_head_norm.weight", (n_embd,), "vector")
+
+
+# ---- per architecture ------------------------------------------------------------------------
+
+def _mla_attention(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int]) -> None:
+    """deepseek2.cpp / glm-dsa.cpp attention (MLA with the k_b / v_b split the converter writes)."""
+    n_embd, n_head = d["n_embd"], d["n_head"]
+    q_lora = _i(hp, "attention.q_lora_rank")
+    kv_lora = _i(hp, "attention.kv_lora_rank")
+    d_k_mla = _i(hp, "attention.key_length_mla")
+    d_v_mla = _i(hp, "attention.value_length_mla")
+    n_rot = _i(hp, "rope.dimension_count")
+    nope = d_k_mla - n_rot
+    ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+    if q_lora:
+        ix.b(il, "attn_q_a_norm.weight", (q_lora,), "vector")
+    ix.b(il, "attn_kv_a_norm.weight", (kv_lora,), "vector")
+    if q_lora:
+        ix.b(il, "attn_q_a.weight", (n_embd, q_lora), "attn")
+        ix.b(il, "attn_q_b.weight", (q_lora, n_head * d_k_mla), "attn")
+    else:
+        ix.b(il, "attn_q.weight", (n_embd, n_head * d_k_mla), "attn")
+    ix.b(il, "attn_kv_a_mqa.weight", (n_embd, kv_lora + n_rot), "attn")
+    ix.b(il, "attn_k_b.weight", (nope, kv_lora, n_head), "attn")
+    ix.b(il, "attn_v_b.weight", (kv_lora, d_v_mla, n_head), "attn")
+    ix.b(il, "attn_output.weight", (n_head * d_v_mla, n_embd), "attn")
+    ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+
+
+def _mla_ffn(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int], probs_bias: bool) -> None:
+    n_embd = d["n_embd"]
+    if il < _i(hp, "leading_dense_block_count"):
+        _dense_ffn(ix, il, n_embd, d["n_ff"])
+        return
+    ix.b(il, "ffn_gate_inp.weight", (n_embd, d["n_expert"]), "router")
+    if probs_bias:
+        ix.b(il, "exp_probs_b.bias", (d["n_expert"],), "vector")
+    _experts(ix, il, n_embd, d["n_ff_exp"], d["n_expert"])
+    _shexp(ix, il, n_embd, d["n_ff_exp"] * d["n_shared"])
+
+
+def _build_deepseek2(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                     extras: tuple[str, ...], probs_bias: bool = True, indexer: bool = False) -> None:
+    """deepseek2.cpp; with `indexer` the DSA lightning-indexer tensors of glm-dsa/deepseek32.
+
+    exp_probs_b (e_score_correction_bias) exists for the noaux_tc models (DeepSeek V3, Kimi K2,
+    GLM); DeepSeek V2 has none."""
+    _globals(ix, d["n_embd"], n_vocab)
+    idx_dim = _i(hp, "attention.indexer.key_length")
+    idx_heads = _i(hp, "attention.indexer.head_count")
+    q_lora = _i(hp, "attention.q_lora_rank")
+    types = hp.get("attention.indexer.types")
+    for il in range(d["n_blocks"]):
+        _mla_attention(ix, il, hp, d)
+        # glm-dsa.cpp loads the indexer tensors as optional: GLM-5.2's 'shared' blocks have none
+        full = types is None or il >= len(types) or bool(types[il])
+        if indexer and full:
+            ix.b(il, "indexer.k_norm.weight", (idx_dim,), "vector")
+            ix.b(il, "indexer.k_norm.bias", (idx_dim,), "vector")
+            ix.b(il, "indexer.proj.weight", (d["n_embd"], idx_heads), "indexer_proj")
+            ix.b(il, "indexer.attn_k.weight", (d["n_embd"], idx_dim), "indexer")
+            ix.b(il, "indexer.attn_q_b.weight", (q_lora, idx_heads * idx_dim), "indexer")
+        _mla_ffn(ix, il, hp, d, probs_bias)
+        if il >= d["n_layer"]:
+            _nextn(ix, il, d["n_embd"], n_vocab, extras)
+
+
+def _build_deepseek4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                     extras: tuple[str, ...]) -> None:
+    """deepseek4.cpp. attn_output_a is stored 2-D in the file ({n_head*d/o_groups,
+    o_lora*o_groups}); llama.cpp views it as 3-D (TENSOR_ALLOW_RESHAPE), same bytes."""
+    n_embd, n_head, d_head = d["n_embd"], d["n_head"], d["d_k"]
+    q_lora = _i(hp, "attention.q_lora_rank")
+    o_groups = _i(hp, "attention.output_group_count")
+    o_lora = _i(hp, "attention.output_lora_rank")
+    hc = _i(hp, "hyper_connection.count")
+    hc_dim, hc_mix = hc * n_embd, (2 + hc) * hc
+    idx_dim = _i(hp, "attention.indexer.key_length")
+    idx_heads = _i(hp, "attention.indexer.head_count")
+    ratios = hp["attention.compress_ratios"]
+    n_hash = _i(hp, "hash_layer_count")
+    n_ff, n_expert = d["n_ff_exp"], d["n_expert"]
+    _globals(ix, n_embd, n_vocab)
+    ix.g("output_hc_fn.weight", (hc_dim, hc), "hc")
+    ix.g("output_hc_base.weight", (hc,), "vector")
+    ix.g("output_hc_scale.weight", (1,), "vector")
+    for il in range(d["n_blocks"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        ix.b(il, "attn_sinks.weight", (n_head,), "vector")
+        ix.b(il, "attn_q_a.weight", (n_embd, q_lora), "attn")
+        ix.b(il, "attn_q_a_norm.weight", (q_lora,), "vector")
+        ix.b(il, "attn_q_b.weight", (q_lora, n_head * d_head), "attn")
+        ix.b(il, "attn_kv.weight", (n_embd, d_head), "attn")
+        ix.b(il, "attn_kv_a_norm.weight", (d_head,), "vector")
+        ix.b(il, "attn_output_a.weight", (n_head * d_head // o_groups, o_lora * o_groups), "attn")
+        ix.b(il, "attn_output_b.weight", (o_groups * o_lora, n_embd), "attn")
+        for part in ("attn", "ffn"):
+            ix.b(il, f"hc_{part}_fn.weight", (hc_dim, hc_mix), "hc")
+            ix.b(il, f"hc_{part}_base.weight", (hc_mix,), "vector")
+            ix.b(il, f"hc_{part}_scale.weight", (3,), "vector")
+        ratio = int(ratios[il]) if il < len(ratios) else 0
+        if ratio:
+            coff = 2 if ratio == 4 else 1
+            ix.b(il, "attn_compressor_kv.weight", (n_embd, coff * d_head), "compressor")
+            ix.b(il, "attn_compressor_gate.weight", (n_embd, coff * d_head), "compressor")
+            ix.b(il, "attn_compressor_ape.weight", (coff * d_head, ratio), "compressor")
+            ix.b(il, "attn_compressor_norm.weight", (d_head,), "vector")
+            if ratio == 4:
+                ix.b(il, "indexer.proj.weight", (n_embd, idx_heads), "indexer")
+                ix.b(il, "indexer.attn_q_b.weight", (q_lora, idx_heads * idx_dim), "indexer")
+                ix.b(il, "indexer_compressor_kv.weight", (n_embd, 2 * idx_dim), "indexer")
+                ix.b(il, "indexer_compressor_gate.weight", (n_embd, 2 * idx_dim), "indexer")
+                ix.b(il, "indexer_compressor_ape.weight", (2 * idx_dim, ratio), "indexer")
+                ix.b(il, "indexer_compressor_norm.weight", (idx_dim,), "vector")
+        ix.b(il, "ffn_gate_inp.weight", (n_embd, n_expert), "router")
+        if il < n_hash:
+            ix.b(il, "ffn_gate_tid2eid.weight", (d["n_used"], n_vocab), "tid2eid")
+        else:
+            ix.b(il, "exp_probs_b.bias", (n_expert,), "vector")
+        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        _experts(ix, il, n_embd, n_ff, n_expert)
+        _shexp(ix, il, n_embd, n_ff * d["n_shared"])
+        if il >= d["n_layer"]:
+            _nextn(ix, il, n_embd, n_vocab, extras)
+            if "hc_head" in extras:  # the checkpoint's MTP module has its own hc head
+                ix.b(il, "nextn.hc_head_fn.weight", (hc_dim, hc), "hc")
+                ix.b(il, "nextn.hc_head_base.weight", (hc,), "vector")
+                ix.b(il, "nextn.hc_head_scale.weight", (1,), "vector")
+
+
+def _build_glm4moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                   extras: tuple[str, ...], qk_norm: bool = True) -> None:
+    """glm4-moe.cpp: GQA with q/k/v biases, optional q/k norms, post-attention norm."""
+    n_embd, d_k = d["n_embd"], d["d_k"]
+    _globals(ix, n_embd, n_vocab)
+    for il in range(d["n_blocks"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        _gqa(ix, il, d, bias=True)
+        if qk_norm:
+            ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
+            ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
+        ix.b(il, "post_attention_norm.weight", (n_embd,), "vector")
+        if il >= _i(hp, "leading_dense_block_count"):
+            ix.b(il, "ffn_gate_inp.weight", (n_embd, d["n_expert"]), "router")
+            ix.b(il, "exp_probs_b.bias", (d["n_expert"],), "vector")
+            _experts(ix, il, n_embd, d["n_ff_exp"], d["n_expert"])
+            if d["n_shared"]:
+                _shexp(ix, il, n_embd, d["n_ff_exp"] * d["n_shared"])
+        else:
+            _dense_ffn(ix, il, n_embd, d["n_ff"])
+        if il >= d["n_layer"]:
+            _nextn(ix, il, n_embd, n_vocab, extras)
+
+
+def _build_qwen3moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                    extras: tuple[str, ...]) -> None:
+    """qwen3moe.cpp: GQA with q/k norms, every block MoE, no shared expert."""
+    n_embd, d_k = d["n_embd"], d["d_k"]
+    n_ff = d["n_ff_exp"] or d["n_ff"] // max(1, d["n_used"])
+    _globals(ix, n_embd, n_vocab)
+    for il in range(d["n_blocks"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        _gqa(ix, il, d)
+        ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
+        ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
+        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        ix.b(il, "ffn_gate_inp.weight", (n_embd, d["n_expert"]), "router")
+        _experts(ix, il, n_embd, n_ff, d["n_expert"])
+
+
+def _is_recurrent(hp: dict[str, Any], il: int, n_layer: int) -> bool:
+    arr = hp.get("attention.recurrent_layers")
+    if isinstance(arr, (list, tuple)):
+        return bool(arr[il]) if il < len(arr) else False
+    interval = _i(hp, "full_attention_interval", 4) or 4
+    return il < n_layer and (il + 1) % interval != 0
+
+
+def _build_qwen_hybrid(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                       extras: tuple[str, ...], split_ba: bool) -> None:
+    """qwen3next.cpp (split_ba False: one ssm_ba) and qwen35moe.cpp (ssm_beta + ssm_alpha).
+
+    Attention blocks have a gated query (2 x n_head x d); recurrent blocks the gated delta net
+    (the converter writes attn_qkv + attn_gate, never ssm_in). The MTP block is an attention
+    block."""
+    n_embd, d_k = d["n_embd"], d["d_k"]
+    head_k, n_k_heads = _i(hp, "ssm.state_size"), _i(hp, "ssm.group_count")
+    n_v_heads, d_conv = _i(hp, "ssm.time_step_rank"), _i(hp, "ssm.conv_kernel")
+    key_dim, value_dim = head_k * n_k_heads, head_k * n_v_heads
+    n_ff = d["n_ff_exp"] or d["n_ff"] // max(1, d["n_used"])
+    n_ff_sh = _i(hp, "expert_shared_feed_forward_length") or d["n_ff"]
+    _globals(ix, n_embd, n_vocab)
+    for il in range(d["n_blocks"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        ix.b(il, "post_attention_norm.weight", (n_embd,), "vector")
+        if not _is_recurrent(hp, il, d["n_layer"]):
+            _gqa(ix, il, d, q_mult=2)
+            ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
+            ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
+        else:
+            ix.b(il, "attn_qkv.weight", (n_embd, key_dim * 2 + value_dim), "ssm")
+            ix.b(il, "attn_gate.weight", (n_embd, value_dim), "ssm")
+            ix.b(il, "ssm_conv1d.weight", (d_conv, key_dim * 2 + value_dim), "ssm_conv")
+            ix.b(il, "ssm_dt.bias", (n_v_heads,), "vector")
+            ix.b(il, "ssm_a", (n_v_heads,), "vector")
+            if split_ba:
+                ix.b(il, "ssm_beta.weight", (n_embd, n_v_heads), "ssm")
+                ix.b(il, "ssm_alpha.weight", (n_embd, n_v_heads), "ssm")
+            else:
+                ix.b(il, "ssm_ba.weight", (n_embd, 2 * n_v_heads), "ssm")
+            ix.b(il, "ssm_norm.weight", (head_k,), "vector")
+            ix.b(il, "ssm_out.weight", (value_dim, n_embd), "ssm")
+        ix.b(il, "ffn_gate_inp.weight", (n_embd, d["n_expert"]), "router")
+        _experts(ix, il, n_embd, n_ff, d["n_expert"])
+        ix.b(il, "ffn_gate_inp_shexp.weight", (n_embd,), "vector")
+        _shexp(ix, il, n_embd, n_ff_sh)
+        if il >= d["n_layer"]:
+            _nextn(ix, il, n_embd, n_vocab, extras)
+
+
+def _build_gpt_oss(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                   extras: tuple[str, ...]) -> None:
+    """openai-moe.cpp: n_rot = head_dim; biases on q/k/v/o, router and every expert matrix."""
+    n_embd, n_rot, n_ff, n_expert = d["n_embd"], d["d_k"], d["n_ff_exp"], d["n_expert"]
+    _globals(ix, n_embd, n_vocab)
+    for il in range(d["n_blocks"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        ix.b(il, "post_attention_norm.weight", (n_embd,), "vector")
+        _qkv(ix, il, n_embd, d["n_head"] * n_rot, d["n_head_kv"] * n_rot, d["n_head_kv"] * n_rot, bias=True)
+        ix.b(il, "attn_output.weight", (d["n_head"] * n_rot, n_embd), "attn")
+        ix.b(il, "attn_sinks.weight", (d["n_head"],), "vector")
+        ix.b(il, "ffn_gate_inp.weight", (n_embd, n_expert), "router")
+        _experts(ix, il, n_embd, n_ff, n_expert)
+        ix.b(il, "attn_output.bias", (n_embd,), "vector")
+        ix.b(il, "ffn_gate_inp.bias", (n_expert,), "vector")
+        ix.b(il, "ffn_gate_exps.bias", (n_ff, n_expert), "expert_bias")
+        ix.b(il, "ffn_down_exps.bias", (n_embd, n_expert), "expert_bias")
+        ix.b(il, "ffn_up_exps.bias", (n_ff, n_expert), "expert_bias")
+
+
+def _build_llama4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                  extras: tuple[str, ...]) -> None:
+    """llama4.cpp: MoE every `interleave_moe_layer_step`-th block, a shared expert as wide as
+    a routed one; rope_freqs (llama3 rope scaling) is one global tensor of n_rot/2 floats."""
+    n_embd, d_k = d["n_embd"], d["d_k"]
+    step = _i(hp, "interleave_moe_layer_step")
+    _globals(ix, n_embd, n_vocab)
+    if hp.get("__rope_freqs"):
+        ix.g("rope_freqs.weight", (d_k // 2,), "vector")
+    for il in range(d["n_blocks"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        _gqa(ix, il, d)
+        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        if step > 0 and (il + 1) % step == 0:
+            ix.b(il, "ffn_gate_inp.weight", (n_embd, d["n_expert"]), "router")
+            _experts(ix, il, n_embd, d["n_ff_exp"], d["n_expert"])
+            _shexp(ix, il, n_embd, d["n_ff_exp"])
+        else:
+            _dense_ffn(ix, il, n_embd, d["n_ff"])
+
+
+def _build_llama(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                 extras: tuple[str, ...]) -> None:
+    """llama.cpp with experts (Mixtral): the experts are n_ff wide."""
+    n_embd = d["n_embd"]
+    _globals(ix, n_embd, n_vocab)
+    for il in range(d["n_blocks"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        _gqa(ix, il, d)
+        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        ix.b(il, "ffn_gate_inp.weight", (n_embd, d["n_expert"]), "router")
+        _experts(ix, il, n_embd, d["n_ff"], d["n_expert"])
+
+
+def _build_minimax_m2(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                      extras: tuple[str, ...]) -> None:
+    """minimax-m2.cpp: q/k norms over all heads, sigmoid router with a bias, no shared expert."""
+    n_embd, d_k = d["n_embd"], d["d_k"]
+    n_ff = d["n_ff"]
+    _globals(ix, n_embd, n_vocab)
+    for il in range(d["n_blocks"]):
+        _gqa(ix, il, d)
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        ix.b(il, "attn_q_norm.weight", (d_k * d["n_head"],), "vector")
+        ix.b(il, "attn_k_norm.weight", (d_k * d["n_head_kv"],), "vector")
+        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        ix.b(il, "ffn_gate_inp.weight", (n_embd, d["n_expert"]), "router")
+        _experts(ix, il, n_embd, n_ff, d["n_expert"])
+        ix.b(il, "exp_probs_b.bias", (d["n_expert"],), "vector")
+
+
+Builder = Callable[[_Index, dict, dict, int, tuple], None]
+
+BUILDERS: dict[str, Builder] = {
+    "deepseek2": _build_deepseek2,
+    "glm-dsa": lambda ix, hp, d, v, e: _build_deepseek2(ix, hp, d, v, e, indexer=True),
+    "deepseek32": lambda ix, hp, d, v, e: _build_deepseek2(ix, hp, d, v, e, indexer=True),
+    "deepseek4": _build_deepseek4,
+    "glm4moe": _build_glm4moe,
+    "qwen3moe": _build_qwen3moe,
+    "qwen3next": lambda ix, hp, d, v, e: _build_qwen_hybrid(ix, hp, d, v, e, split_ba=False),
+    "qwen35moe": lambda ix, hp, d, v, e: _build_qwen_hybrid(ix, hp, d, v, e, split_ba=True),
+    "gpt-oss": _build_gpt_oss,
+    "llama4": _build_llama4,
+    "llama": _build_llama,
+    "minimax-m2": _build_minimax_m2,
+}
+
+
+def build(arch: str, hp: dict[str, Any], n_vocab: int, extras: tuple[str, ...],
+          options: dict[str, bool] | None = None) -> list[TensorSpec]:
+    """Tensor list of `arch`; `options` are the switches of synth.layout_options."""
+    if arch not in BUILDERS:
+        raise KeyError(arch)
+    ix = _Index()
+    d = _dims(hp)
+    opts = options or {}
+    if arch == "deepseek2":
+        _build_deepseek2(ix, hp, d, n_vocab, extras, probs_bias=opts.get("probs_bias", True))
+    elif arch == "glm4moe":
+        _build_glm4moe(ix, hp, d, n_vocab, extras, qk_norm=opts.get("qk_norm", True))
+    elif arch == "llama4":
+        _build_llama4(ix, {**hp, "__rope_freqs": opts.get("rope_freqs", False)}, d, n_vocab, extras)
+    else:
+        BUILDERS[arch](ix, hp, d, n_vocab, extras)
+    return ix.out

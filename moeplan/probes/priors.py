@@ -1,0 +1,31 @@
+"""Read the per-backend priors bundled in moeplan/profiles/backends.toml."""
+from __future__ import annotations
+
+import tomllib
+from functools import lru_cache
+from importlib import resources
+
+from moeplan.errors import InputError
+from moeplan.planner.priors import BackendPriors
+
+_KEYS = {"llama.cpp": "llama_cpp", "ik_llama.cpp": "ik_llama_cpp", "ktransformers": "ktransformers",
+         "vllm": "vllm", "sglang": "sglang"}
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict:
+    text = resources.files("moeplan.profiles").joinpath("backends.toml").read_text()
+    return tomllib.loads(text)
+
+
+def read_priors(backend: str) -> BackendPriors:
+    """BackendPriors for `backend` (llama.cpp, ik_llama.cpp, ktransformers, vllm, sglang)."""
+    key = _KEYS.get(backend)
+    data = _data()
+    if key is None or key not in data:
+        raise InputError(f"no priors for backend {backend!r}", "use one of " + ", ".join(_KEYS))
+    d = dict(data[key])
+    d["type_cost"] = dict(data.get("type_cost", {}))
+    d["sources"] = tuple(d.get("sources", ()))
+    known = set(BackendPriors.__dataclass_fields__)
+    return BackendPriors(**{k: v for k, v in d.items() if k in known})

@@ -1,0 +1,127 @@
+"""Bundled model profiles (moeplan/profiles/models/*.toml) -> ModelSpec.
+
+A profile holds a model's published Hugging Face config (the `[config]` table, keys verbatim)
+and where each value came from. Loading one runs the same pure pipeline as a Hugging Face
+folder: config -> GGUF hyper-parameters -> tensor index (planner/synth.py) -> per-tensor types
+of the chosen recipe (planner/quants.py) -> build_model_spec.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from moeplan.errors import InputError, ModelFormatError
+from moeplan.planner.model import ModelSpec, make_tensor
+from moeplan.planner.native import NativeFormat
+from moeplan.planner.quants import QUANTS, apply_recipe, canonical_quant, scale_to_size
+from moeplan.planner.synth import gguf_hparams, layout_options, merged_config, tensor_specs
+from moeplan.probes.gguf_model import build_model_spec
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles" / "models"
+
+
+@functools.lru_cache(maxsize=1)
+def read_profiles(root: str = str(PROFILE_DIR)) -> dict[str, dict[str, Any]]:
+    """name -> parsed TOML of every bundled profile."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(Path(root).glob("*.toml")):
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ModelFormatError(f"{path}: bad profile: {exc}", "reinstall moeplan") from None
+        data["_path"] = str(path)
+        out[data["name"]] = data
+    return out
+
+
+def _keys(profile: dict[str, Any]) -> list[str]:
+    return [profile["name"].lower()] + [a.lower() for a in profile.get("aliases", [])]
+
+
+def find_profile(name: str, root: str = str(PROFILE_DIR)) -> dict[str, Any]:
+    """The profile whose name or alias matches `name` case-insensitively."""
+    profiles = read_profiles(root)
+    want = name.strip().lower()
+    for p in profiles.values():
+        if want in _keys(p):
+            return p
+    every = [k for p in profiles.values() for k in _keys(p)]
+    close = difflib.get_close_matches(want, every, n=3, cutoff=0.5)
+    hint = (f"did you mean {', '.join(close)}? " if close else "") + "`moeplan models` lists the bundled profiles"
+    raise InputError(f"unknown model {name!r}: not a file, folder or bundled profile", hint)
+
+
+def profile_config(profile: dict[str, Any]) -> dict[str, Any]:
+    """The [config] table as a config.json dict (TOML cannot hold null: absent keys are null)."""
+    return dict(profile["config"])
+
+
+def _n_params(profile: dict[str, Any]) -> tuple[int, int, int]:
+    cfg = merged_config(profile_config(profile))
+    n_exp = cfg.get("num_local_experts", cfg.get("num_experts", cfg.get("n_routed_experts", 0)))
+    return int(n_exp or 0), int(cfg.get("num_experts_per_tok", 0) or 0), int(cfg.get("num_hidden_layers", 0))
+
+
+def list_profiles(root: str = str(PROFILE_DIR)) -> list[dict[str, Any]]:
+    """Rows for `moeplan models`."""
+    rows = []
+    for p in sorted(read_profiles(root).values(), key=lambda p: p["name"]):
+        n_exp, n_used, n_layers = _n_params(p)
+        arch, _ = gguf_hparams(profile_config(p))
+        rows.append({
+            "name": p["name"], "aliases": list(p.get("aliases", [])), "display_name": p.get("display_name", p["name"]),
+            "hf_repo": p.get("hf_repo", ""), "arch": arch,
+            "total_params_b": p.get("total_params_b"), "active_params_b": p.get("active_params_b"),
+            "n_experts": n_exp, "n_experts_used": n_used, "n_layers": n_layers,
+            "native_format": p.get("native_format", ""), "status": p.get("status", ""),
+            "default_quant": p.get("default_quant", "Q4_K_M"),
+        })
+    return rows
+
+
+def _native(profile: dict[str, Any]) -> NativeFormat:
+    nat = profile.get("native", {})
+    return NativeFormat(nat.get("scheme", "bf16"), tuple(sorted(nat.get("dtypes", {}).items())))
+
+
+def load_profile(name: str, quant: str | None = None, size_bytes: int | None = None,
+                 root: str = str(PROFILE_DIR)) -> ModelSpec:
+    """ModelSpec of a bundled profile under a quant recipe, optionally scaled to a file size.
+
+    quant: one of QUANTS (case-insensitive); default the profile's `default_quant`.
+    size_bytes: the real file size; routed-expert bytes are scaled so the file comes to it
+    (quants.scale_to_size)."""
+    profile = find_profile(name, root)
+    q_name = quant or profile.get("default_quant", "Q4_K_M")
+    try:
+        q = canonical_quant(q_name)
+    except KeyError:
+        raise InputError(f"unknown quant {q_name!r}", "use one of " + ", ".join(QUANTS)) from None
+    return spec_from_profile(profile, q, size_bytes)
+
+
+def spec_from_profile(profile: dict[str, Any], quant: str, size_bytes: int | None) -> ModelSpec:
+    config = profile_config(profile)
+    conv = profile.get("conversion", {})
+    native = quant == "native"
+    arch, hp = gguf_hparams(config, keep_mtp=True if native else None, n_mtp=conv.get("mtp_layers"))
+    n_vocab = int(merged_config(config)["vocab_size"])
+    extras = tuple(conv.get("mtp_tensors", ("eh_proj", "enorm", "hnorm", "shared_head_norm")))
+    specs = tensor_specs(arch, hp, n_vocab=n_vocab, mtp_tensors=extras, options=layout_options(config))
+    typed = apply_recipe(specs, hp, quant, _native(profile), conv.get("keeps", ""))
+    notes = [f"profile {profile['name']} ({profile.get('status', '?')}): tensor index synthesised from the "
+             f"published config; types from the {quant} recipe"]
+    notes += list(profile.get("notes", []))
+    label = quant if not native else f"native ({profile.get('native_format', '')})"
+    result = scale_to_size(typed, n_vocab, size_bytes, native=native,
+                           scales=profile.get("size", {}).get("scales", "experts"))
+    notes += list(result.notes)
+    if size_bytes is not None:
+        label = f"{label} scaled to {size_bytes / 1e9:.2f} GB"
+    tensors = [make_tensor(t.spec.name, t.spec.shape, t.ggml_type, t.n_bytes) for t in result.typed]
+    return build_model_spec(arch, hp, tensors, name=profile.get("display_name", profile["name"]),
+                            source="profile", quant=label, n_vocab=n_vocab,
+                            file_bytes=result.file_bytes, notes=tuple(notes))

@@ -1,0 +1,1 @@
+"""Data only: bundled model profiles (models/*.toml) and hardware presets."""

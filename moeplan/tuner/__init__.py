@@ -1,0 +1,1 @@
+"""Validate a plan by running it, fit the cost model to the runs, re-plan."""

@@ -1,0 +1,179 @@
+"""Tables and JSON for `moeplan estimate` and `moeplan tune`."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from moeplan.planner.cost import BOTTLENECK_TEXT
+from moeplan.planner.model import ModelSpec
+from moeplan.planner.placement import Placement
+from moeplan.planner.plan import Estimate, Plan
+from moeplan.planner.serde import to_jsonable
+from moeplan.units import GIB
+
+
+def _layers(p: Placement, model: ModelSpec) -> str:
+    if not p.cpu_moe_layers:
+        return "none (all experts on the GPU)"
+    if set(p.cpu_moe_layers) == set(model.moe_layer_indices):
+        return f"all {len(p.cpu_moe_layers)}"
+    return f"{len(p.cpu_moe_layers)}: {compact_ranges(p.cpu_moe_layers)}"
+
+
+def compact_ranges(idx: tuple[int, ...]) -> str:
+    out, start, prev = [], None, None
+    for i in sorted(idx):
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            out.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = prev = i
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ",".join(out)
+
+
+def estimate_data(model: ModelSpec, p: Placement, e: Estimate, hw_name: str) -> dict:
+    """The stable JSON of `estimate`: top-level figures, then terms and the placement."""
+    return {
+        "model": model.summary_dict(),
+        "hardware": hw_name,
+        "vram_bytes": e.vram_bytes,
+        "vram_required_bytes": e.vram_required_bytes,
+        "ram_bytes": e.ram_bytes,
+        "decode_tok_s": e.decode_tok_s,
+        "decode_tok_s_range": list(e.decode_tok_s_range),
+        "prefill_tok_s": e.prefill_tok_s,
+        "prefill_tok_s_range": list(e.prefill_tok_s_range),
+        "bottleneck": e.bottleneck,
+        "prefill_bottleneck": e.prefill_bottleneck,
+        "depth": e.depth,
+        "decode_terms": to_jsonable(e.decode_terms),
+        "prefill_terms": to_jsonable(e.prefill_terms),
+        "memory": e.memory,
+        "ram_bytes_per_node": [list(x) for x in e.ram_bytes_per_node],
+        "factors": e.factors,
+        "notes": list(e.notes),
+        "placement": p.to_dict(),
+    }
+
+
+def placement_table(model: ModelSpec, p: Placement) -> Table:
+    t = Table(title="placement", show_header=False)
+    t.add_column("what")
+    t.add_column("value")
+    t.add_row("backend", p.backend)
+    t.add_row("MoE layers with experts on the CPU", _layers(p, model))
+    t.add_row("context", f"{p.n_ctx}")
+    t.add_row("KV cache", f"K {p.cache_type_k}, V {p.cache_type_v}, flash attention {'on' if p.flash_attn else 'off'}")
+    t.add_row("threads", f"{p.n_threads} (batch {p.threads_batch})")
+    t.add_row("NUMA", p.numa + (f" nodes {list(p.numa_nodes)}" if p.numa_nodes else ""))
+    t.add_row("ubatch / batch", f"{p.n_ubatch} / {p.n_batch}, op-offload {'on' if p.op_offload else 'off'}")
+    if p.gpu_expert_cache_bytes:
+        t.add_row("GPU expert cache", f"{p.gpu_expert_cache_bytes / GIB:.2f} GiB")
+    if p.n_draft:
+        t.add_row("speculative", f"{p.n_draft} drafted, acceptance {p.draft_accept:.0%}")
+    return t
+
+
+def memory_table(e: Estimate) -> Table:
+    t = Table(title="memory (GiB = 1024^3 bytes)")
+    t.add_column("item")
+    t.add_column("where")
+    t.add_column("GiB", justify="right")
+    t.add_column("how")
+    for item in e.memory["items"]:
+        if not item["bytes"]:
+            continue
+        where = item["device"] + (" (page cache)" if item.get("page_cache") else "")
+        t.add_row(item["name"], where, f"{item['bytes'] / GIB:.2f}", item["formula"])
+    t.add_row("VRAM in use", "gpu", f"{e.vram_bytes / GIB:.2f}", "")
+    t.add_row("VRAM needed incl. 1 GiB margin", "gpu", f"{e.vram_required_bytes / GIB:.2f}", "llama.cpp --fit keeps 1 GiB free")
+    t.add_row("host RAM", "host", f"{e.ram_bytes / GIB:.2f}",
+              ", ".join(f"node {n}: {b / GIB:.1f}" for n, b in e.ram_bytes_per_node))
+    return t
+
+
+def terms_table(title: str, terms, total_label: str) -> Table:
+    t = Table(title=title)
+    t.add_column("term")
+    t.add_column("ms", justify="right")
+    t.add_column("share", justify="right")
+    t.add_column("resource")
+    t.add_column("formula")
+    total = sum(x.seconds for x in terms) or 1.0
+    for x in terms:
+        if x.seconds <= 0:
+            continue
+        t.add_row(x.name, f"{x.seconds * 1e3:.3f}", f"{x.seconds / total:.0%}", x.resource, x.formula)
+    t.add_row(total_label, f"{total * 1e3:.3f}", "100%", "", "")
+    return t
+
+
+def speed_line(e: Estimate) -> Text:
+    lo, hi = e.decode_tok_s_range
+    plo, phi = e.prefill_tok_s_range
+    return Text.assemble(
+        ("decode ", "bold"), f"{e.decode_tok_s:.1f} tok/s ({lo:.1f}-{hi:.1f})",
+        ("   prefill ", "bold"), f"{e.prefill_tok_s:.0f} tok/s ({plo:.0f}-{phi:.0f})",
+        ("   bottleneck ", "bold"), BOTTLENECK_TEXT.get(e.bottleneck, e.bottleneck),
+    )
+
+
+def estimate_render(model: ModelSpec, p: Placement, e: Estimate) -> Group:
+    parts = [placement_table(model, p), memory_table(e),
+             terms_table(f"decode: where the time goes (per token, depth {e.depth})", e.decode_terms, "per token"),
+             terms_table("prefill: where the time goes (per prompt token)", e.prefill_terms, "per prompt token"),
+             speed_line(e)]
+    for n in e.notes:
+        parts.append(Text(f"note: {n}"))
+    return Group(*parts)
+
+
+def pareto_table(plan: Plan) -> Table:
+    t = Table(title="VRAM against decode speed (Pareto front; * = recommended)")
+    t.add_column("CPU layers", justify="right")
+    t.add_column("VRAM GiB", justify="right")
+    t.add_column("decode tok/s", justify="right")
+    t.add_column("prefill tok/s", justify="right")
+    best = len(plan.placement.cpu_moe_layers)
+    for a in plan.pareto:
+        mark = "*" if len(a.placement.cpu_moe_layers) == best else ""
+        t.add_row(f"{len(a.placement.cpu_moe_layers)}{mark}", f"{a.vram_bytes / GIB:.1f}", f"{a.decode_tok_s:.1f}",
+                  f"{a.prefill_tok_s:.0f}")
+    return t
+
+
+def alternatives_table(plan: Plan) -> Table:
+    t = Table(title="next best placements")
+    t.add_column("placement")
+    t.add_column("decode tok/s", justify="right")
+    t.add_column("prefill tok/s", justify="right")
+    t.add_column("VRAM GiB", justify="right")
+    for a in plan.alternatives:
+        t.add_row(a.label, f"{a.decode_tok_s:.1f}", f"{a.prefill_tok_s:.0f}", f"{a.vram_bytes / GIB:.1f}")
+    return t
+
+
+def tune_render(model: ModelSpec, plan: Plan, command: str = "") -> Group:
+    e = plan.estimate
+    parts = [Text(f"recommended for {plan.objective}: {model.name} ({model.quant}) on {plan.hardware_name}",
+                  style="bold"),
+             speed_line(e), placement_table(model, plan.placement), memory_table(e),
+             terms_table("decode: where the time goes (per token)", e.decode_terms, "per token")]
+    why = Table(title="why", show_header=False)
+    why.add_column("")
+    for n in plan.notes:
+        why.add_row(n)
+    parts.append(why)
+    if plan.pareto:
+        parts.append(pareto_table(plan))
+    if plan.alternatives:
+        parts.append(alternatives_table(plan))
+    if command:
+        parts.append(Text("run it:", style="bold"))
+        parts.append(Text(command))
+    return Group(*parts)

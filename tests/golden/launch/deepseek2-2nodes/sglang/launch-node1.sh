@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# launch-node1.sh: SGLang node 1 of 2
+# written by moeplan VERSION from plan 86b61e1dc3a54085 (objective decode, hardware test-box)
+# model: tiny-deepseek2 (Q4_K_M, deepseek2)
+# predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s
+# placement: every expert on the GPUs (16 in all)
+# flags for: SGLang 0.5 (sglang.launch_server arguments as documented at docs.sglang.ai) (no sglang found: pass --bin the python that has it)
+# note: per-GPU memory: about 2.0 GiB of 80.0 GiB (limit 0.85) on 2 node(s) x 8 GPU(s); weights from 0.0B parameters x 2 bytes (Hugging Face checkpoint)
+# note: SGLang has no q8_0 KV cache; fp8_e5m2 (1 byte per element) is the nearest
+# note: multi-node: launch.sh on node 0 and launch-nodeN.sh on node N, all with HEAD_ADDR set to node 0's address; tensor parallel over all 16 GPUs
+set -euo pipefail
+: "${MODEL:?set MODEL to the Hugging Face checkpoint of tiny-deepseek2 (a folder or hub id)}"
+: "${HEAD_ADDR:?set HEAD_ADDR to the IP address of node 0 (the same on every node)}"
+exec python -m sglang.launch_server \
+    --model-path "${MODEL}" \
+    --tp-size 16 \
+    --ep-size 16 \
+    --context-length 16384 \
+    --max-total-tokens 65536 \
+    --max-running-requests 4 \
+    --chunked-prefill-size 2048 \
+    --kv-cache-dtype fp8_e5m2 \
+    --mem-fraction-static 0.85 \
+    --trust-remote-code \
+    --served-model-name tiny-deepseek2 \
+    --port 30000 \
+    --nnodes 2 \
+    --node-rank 1 \
+    --dist-init-addr "${HEAD_ADDR}:5000" \
+    "$@"

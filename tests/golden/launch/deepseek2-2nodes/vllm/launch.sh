@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# launch.sh: vLLM server (run on the head node after the Ray cluster is up)
+# written by moeplan VERSION from plan 86b61e1dc3a54085 (objective decode, hardware test-box)
+# model: tiny-deepseek2 (Q4_K_M, deepseek2)
+# predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for sglang)
+# placement: every expert on the GPUs (16 in all)
+# flags for: vLLM 0.11 (vllm serve engine arguments as documented at docs.vllm.ai) (no vllm found: pass --bin to check your install)
+# note: per-GPU memory: about 2.0 GiB of 80.0 GiB (limit 0.90) on 2 node(s) x 8 GPU(s); weights from 0.0B parameters x 2 bytes (Hugging Face checkpoint)
+# note: vLLM has no q8_0 KV cache; fp8 (1 byte per element) is the nearest, so the KV figure differs a little from the plan's
+# note: multi-node: ray-head.sh on the head, ray-worker.sh on the 1 other node(s) (identical machines, same model path), then launch.sh on the head
+# note: the plan was made for sglang; its speed figures are for that backend
+set -euo pipefail
+: "${MODEL:?set MODEL to the Hugging Face checkpoint of tiny-deepseek2 (a folder or hub id)}"
+exec vllm serve \
+    "${MODEL}" \
+    --tensor-parallel-size 8 \
+    --pipeline-parallel-size 2 \
+    --distributed-executor-backend ray \
+    --enable-expert-parallel \
+    --max-model-len 16384 \
+    --max-num-seqs 4 \
+    --max-num-batched-tokens 2048 \
+    --gpu-memory-utilization 0.90 \
+    --kv-cache-dtype fp8 \
+    --trust-remote-code \
+    --served-model-name tiny-deepseek2 \
+    --port 8000 \
+    "$@"

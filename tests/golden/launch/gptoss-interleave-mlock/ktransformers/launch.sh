@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# launch.sh: SGLang server with kt-kernel CPU experts
+# written by moeplan VERSION from plan a328f95553d623c2 (objective decode, hardware test-box)
+# model: tiny-gpt-oss (MXFP4_MOE, gpt-oss)
+# predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for llama.cpp)
+# placement: 0 of 8 routed experts of every MoE layer on the GPU, the rest on the CPU (kt-kernel, 48 threads)
+# flags for: kt-kernel 0.4 with SGLang (flags as documented in ktransformers' kt-kernel README, late 2025) (no sglang found: pass --bin the python that has it)
+# note: CPU experts read by kt-kernel's LLAMAFILE kernel from the GGUF folder
+# note: --kt-num-gpu-experts 0: KTransformers keeps 0 experts of each of the 6 MoE layers on the GPU (0 in all), the same expert bytes as the plan's GPU layers; counted in MXFP4_MOE bytes, so if the checkpoint stores experts in a wider type, lower it
+# note: the plan was made for llama.cpp; its speed figures are for that backend
+set -euo pipefail
+: "${MODEL:?set MODEL to the Hugging Face checkpoint of tiny-gpt-oss (a folder or hub id)}"
+exec python -m sglang.launch_server \
+    --model-path "${MODEL}" \
+    --kt-method LLAMAFILE \
+    --kt-weight-path /models/gpt-oss \
+    --kt-cpuinfer 48 \
+    --kt-threadpool-count 2 \
+    --kt-num-gpu-experts 0 \
+    --kt-max-deferred-experts-per-token 0 \
+    --tp-size 2 \
+    --context-length 131072 \
+    --max-total-tokens 131072 \
+    --max-running-requests 1 \
+    --chunked-prefill-size 2048 \
+    --kv-cache-dtype auto \
+    --mem-fraction-static 0.57 \
+    --trust-remote-code \
+    --served-model-name tiny-gpt-oss \
+    --port 30000 \
+    "$@"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# complete.sh: one short completion with the plan's placement (add --verbose to see each tensor's buffer)
+# written by moeplan VERSION from plan a328f95553d623c2 (objective decode, hardware test-box)
+# model: tiny-gpt-oss (MXFP4_MOE, gpt-oss)
+# predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s
+# placement: routed experts of blocks 0-5 on the CPU (6 of 6 MoE layers), everything else on the GPU
+# flags for: llama.cpp 0.5.0-dev, commit 0c1e570 (upstream master, 2026-10-01) (no llama.cpp binary found: pass --bin to check your build)
+# note: llama.cpp advises dropping the page cache before the first run with --numa (sync; echo 3 | sudo tee /proc/sys/vm/drop_caches), so pages are placed anew
+# note: -ts splits the blocks evenly over 2 GPUs; CPU-expert blocks take less VRAM, so check nvidia-smi after loading
+set -euo pipefail
+exec numactl --interleave=0,1 \
+    llama-completion \
+    -m /models/gpt-oss/tiny-MXFP4.gguf \
+    -ngl 7 \
+    -ot '^blk\.[0-5]\.ffn_(up|down|gate|gate_up)_(ch|)exps\.weight$=CPU' \
+    -fit off \
+    -c 131072 \
+    -fa on \
+    -ctk f16 \
+    -ctv f16 \
+    -t 48 \
+    -tb 48 \
+    -b 2048 \
+    -ub 256 \
+    --no-op-offload \
+    --numa distribute \
+    -lm mlock \
+    -ts 1,1 \
+    -no-cnv \
+    -p 'The capital of France is' \
+    -n 32 \
+    "$@"

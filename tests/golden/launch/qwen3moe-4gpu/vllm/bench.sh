@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# bench.sh: vllm bench serve against the running server
+# written by moeplan VERSION from plan cf5249ca5ac394f0 (objective decode, hardware test-box)
+# model: tiny-qwen3moe (Q8_0, qwen3moe)
+# predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s
+# placement: every expert on the GPUs (4 in all)
+# flags for: vLLM 0.11 (vllm serve engine arguments as documented at docs.vllm.ai) (no vllm found: pass --bin to check your install)
+# note: per-GPU memory: about 2.0 GiB of 80.0 GiB (limit 0.90) on 1 node(s) x 4 GPU(s); weights from 0.0B parameters x 2 bytes (Hugging Face checkpoint)
+set -euo pipefail
+: "${MODEL:?set MODEL to the Hugging Face checkpoint of tiny-qwen3moe (a folder or hub id)}"
+vllm bench serve \
+    --model "${MODEL}" \
+    --port 8000 \
+    --dataset-name random \
+    --random-input-len 512 \
+    --random-output-len 128 \
+    --num-prompts 16 \
+    "$@"

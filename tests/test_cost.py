@@ -1,0 +1,175 @@
+"""The cost model on hand-worked cases: every expected figure is computed in a comment."""
+from __future__ import annotations
+
+import pytest
+
+from model_builders import toy_hw, toy_model, unit_priors
+from moeplan.planner.cost import cache_hit_rate, distinct_experts, estimate
+from moeplan.planner.placement import Placement
+
+# toy_model(): 8 MoE layers, 8 experts, k=2, n_embd=n_ff_exp=1024, F16 experts.
+#   expert bytes per layer  E = 3 * 1024 * 1024 * 8 * 2      = 50,331,648
+#   read per token per layer k/N * E = E / 4                  = 12,582,912
+#   resident per layer: norms 2*4096, q,o 2*2,097,152, k,v 2*524,288, router 32,768 = 5,283,840
+#   R_dense = 8 * 5,283,840 + output 67,108,864 + output_norm 4,096 + one embedding row 2,048
+#           = 109,385,728
+R_DENSE = 109_385_728
+E_TOK = 12_582_912
+
+
+def test_all_gpu_decode_is_bytes_over_bandwidth():
+    m, hw, pr = toy_model(), toy_hw(), unit_priors()
+    e = estimate(m, Placement(n_threads=16), hw, pr)
+    # (R_dense + 8 * E_TOK) / 1000 GB/s = 210,049,024 B / 1e12 B/s = 210.049 us
+    t = (R_DENSE + 8 * E_TOK) / 1e12
+    assert e.decode_tok_s == pytest.approx(1 / t, rel=1e-9)
+    assert e.bottleneck == "gpu-mem"
+    lo, hi = e.decode_tok_s_range
+    assert lo < e.decode_tok_s < hi
+
+
+def test_cpu_layers_add_dram_time():
+    m, hw, pr = toy_model(), toy_hw(), unit_priors()
+    e = estimate(m, Placement(cpu_moe_layers=(0, 1, 2, 3), n_threads=16), hw, pr)
+    # GPU: (R_dense + 4 * E_TOK) / 1e12 = 159.717 us; CPU: 4 * E_TOK / 80 GB/s = 629.146 us
+    # dot compute: 4 * 6,291,456 weights / (16 cores * 1e12) = 1.6 us < read time -> no excess
+    t = (R_DENSE + 4 * E_TOK) / 1e12 + 4 * E_TOK / 80e9
+    assert e.decode_tok_s == pytest.approx(1 / t, rel=1e-9)
+    terms = {x.name: x.seconds for x in e.decode_terms}
+    assert terms["cpu_experts_read"] == pytest.approx(4 * E_TOK / 80e9)
+    assert terms["cpu_compute_excess"] == 0
+    assert e.bottleneck == "cpu-mem"
+
+
+def test_compute_bound_type_adds_excess():
+    m, hw = toy_model(), toy_hw()
+    # 1 core at 1e9 weights/s: 4 layers * 6,291,456 weights = 25,165,824 -> 25.17 ms,
+    # more than the 0.629 ms read: the excess is the difference
+    pr = unit_priors(cpu_dot_elem_per_s_per_core=1e9)
+    e = estimate(m, Placement(cpu_moe_layers=(0, 1, 2, 3), n_threads=1), hw, pr)
+    terms = {x.name: x.seconds for x in e.decode_terms}
+    assert terms["cpu_compute_excess"] == pytest.approx(25_165_824 / 1e9 - 4 * E_TOK / 80e9)
+    assert e.bottleneck == "cpu-compute"
+
+
+def test_threads_limit_cpu_bandwidth():
+    m, hw = toy_model(), toy_hw()
+    # b_core = core_read_share * node BW / cores = 1.0 * 80e9 / 16 = 5 GB/s; 4 threads -> 20 GB/s
+    pr = unit_priors(core_read_share=1.0)
+    e = estimate(m, Placement(cpu_moe_layers=(0,), n_threads=4), hw, pr)
+    terms = {x.name: x.seconds for x in e.decode_terms}
+    assert terms["cpu_experts_read"] == pytest.approx(E_TOK / 20e9)
+
+
+def test_kv_read_grows_with_depth():
+    m, hw, pr = toy_model(), toy_hw(), unit_priors()
+    e0 = estimate(m, Placement(n_threads=16), hw, pr, depth=0)
+    e1 = estimate(m, Placement(n_threads=16), hw, pr, depth=4096)
+    # K+V: 2 heads * 128 * 2 bytes * 2 = 1024 B per token per layer, 8 layers: 8192 B/token
+    kv = {x.name: x.seconds for x in e1.decode_terms}["kv_read"]
+    assert kv == pytest.approx(4096 * 8192 / 1e12)
+    assert e1.decode_tok_s < e0.decode_tok_s
+
+
+def test_prefill_op_offload_copies_used_experts():
+    m, hw, pr = toy_model(), toy_hw(), unit_priors()
+    p = Placement(cpu_moe_layers=(0, 1, 2, 3), n_threads=16, n_ubatch=512)
+    e = estimate(m, p, hw, pr, n_prompt=4096)
+    terms = {x.name: x.seconds for x in e.prefill_terms}
+    # u = 512 >= 32: every used expert of the 4 CPU layers crosses PCIe once per ubatch;
+    # U(512) = 8 * (1 - 0.75**512) ~ 8: whole layers, 4 * 50,331,648 B / 25 GB/s = 8.053 ms
+    # per ubatch of 512 -> per prompt token / 512
+    share = distinct_experts(8, 2, 512) / 8
+    assert terms["h2d_experts"] == pytest.approx(4 * 50_331_648 * share / 25e9 / 512)
+    assert "cpu_experts" not in terms
+    # a small ubatch (< 32) keeps the experts on the CPU
+    e2 = estimate(m, p.with_(n_ubatch=16), hw, pr, n_prompt=4096)
+    assert "cpu_experts" in {x.name for x in e2.prefill_terms}
+    assert "h2d_experts" not in {x.name for x in e2.prefill_terms}
+
+
+def test_no_op_offload_computes_on_cpu():
+    m, hw, pr = toy_model(), toy_hw(), unit_priors()
+    p = Placement(cpu_moe_layers=(0, 1, 2, 3), n_threads=16, n_ubatch=512, op_offload=False)
+    terms = {x.name: x.seconds for x in estimate(m, p, hw, pr, n_prompt=512).prefill_terms}
+    # 512 tokens * 2 FLOP * 4 layers * 6,291,456 weights = 25.77 GFLOP / (16 * 1e11) = 16.1 ms,
+    # more than reading 4 whole layers (201 MB / 80 GB/s = 2.5 ms): compute-bound
+    assert terms["cpu_experts"] == pytest.approx(512 * 2 * 4 * 6_291_456 / 1.6e12 / 512)
+
+
+def test_ik_offload_threshold():
+    m, hw = toy_model(), toy_hw()
+    pr = unit_priors(op_offload="ik")
+    p = Placement(cpu_moe_layers=(0,), n_threads=16, n_ubatch=64)
+    # ik_llama.cpp offloads when ubatch * k >= 32 * N: 64 * 2 = 128 < 256 -> CPU
+    assert "cpu_experts" in {x.name for x in estimate(m, p, hw, pr).prefill_terms}
+    # 128 * 2 = 256 >= 256 -> offloaded
+    assert "h2d_experts" in {x.name for x in estimate(m, p.with_(n_ubatch=128), hw, pr).prefill_terms}
+
+
+def test_numa_binding_beats_no_policy_on_two_sockets():
+    m = toy_model()
+    hw = toy_hw(nodes=2, dram_bw=160e9, cores=32)
+    pr = unit_priors(rho_remote=0.25)
+    cpu = (0, 1, 2, 3)
+    none = estimate(m, Placement(cpu_moe_layers=cpu, n_threads=32, numa="none"), hw, pr)
+    bind = estimate(m, Placement(cpu_moe_layers=cpu, n_threads=16, numa="bind", numa_nodes=(0,)), hw, pr)
+    # none: pages on one node (80 GB/s), half the reads remote at rho 0.25:
+    #   80 / (0.5 + 0.5 / 0.25) = 32 GB/s; bind: node 0 local 80 GB/s
+    t_none = {x.name: x.seconds for x in none.decode_terms}["cpu_experts_read"]
+    t_bind = {x.name: x.seconds for x in bind.decode_terms}["cpu_experts_read"]
+    assert t_none == pytest.approx(4 * E_TOK / 32e9)
+    assert t_bind == pytest.approx(4 * E_TOK / 80e9)
+    assert bind.ram_bytes_per_node == ((0, bind.ram_bytes),)
+
+
+def test_expert_cache_hits_move_reads_to_the_gpu():
+    m, hw = toy_model(), toy_hw()
+    pr = unit_priors(zipf_s=0.0)  # uniform routing: hit rate = cached share
+    cpu = (0, 1, 2, 3)
+    # 4 experts per CPU layer cached (half of 8): 4 * 4 * 6,291,456 B = 100,663,296 B
+    p = Placement(cpu_moe_layers=cpu, n_threads=16, gpu_expert_cache_bytes=4 * 4 * 6_291_456)
+    e = estimate(m, p, hw, pr)
+    terms = {x.name: x.seconds for x in e.decode_terms}
+    assert terms["cpu_experts_read"] == pytest.approx(0.5 * 4 * E_TOK / 80e9)
+    assert cache_hit_rate(4, 8, 0.0) == pytest.approx(0.5)
+    assert cache_hit_rate(2, 8, 0.5) == pytest.approx((2 / 8) ** 0.5)
+    assert e.memory["items"][2]["name"] == "expert_cache"
+
+
+def test_speculation_reads_the_union_of_experts():
+    m, hw, pr = toy_model(), toy_hw(), unit_priors()
+    cpu = tuple(range(8))
+    base = estimate(m, Placement(cpu_moe_layers=cpu, n_threads=16), hw, pr)
+    # 4 drafted tokens: a step verifies 5 tokens, CPU reads U(5)/k times the experts of one token;
+    # with acceptance 0 it yields 1 token per step, so it must be slower
+    bad = estimate(m, Placement(cpu_moe_layers=cpu, n_threads=16, n_draft=4, draft_accept=0.0), hw, pr)
+    assert bad.decode_tok_s < base.decode_tok_s
+    good = estimate(m, Placement(cpu_moe_layers=cpu, n_threads=16, n_draft=4, draft_accept=0.9), hw, pr)
+    u5 = distinct_experts(8, 2, 5)
+    cpu_read = 8 * 50_331_648 * u5 / 8 / 80e9
+    gpu_read = R_DENSE / 1e12
+    kv_read = 4 * 8192 / 1e12  # attention of the 5 verified tokens reads 4 cells of KV
+    tokens = (1 - 0.9 ** 5) / (1 - 0.9)
+    assert good.decode_tok_s == pytest.approx(tokens / (cpu_read + gpu_read + kv_read), rel=1e-9)
+
+
+def test_mmap_spills_to_nvme_when_ram_is_short():
+    m = toy_model()
+    hw = toy_hw(ram_gib=2.2)  # ~0.2 GiB after the OS reserve: not all 8 CPU layers (384 MiB) fit
+    pr = unit_priors()
+    e = estimate(m, Placement(cpu_moe_layers=tuple(range(8)), n_threads=16), hw, pr)
+    assert "nvme_read" in {x.name for x in e.decode_terms}
+    assert any("NVMe" in n for n in e.notes)
+
+
+def test_cpu_only_machine():
+    from dataclasses import replace
+
+    m = toy_model()
+    hw = replace(toy_hw(), gpus=())
+    e = estimate(m, Placement(n_threads=16), hw, unit_priors())
+    # everything read from DRAM: (R_dense + 8 * E_TOK) / 80 GB/s
+    t = (R_DENSE + 8 * E_TOK) / 80e9
+    assert e.decode_tok_s == pytest.approx(1 / t, rel=1e-9)
+    assert e.vram_bytes == 0

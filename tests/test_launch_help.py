@@ -1,0 +1,219 @@
+"""--help parsing against recorded and hand-written help texts, and flags chosen per build."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from launch_plans import make_plan, write_models
+
+from moeplan.errors import InputError
+from moeplan.launch import emit_launch, find_programs, release_programs
+from moeplan.launch import ikllama, ktransformers, llamacpp, sglang, vllm
+from moeplan.launch.binaries import Programs
+from moeplan.launch.flags import missing_flags, parse_help
+from moeplan.planner.placement import Placement
+
+HELP = Path(__file__).parent / "data" / "help"
+REAL = HELP / "llama.cpp-0c1e570"
+OLD = HELP / "llama.cpp-mid2025-handwritten"
+IK = HELP / "ik_llama.cpp-handwritten"
+
+
+def flags_of(path: Path, program: str):
+    return parse_help(path.read_text(), program, f"--help of {program}", version=path.parent.name)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return write_models(tmp_path_factory.mktemp("models"))
+
+
+def test_real_help_parses_into_the_flags_llama_cpp_defines():
+    server = flags_of(REAL / "llama-server.txt", "llama-server")
+    assert server.arg("-lm") == "MODE" and server.arg("--load-mode") == "MODE"
+    assert server.arg("-fa") == "[on|off|auto]" and server.arg("-fit") == "[on|off]"
+    assert server.arg("-ngl") == "N" and server.has("--gpu-layers") and server.has("--n-gpu-layers")
+    assert server.arg("--no-op-offload") == "" and server.has("--op-offload")
+    assert server.arg("-ot") == "<tensor name pattern>=<buffer type>,..."
+    assert server.has("-ctkd") and server.has("--spec-draft-type-k")  # long alias listed first
+    assert not server.has("--no-mmap") and not server.has("--mlock")  # gone in favour of -lm
+    assert not server.has("-no-cnv")
+    bench = flags_of(REAL / "llama-bench.txt", "llama-bench")
+    assert bench.arg("-ot") == "<tensor name pattern>=<buffer type>;..."
+    assert bench.has("--override-tensor") and bench.arg("-nopo") == "<0|1>" and not bench.has("-fit")
+    completion = flags_of(REAL / "llama-completion.txt", "llama-completion")
+    assert completion.has("-no-cnv") and completion.has("--no-conversation")
+
+
+def test_description_lines_are_not_flags():
+    text = ("-x,    --xx N                           does x\n"
+            "                                        --not-a-flag in a description\n"
+            "  - auto: a bullet\n")
+    fs = parse_help(text, "p", "s")
+    assert set(fs.flags) == {"-x", "--xx"}
+    with pytest.raises(InputError):
+        parse_help("no flags here\n", "p", "s")
+
+
+@pytest.mark.parametrize("tool,program", [("server", "llama-server"), ("once", "llama-completion"),
+                                          ("bench", "llama-bench")])
+def test_release_table_agrees_with_the_recorded_help(tool, program):
+    """moeplan's table of llama.cpp 0c1e570 says exactly what that build's --help says."""
+    real = flags_of(REAL / f"{program}.txt", program)
+    table = llamacpp.release_flags()[tool]
+    for flag, placeholder in table.flags.items():
+        assert real.has(flag), flag
+        assert real.arg(flag) == placeholder, (flag, real.arg(flag), placeholder)
+    assert llamacpp.LLAMA_CPP_RELEASE.startswith("llama.cpp 0.5.0-dev, commit 0c1e570")
+
+
+def _programs_from(folder: Path, once: str, ik: bool = False) -> Programs:
+    names = {"server": "llama-server", "once": once, "bench": "llama-bench"}
+    return Programs(programs=names, flags={t: flags_of(folder / f"{n}.txt", n) for t, n in names.items()})
+
+
+def test_current_build_gets_load_mode_fit_and_valued_flash_attention(models):
+    m = models["qwen3moe"]
+    plan = make_plan(m, Placement(cpu_moe_layers=(1, 2), load_mode="mlock", op_offload=False))
+    launch = emit_launch(plan, m, "llama.cpp", _programs_from(REAL, "llama-completion"), model_path="/m.gguf")
+    argv = launch.script("launch.sh").command.argv
+    assert ("-lm", "mlock") == argv[argv.index("-lm"):argv.index("-lm") + 2]
+    assert "-fit" in argv and argv[argv.index("-fa") + 1] == "on" and "--no-op-offload" in argv
+    bench = launch.script("bench.sh").command.argv
+    assert bench[bench.index("-nopo") + 1] == "1" and bench[bench.index("-lm") + 1] == "mlock"
+
+
+def test_older_build_gets_no_mmap_mlock_bare_fa_and_llama_cli(models):
+    m = models["qwen3moe"]
+    plan = make_plan(m, Placement(cpu_moe_layers=(1, 2), load_mode="mlock"))
+    launch = emit_launch(plan, m, "llama.cpp", _programs_from(OLD, "llama-cli"), model_path="/m.gguf")
+    argv = launch.script("launch.sh").command.argv
+    assert "-lm" not in argv and "-fit" not in argv
+    assert "--no-mmap" in argv and "--mlock" in argv
+    assert argv[argv.index("-fa") + 1] == "-ctk"  # a switch there
+    once = launch.script("complete.sh").command.argv
+    assert once[0] == "llama-cli" and "-no-cnv" in once
+    bench = launch.script("bench.sh").command.argv
+    assert bench[bench.index("-mmp") + 1] == "0" and bench[bench.index("-fa") + 1] == "1"
+    assert any("has no --fit" in n for n in launch.notes)
+    # every flag of every command is one that build lists
+    for s in launch.scripts:
+        fs = _programs_from(OLD, "llama-cli").flags[{"launch.sh": "server", "complete.sh": "once",
+                                                       "bench.sh": "bench"}[s.name]]
+        assert missing_flags(s.command.argv, fs) == []
+
+
+def test_older_build_drafts_with_draft_max(models):
+    m = models["qwen3moe"]
+    plan = make_plan(m, Placement(n_draft=4, draft_accept=0.7, extra=(("draft_model", "/d/small.gguf"),)))
+    argv = emit_launch(plan, m, "llama.cpp", _programs_from(OLD, "llama-cli"),
+                       model_path="/m.gguf").script("launch.sh").command.argv
+    assert ("--draft-max", "4") == argv[argv.index("--draft-max"):argv.index("--draft-max") + 2]
+    assert "-md" in argv and "--spec-type" not in argv
+
+
+def test_a_flag_the_build_lacks_is_a_clear_error(models):
+    m = models["qwen3moe"]
+    cache = make_plan(m, Placement(cpu_moe_layers=(1,), gpu_expert_cache_bytes=2 * 1024**3))
+    with pytest.raises(InputError) as err:
+        emit_launch(cache, m, "llama.cpp", _programs_from(REAL, "llama-completion"), model_path="/m.gguf")
+    assert "--moe-cache-mib" in err.value.message and err.value.hint
+    # the default target (no binary) is the same release, so the same error
+    with pytest.raises(InputError, match="--moe-cache-mib"):
+        emit_launch(cache, m, "llama.cpp", model_path="/m.gguf")
+    mtp = make_plan(models["deepseek2"], Placement(n_draft=2))
+    with pytest.raises(InputError, match="no --spec-type"):
+        emit_launch(mtp, models["deepseek2"], "llama.cpp", _programs_from(OLD, "llama-cli"), model_path="/m.gguf")
+
+
+def test_ik_help_drives_ik_flags(models):
+    m = models["deepseek2"]
+    plan = make_plan(m, Placement(backend="ik_llama.cpp", cpu_moe_layers=(2, 3), load_mode="no-mmap", n_ubatch=512))
+    progs = Programs(programs={"server": "llama-server", "once": "llama-cli", "bench": "llama-bench"},
+                     flags={"server": flags_of(IK / "llama-server.txt", "llama-server"),
+                            "once": flags_of(IK / "llama-cli.txt", "llama-cli"),
+                            "bench": flags_of(IK / "llama-bench.txt", "llama-bench")})
+    launch = emit_launch(plan, m, "ik_llama.cpp", progs, model_path="/m.gguf")
+    argv = launch.script("launch.sh").command.argv
+    for flag in ("-fmoe", "-rtr", "-fa"):
+        assert flag in argv
+    assert argv[argv.index("-mla") + 1] == "3" and argv[argv.index("-amb") + 1] == "512"
+    assert "--no-mmap" not in argv and "-ncmoe" not in argv and "-lm" not in argv
+    # the release table matches the hand-written help of the documented flags
+    for tool, fs in ikllama.release_flags().items():
+        for flag in fs.flags:
+            assert progs.flags[tool].has(flag), (tool, flag)
+
+
+@pytest.mark.parametrize("backend,module,files", [
+    ("vllm", vllm, {"server": "vllm-handwritten/serve.txt", "bench": "vllm-handwritten/bench-serve.txt"}),
+    ("sglang", sglang, {"server": "sglang-kt-handwritten/launch_server.txt",
+                        "bench": "sglang-kt-handwritten/bench_serving.txt"}),
+    ("ktransformers", ktransformers, {"server": "sglang-kt-handwritten/launch_server.txt",
+                                      "bench": "sglang-kt-handwritten/bench_serving.txt"}),
+])
+def test_server_backend_tables_match_their_documented_help(backend, module, files):
+    for tool, fs in module.release_flags().items():
+        helped = flags_of(HELP / files[tool], tool)
+        for flag in fs.flags:
+            assert helped.has(flag), (backend, tool, flag)
+
+
+# ---- finding programs: PATH, --bin, flavour -----------------------------------------------
+
+def _reader(mapping: dict[str, str]):
+    def read(argv):
+        if argv[-1] == "--version":
+            return "version: test (build 1, commit abc)"
+        return mapping[Path(argv[0]).name]
+    return read
+
+
+def test_programs_on_path_are_used_by_name_with_their_help():
+    texts = {n: (REAL / f"{n}.txt").read_text() for n in ("llama-server", "llama-completion", "llama-bench")}
+    progs = find_programs("llama.cpp", None, which=lambda n: f"/usr/bin/{n}" if n in texts else None,
+                          reader=_reader(texts))
+    assert progs.programs == {"server": "llama-server", "once": "llama-completion", "bench": "llama-bench"}
+    assert all(fs.from_help for fs in progs.flags.values())
+    assert progs.flags["server"].version.startswith("version: test")
+
+
+def test_nothing_on_path_falls_back_to_the_release_table():
+    progs = find_programs("llama.cpp", None, which=lambda n: None, reader=_reader({}))
+    assert progs.flags == release_programs("llama.cpp").flags
+    assert progs.programs["once"] == "llama-completion"
+
+
+def test_bin_folder_with_an_ik_build_is_refused_for_llama_cpp(tmp_path):
+    for n in ("llama-server", "llama-cli", "llama-bench"):
+        (tmp_path / n).write_text("")
+    texts = {n: (IK / f"{n}.txt").read_text() for n in ("llama-server", "llama-cli", "llama-bench")}
+    with pytest.raises(InputError, match="ik_llama.cpp build") as err:
+        find_programs("llama.cpp", str(tmp_path), reader=_reader(texts))
+    assert "--backend ik_llama.cpp" in err.value.hint
+    progs = find_programs("ik_llama.cpp", str(tmp_path), reader=_reader(texts))
+    assert progs.programs["server"] == str(tmp_path / "llama-server")
+    with pytest.raises(InputError, match="no such file"):
+        find_programs("llama.cpp", str(tmp_path / "missing"))
+
+
+def test_old_bin_folder_uses_llama_cli_for_one_shot_runs(tmp_path):
+    for n in ("llama-server", "llama-cli", "llama-bench"):
+        (tmp_path / n).write_text("")
+    texts = {n: (OLD / f"{n}.txt").read_text() for n in ("llama-server", "llama-cli", "llama-bench")}
+    progs = find_programs("llama.cpp", str(tmp_path), reader=_reader(texts))
+    assert Path(progs.programs["once"]).name == "llama-cli"
+
+
+def test_sglang_without_kt_flags_is_refused_for_ktransformers(tmp_path):
+    python = tmp_path / "python"
+    python.write_text("")
+    plain = "\n".join(line for line in (HELP / "sglang-kt-handwritten/launch_server.txt").read_text().splitlines()
+                      if "--kt-" not in line)
+    texts = {"launch_server": plain, "bench_serving": (HELP / "sglang-kt-handwritten/bench_serving.txt").read_text()}
+
+    def read(argv):
+        return texts[argv[2].split(".")[1]]
+    with pytest.raises(InputError, match="--kt-method"):
+        find_programs("ktransformers", str(python), reader=read)
+    assert find_programs("sglang", str(python), reader=read).flags["server"].has("--tp-size")

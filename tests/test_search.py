@@ -1,0 +1,121 @@
+"""The search: feasibility, monotonicity, determinism, infeasible paths."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from model_builders import GIB, toy_hw, toy_model, unit_priors
+from moeplan.errors import InfeasibleError
+from moeplan.planner.cost import estimate
+from moeplan.planner.memory import estimate_memory
+from moeplan.planner.placement import Placement
+from moeplan.planner.search import Request, choose_plan, shortfall
+from moeplan.planner.memory import MemoryConstants
+
+MODEL = toy_model(n_layers=12, n_experts=16, k=4, n_embd=2048, n_ff_exp=1024, n_dense_lead=1)
+PRIORS = unit_priors(s_sync_s=100e-6, t_token_s=1e-3, eta_gpu=0.8, eta_cpu=0.7, core_read_share=2.5)
+FAST = Request(kv_types=("f16", "q8_0"), ubatches=(512, 2048))
+
+
+def test_picks_fewest_cpu_layers_that_fit():
+    # experts: 3 * 2048 * 1024 * 16 * 2 B = 192 MiB per MoE layer, 11 MoE layers
+    hw = toy_hw(vram_gib=3.0)
+    r = choose_plan(MODEL, hw, PRIORS, FAST.__class__(n_ctx=4096, kv_types=("f16",), ubatches=(512,)))
+    p = r.best.placement
+    mem = estimate_memory(MODEL, p, MemoryConstants())
+    assert mem.vram_required_bytes <= 3.0 * GIB
+    # one layer fewer on the CPU would not fit
+    fewer = p.with_(cpu_moe_layers=p.cpu_moe_layers[:-1])
+    assert estimate_memory(MODEL, fewer, MemoryConstants()).vram_required_bytes > 3.0 * GIB
+    # layers leave from the front (block order), the dense lead block 0 is not a candidate
+    assert p.cpu_moe_layers == tuple(range(1, 1 + len(p.cpu_moe_layers)))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(vram=st.floats(min_value=1.5, max_value=6.0), ram=st.floats(min_value=8, max_value=64))
+def test_chosen_plan_always_fits(vram, ram):
+    hw = toy_hw(vram_gib=vram, ram_gib=ram)
+    try:
+        r = choose_plan(MODEL, hw, PRIORS, FAST)
+    except InfeasibleError:
+        return
+    assert shortfall(MODEL, r.best.placement, hw, int(vram * GIB), int(ram * GIB), MemoryConstants(), PRIORS) == ""
+    assert r.best.estimate.vram_required_bytes <= vram * GIB
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(vram=st.floats(min_value=1.5, max_value=5.0), extra=st.floats(min_value=0.1, max_value=3.0))
+def test_more_vram_never_gives_a_slower_best_plan(vram, extra):
+    req = Request(n_ctx=8192, kv_types=("f16",), ubatches=(512,))
+    try:
+        small = choose_plan(MODEL, toy_hw(vram_gib=vram), PRIORS, req)
+    except InfeasibleError:
+        return
+    big = choose_plan(MODEL, toy_hw(vram_gib=vram + extra), PRIORS, req)
+    assert big.best.estimate.decode_tok_s >= small.best.estimate.decode_tok_s * (1 - 1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(n_cpu=st.integers(min_value=1, max_value=11), numa=st.sampled_from(["none", "bind"]))
+def test_one_more_layer_on_the_gpu_never_slows_decode(n_cpu, numa):
+    hw = toy_hw(nodes=2, cores=32, dram_bw=160e9)
+    moe = MODEL.moe_layer_indices
+    p = Placement(cpu_moe_layers=moe[:n_cpu], n_threads=16, numa=numa, numa_nodes=(0,) if numa == "bind" else ())
+    slower = estimate(MODEL, p, hw, PRIORS).decode_tok_s
+    faster = estimate(MODEL, p.with_(cpu_moe_layers=moe[:n_cpu - 1]), hw, PRIORS).decode_tok_s
+    assert faster >= slower
+
+
+def test_identical_inputs_give_identical_json():
+    from moeplan.commands.plan import build_plan
+
+    hw = toy_hw(vram_gib=4.0)
+    a = build_plan(MODEL, hw, choose_plan(MODEL, hw, PRIORS, FAST), "decode", "").to_json()
+    b = build_plan(MODEL, hw, choose_plan(MODEL, hw, PRIORS, FAST), "decode", "").to_json()
+    assert a == b
+    json.loads(a)
+
+
+def test_context_grows_into_spare_vram():
+    hw = toy_hw(vram_gib=40.0)  # everything fits with room to spare
+    r = choose_plan(MODEL, hw, PRIORS, Request(kv_types=("f16",), ubatches=(512,)))
+    assert r.best.placement.cpu_moe_layers == ()
+    assert r.best.placement.n_ctx == MODEL.n_ctx_train  # the model's maximum fits
+    r2 = choose_plan(MODEL, hw, PRIORS, Request(n_ctx=4096, kv_types=("f16",), ubatches=(512,)))
+    assert r2.best.placement.n_ctx == 4096  # an exact --ctx is kept
+
+
+def test_quantized_kv_only_when_it_buys_speed():
+    # with plenty of VRAM the KV type cannot buy speed: f16 is kept
+    r = choose_plan(MODEL, toy_hw(vram_gib=40.0), PRIORS, Request(n_ctx=32768, ubatches=(512,)))
+    assert r.best.placement.cache_type_k == "f16"
+
+
+def test_numa_policy_is_searched_on_two_nodes():
+    hw = toy_hw(vram_gib=3.0, nodes=2, cores=32, dram_bw=160e9, ram_gib=64)
+    r = choose_plan(MODEL, hw, PRIORS, FAST)
+    assert r.best.placement.numa in ("bind", "interleave", "distribute", "none")
+    seen = {c.placement.numa for c in r.alternatives} | {r.best.placement.numa}
+    assert len(seen) >= 2
+
+
+def test_infeasible_says_what_is_short():
+    with pytest.raises(InfeasibleError) as ei:
+        choose_plan(MODEL, toy_hw(vram_gib=0.5), PRIORS, FAST)
+    assert "VRAM" in ei.value.message and "GiB" in ei.value.message
+    assert ei.value.hint
+    with pytest.raises(InfeasibleError) as ei:
+        choose_plan(MODEL, toy_hw(vram_gib=3.0, ram_gib=1.0), PRIORS, Request(kv_types=("f16",), ubatches=(512,)))
+    assert "RAM" in ei.value.message
+
+
+def test_pareto_front_is_monotone():
+    r = choose_plan(MODEL, toy_hw(vram_gib=3.0), PRIORS, FAST)
+    pts = r.pareto
+    assert len(pts) >= 3
+    for a, b in zip(pts, pts[1:]):
+        assert b.vram_bytes >= a.vram_bytes
+        assert b.decode_tok_s >= a.decode_tok_s * (1 - 1e-12)
