@@ -69,3 +69,16 @@ def test_sampled_run_within_10_percent_of_full_run(tmp_path):
         assert s["bytes_per_token_by_tier"][tier] == pytest.approx(f["bytes_per_token_by_tier"][tier], rel=0.01)
     assert s["prefill_bytes_per_ubatch_by_tier"]["gpu"] == pytest.approx(
         f["prefill_bytes_per_ubatch_by_tier"]["gpu"], rel=0.01)
+
+
+@pytest.mark.parametrize("writer,k", [(write_qwen3moe, None), (write_deepseek2, None), (write_deepseek2, 1)])
+def test_model_bytes_per_token_match_the_model_spec(tmp_path, writer, k):
+    """Weight bytes a decode token touches, in the file's types, are what ModelSpec says
+    (bytes_read_per_token: resident tensors + k/N of the experts + head), sampled or not."""
+    m = read_gguf_model(writer(tmp_path / "m.gguf")[0])
+    p = Placement(cpu_moe_layers=m.moe_layer_indices[1:], n_ctx=256, n_ubatch=16, n_threads=1)
+    r = run_bench(m, p, ExecOptions(dtype="fp32", sample_layers=k),
+                  RunSpec(n_prompt=0, n_tokens=4, n_warmup=0, routing=parse_routing("uniform")), free_bytes=FREE)
+    b = r["model_bytes_per_token_by_tier"]
+    embd_row = next(t.n_bytes for t in m.globals if t.name == "token_embd.weight") // m.n_vocab
+    assert b["gpu"] + b["cpu"] == m.bytes_read_per_token() - embd_row

@@ -18,10 +18,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from moeplan.executor.layout import AttnLayout
-from moeplan.executor.ops import project, rms_norm, rope, tile
+from moeplan.executor.ops import linear, project, rms_norm, rope, tile
 from moeplan.planner.ggml import canonical_type, row_bytes
 from moeplan.planner.memory import kv_cells
 from moeplan.planner.model import KvComponent
@@ -158,14 +157,14 @@ class GqaAttention:
         lay, w = self.lay, self.w
         n = x.shape[0]
         hq, hkv, dk, dv = lay.n_head, lay.n_head_kv, lay.d_k, lay.d_v
-        q = F.linear(x, w["q"], w.get("q_b"))
+        q = linear(x, w["q"], w.get("q_b"))
         gate = None
         if lay.gated:
             q, gate = q.view(n, hq, 2 * dk).split(dk, dim=-1)
             gate = gate.reshape(n, hq * dk)
         q = q.reshape(n, hq, dk)
-        k = F.linear(x, w["k"], w.get("k_b")).view(n, hkv, dk)
-        v = F.linear(x, w["v"], w.get("v_b")).view(n, hkv, dv)
+        k = linear(x, w["k"], w.get("k_b")).view(n, hkv, dk)
+        v = linear(x, w["v"], w.get("v_b")).view(n, hkv, dv)
         if "q_norm" in w:
             q = rms_norm(q, w["q_norm"]) if w["q_norm"].shape[0] == dk else \
                 rms_norm(q.reshape(n, hq * dk), w["q_norm"]).view(n, hq, dk)
@@ -193,7 +192,7 @@ class GqaAttention:
         out = out.view(hkv, g, n, dv).permute(2, 0, 1, 3).reshape(n, hq * dv)
         if gate is not None:
             out = out * torch.sigmoid(gate)
-        y = F.linear(out, w["o"], w.get("o_b"))
+        y = linear(out, w["o"], w.get("o_b"))
         eb, mb = n * used * self.exec_row_bytes, n * used * self.model_row_bytes
         for s in self.extra:
             _, e2, m2 = s.step(x, pos)
@@ -229,16 +228,16 @@ class MlaAttention:
         lay, w = self.lay, self.w
         n = x.shape[0]
         if "q_a" in w:
-            q = F.linear(rms_norm(F.linear(x, w["q_a"]), w.get("q_a_norm")), w["q_b"])
+            q = linear(rms_norm(linear(x, w["q_a"]), w.get("q_a_norm")), w["q_b"])
         else:
-            q = F.linear(x, w["q"])
+            q = linear(x, w["q"])
         q = q.view(n, lay.n_head, lay.d_nope + lay.d_rope)
         q_nope, q_pe = q[..., : lay.d_nope], q[..., lay.d_nope:]
         return q_nope, rope(q_pe, positions, lay.rope_base)
 
     def latents(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         lay = self.lay
-        kv = F.linear(x, self.w["kv_a"])
+        kv = linear(x, self.w["kv_a"])
         c = rms_norm(kv[:, : lay.kv_lora], self.w["kv_norm"])
         k_pe = rope(kv[:, None, lay.kv_lora:], positions, lay.rope_base)[:, 0]
         return torch.cat([c, k_pe], dim=-1)
@@ -258,7 +257,7 @@ class MlaAttention:
         probs = torch.softmax(scores.masked_fill(~ok[:, None, :], float("-inf")), dim=-1).to(c.dtype)
         o_lat = torch.einsum("nht,tl->nhl", probs, c)
         o = torch.einsum("nhl,hvl->nhv", o_lat, self.v_b).reshape(n, lay.n_head * lay.d_v)
-        y = F.linear(o, self.w["o"])
+        y = linear(o, self.w["o"])
         eb, mb = n * used * self.exec_row_bytes, n * used * self.model_row_bytes
         for s in self.extra:
             _, e2, m2 = s.step(x, pos)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from moeplan.executor.attention import Pos, make_attention
 from moeplan.executor.experts import MoeRunner, TierContext
 from moeplan.executor.layout import LayerLayout, ModelLayout, Weight
-from moeplan.executor.ops import dense_ffn, expert_weights, gate_probs, project, rms_norm, top_k
+from moeplan.executor.ops import dense_ffn, expert_weights, gate_probs, linear, project, rms_norm, top_k
 from moeplan.executor.routing import Routing
 
 
@@ -66,7 +65,7 @@ class Block:
         if kind == "none":
             return torch.zeros_like(x)
         gating = self.lay.ffn.gating
-        logits = F.linear(x, w["router"], w.get("router_bias"))
+        logits = linear(x, w["router"], w.get("router_bias"))
         probs, select = gate_probs(logits, gating, w.get("probs_bias"))
         ids = self.routing.chosen(self.index, pos.np)
         if ids is None:
@@ -108,6 +107,6 @@ class ExecModel:
             h = b.forward(h, pos, decode)
         if not all_logits:
             h = h[-1:]
-        logits = F.linear(rms_norm(h, self.out_norm), self.output).float()
+        logits = linear(rms_norm(h, self.out_norm), self.output).float()
         self.ctx.meter.add_bytes("gpu", self.head_exec_bytes, self.head_model_bytes)
         return logits

@@ -105,12 +105,16 @@ class ExpertWeights:
     down_b: torch.Tensor | None = None  # (D,)
 
 
-def matvec(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x (n, in) @ w (out, in)^T. One row goes through torch.mv: on the CPU its bf16 kernel
-    streams ~25 % faster than F.linear's (benchmarks/executor_roofline.py)."""
-    if x.shape[0] == 1 and x.device.type == "cpu":
-        return torch.mv(w, x[0]).unsqueeze(0)
-    return F.linear(x, w)
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x (n, in) @ w (out, in)^T (+ b). One row on the CPU goes through torch.mv, whose bf16
+    kernel streams 25-50 % faster there than F.linear's (benchmarks/executor_roofline.py)."""
+    if x.dim() == 2 and x.shape[0] == 1 and x.device.type == "cpu":
+        y = torch.mv(w, x[0]).unsqueeze(0)
+        return y + b if b is not None else y
+    return F.linear(x, w, b)
+
+
+matvec = linear
 
 
 def expert_ffn(x: torch.Tensor, w: ExpertWeights, activation: str) -> torch.Tensor:
@@ -138,8 +142,8 @@ def expert_ffn(x: torch.Tensor, w: ExpertWeights, activation: str) -> torch.Tens
 
 def dense_ffn(x: torch.Tensor, gate: torch.Tensor | None, up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
     if gate is None:
-        return F.linear(F.silu(F.linear(x, up)), down)
-    return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+        return linear(F.silu(linear(x, up)), down)
+    return linear(F.silu(linear(x, gate)) * linear(x, up), down)
 
 
 def tile(x: torch.Tensor, n: int) -> torch.Tensor:
@@ -159,7 +163,7 @@ def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     if w.dim() == 1:
         return tile(x, w.shape[0]) * w
     if w.dim() == 2:
-        return F.linear(tile(x, w.shape[1]), w)
+        return linear(tile(x, w.shape[1]), w)
     flat = w.reshape(-1, w.shape[-2], w.shape[-1])  # (batch, out, in)
     xin = tile(x, flat.shape[-1])  # (n, in)
     return torch.einsum("boi,ni->nbo", flat, xin).reshape(x.shape[0], -1)
