@@ -37,16 +37,15 @@ def _rand(w: GGUFWriter, rng: np.random.Generator, name: str, shape: tuple[int, 
         w.add_tensor(name, quantize(arr, qtype), raw_dtype=qtype)
 
 
-def write_random_qwen3moe(path: Path, *, n_layer=3, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_expert=8,
-                          n_used=2, n_ff_exp=32, n_vocab=64, expert_type=Q.F32, seed=0) -> Path:
-    """qwen3moe with random values in every tensor (experts in `expert_type`)."""
-    rng = np.random.default_rng(seed)
-    w = GGUFWriter(str(path), "qwen3moe")
-    w.add_name("rand-qwen3moe")
+def _header(path: Path, arch: str, name: str, *, n_layer, n_embd, n_head, n_head_kv, head_dim, n_expert, n_used,
+            n_ff_exp, n_ff, n_vocab) -> GGUFWriter:
+    """A writer with the keys every fixture here shares (F32 file, a llama tokenizer)."""
+    w = GGUFWriter(str(path), arch)
+    w.add_name(name)
     w.add_block_count(n_layer)
     w.add_context_length(4096)
     w.add_embedding_length(n_embd)
-    w.add_feed_forward_length(n_ff_exp * 4)
+    w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
     w.add_head_count_kv(n_head_kv)
     w.add_key_length(head_dim)
@@ -58,6 +57,16 @@ def write_random_qwen3moe(path: Path, *, n_layer=3, n_embd=64, n_head=4, n_head_
     w.add_file_type(0)
     w.add_tokenizer_model("llama")
     w.add_token_list([f"t{i}" for i in range(n_vocab)])
+    return w
+
+
+def write_random_qwen3moe(path: Path, *, n_layer=3, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_expert=8,
+                          n_used=2, n_ff_exp=32, n_vocab=64, expert_type=Q.F32, seed=0) -> Path:
+    """qwen3moe with random values in every tensor (experts in `expert_type`)."""
+    rng = np.random.default_rng(seed)
+    w = _header(path, "qwen3moe", "rand-qwen3moe", n_layer=n_layer, n_embd=n_embd, n_head=n_head,
+                n_head_kv=n_head_kv, head_dim=head_dim, n_expert=n_expert, n_used=n_used, n_ff_exp=n_ff_exp,
+                n_ff=n_ff_exp * 4, n_vocab=n_vocab)
     _rand(w, rng, "token_embd.weight", (n_embd, n_vocab), scale=1.0)
     _rand(w, rng, "output_norm.weight", (n_embd,))
     _rand(w, rng, "output.weight", (n_embd, n_vocab))
@@ -87,30 +96,16 @@ def write_qwen3next(path: Path, *, n_layer=4, n_embd=64, n_head=4, n_head_kv=2, 
     """A Qwen3-Next-like hybrid: 3 linear-attention (recurrent) blocks then 1 gated full-attention
     block, fused gate_up experts, a sigmoid-gated shared expert. Values are zeros (synthetic
     weights are used)."""
-    w = GGUFWriter(str(path), "qwen3next")
     arch = "qwen3next"
-    w.add_name("tiny-qwen3next")
-    w.add_block_count(n_layer)
-    w.add_context_length(4096)
-    w.add_embedding_length(n_embd)
-    w.add_feed_forward_length(n_ff_exp)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_used)
-    w.add_expert_feed_forward_length(n_ff_exp)
+    w = _header(path, arch, "tiny-qwen3next", n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
+                head_dim=head_dim, n_expert=n_expert, n_used=n_used, n_ff_exp=n_ff_exp, n_ff=n_ff_exp,
+                n_vocab=n_vocab)
     w.add_uint32(f"{arch}.expert_shared_feed_forward_length", n_ff_exp)
     w.add_uint32(f"{arch}.full_attention_interval", 4)
     w.add_uint32(f"{arch}.ssm.conv_kernel", d_conv)
     w.add_uint32(f"{arch}.ssm.inner_size", d_inner)
     w.add_uint32(f"{arch}.ssm.state_size", d_state)
     w.add_uint32(f"{arch}.ssm.group_count", n_group)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_file_type(0)
-    w.add_tokenizer_model("llama")
-    w.add_token_list([f"t{i}" for i in range(n_vocab)])
 
     def z(name, shape):
         w.add_tensor(name, np.zeros(tuple(reversed(shape)), dtype=np.float32))

@@ -130,6 +130,16 @@ class GenericState:
         return tile(out, d_model), n * used * self.exec_row_bytes, n * used * self.model_row_bytes
 
 
+def _step_extra(extra: list[GenericState], x: torch.Tensor, pos: Pos, exec_bytes: int,
+                model_bytes: int) -> tuple[int, int]:
+    """Step the cache components the main attention does not own (a DSA indexer's keys):
+    their rows are written and read, their output unused. Returns the byte totals."""
+    for s in extra:
+        _, e2, m2 = s.step(x, pos)
+        exec_bytes, model_bytes = exec_bytes + e2, model_bytes + m2
+    return exec_bytes, model_bytes
+
+
 class GqaAttention:
     def __init__(self, lay: AttnLayout, w: dict[str, torch.Tensor], geo: CacheGeometry,
                  device: torch.device, dtype: torch.dtype) -> None:
@@ -193,11 +203,7 @@ class GqaAttention:
         if gate is not None:
             out = out * torch.sigmoid(gate)
         y = linear(out, w["o"], w.get("o_b"))
-        eb, mb = n * used * self.exec_row_bytes, n * used * self.model_row_bytes
-        for s in self.extra:
-            _, e2, m2 = s.step(x, pos)
-            eb, mb = eb + e2, mb + m2
-        return y, eb, mb
+        return (y, *_step_extra(self.extra, x, pos, n * used * self.exec_row_bytes, n * used * self.model_row_bytes))
 
 
 class MlaAttention:
@@ -258,11 +264,7 @@ class MlaAttention:
         o_lat = torch.einsum("nht,tl->nhl", probs, c)
         o = torch.einsum("nhl,hvl->nhv", o_lat, self.v_b).reshape(n, lay.n_head * lay.d_v)
         y = linear(o, self.w["o"])
-        eb, mb = n * used * self.exec_row_bytes, n * used * self.model_row_bytes
-        for s in self.extra:
-            _, e2, m2 = s.step(x, pos)
-            eb, mb = eb + e2, mb + m2
-        return y, eb, mb
+        return (y, *_step_extra(self.extra, x, pos, n * used * self.exec_row_bytes, n * used * self.model_row_bytes))
 
 
 class GenericAttention:

@@ -24,6 +24,7 @@ from moeplan.executor.layout import LayerLayout, ModelLayout
 from moeplan.executor.ops import (ExpertWeights, dense_ffn, expert_ffn, expert_weights, gate_probs, rms_norm,
                                   rope, top_k)
 from moeplan.executor.routing import Routing
+from moeplan.executor.stores import ExpertBiases, fill_slot
 
 
 def visible(n: int, window: int = 0, chunked: bool = False) -> torch.Tensor:
@@ -65,42 +66,23 @@ class DenseReference:
                 self.generic[lay.index] = GenericAttention(lay.attn, attn_w, geo, cpu, dtype)
             e = lay.ffn.experts
             if e is not None:
+                biases = ExpertBiases(e, source, cpu, dtype)
                 self.experts[lay.index] = [
-                    expert_values(lay.index, i) if expert_values else self._expert(lay, source, dtype, i % pool[lay.index], i)
+                    expert_values(lay.index, i) if expert_values else
+                    self._expert(lay, source, dtype, i % pool[lay.index], biases.attach(ExpertWeights(None), i))
                     for i in range(e.n_expert)]
         self.embd = source.tensor(layout.token_embd, cpu)
         self.out_norm = source.tensor(layout.output_norm, cpu) if layout.output_norm else None
         self.output = source.tensor(layout.output, cpu) if layout.output else self.embd
 
     @staticmethod
-    def _expert(lay: LayerLayout, source, dtype: torch.dtype, slot: int, e: int) -> ExpertWeights:
+    def _expert(lay: LayerLayout, source, dtype: torch.dtype, slot: int, w: ExpertWeights) -> ExpertWeights:
+        """An expert's matrices, built the way the executor defines them (slot e mod pool),
+        into `w` (which holds its biases)."""
         x = lay.ffn.experts
-        f, d = x.n_ff, x.n_embd
-        gate_up = torch.empty(2 * f, d, dtype=dtype)
-        down = torch.empty(d, f, dtype=dtype)
-        if x.fused_in_file:
-            source.fill_expert(x.names["gate_up"], slot, gate_up)
-        else:
-            source.fill_expert(x.names["gate"], slot, gate_up[:f])
-            source.fill_expert(x.names["up"], slot, gate_up[f:])
-        source.fill_expert(x.names["down"], slot, down)
-        w = ExpertWeights(down=down, gate_up=gate_up)
-        from moeplan.executor.layout import Weight
-
-        b = x.bias_names
-        if b:
-            parts = []
-            for part in ("gate", "up"):
-                if part in b:
-                    parts.append(source.tensor(Weight(b[part], (x.n_expert, f), 0, "F32"), torch.device("cpu"))[e])
-                elif "gate_up" not in b:
-                    parts.append(torch.zeros(f, dtype=dtype))
-            if "gate_up" in b:
-                w.gate_up_b = source.tensor(Weight(b["gate_up"], (x.n_expert, 2 * f), 0, "F32"), torch.device("cpu"))[e]
-            elif parts:
-                w.gate_up_b = torch.cat(parts)
-            if "down" in b:
-                w.down_b = source.tensor(Weight(b["down"], (x.n_expert, d), 0, "F32"), torch.device("cpu"))[e]
+        w.gate_up = torch.empty(2 * x.n_ff, x.n_embd, dtype=dtype)
+        w.down = torch.empty(x.n_embd, x.n_ff, dtype=dtype)
+        fill_slot(x, source, slot, w.gate_up, w.down)
         return w
 
     # ---- attention without a cache ----------------------------------------------------------
