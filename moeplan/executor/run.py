@@ -10,6 +10,7 @@ scaled to the whole model (sampling.py) and the output says so.
 """
 from __future__ import annotations
 
+import os
 import resource
 import time
 from dataclasses import dataclass
@@ -58,6 +59,17 @@ def resolve_device(name: str | None) -> str:
         why = "this torch build has no CUDA support" if torch.version.cuda is None else "torch sees no CUDA GPU"
         raise ProbeError(f"--device cuda: {why}", "run with --device cpu (the GPU tier then runs on the CPU)")
     return name
+
+
+def _busy_note(load: float, placement: Placement) -> str:
+    """A warning when other processes already keep the cores busy that the run's threads need:
+    every parallel op then waits for a descheduled thread and times inflate many-fold."""
+    n_cpu = len(os.sched_getaffinity(0))
+    threads = max(placement.n_threads, placement.threads_batch)
+    if load > n_cpu - threads + 0.5:
+        return (f"the load average was {load:.1f} on {n_cpu} CPUs before the run and it uses {threads} threads: "
+                "other processes compete for the cores, so times are inflated (use fewer --threads or a quiet machine)")
+    return ""
 
 
 def _prompt_tokens(n: int, n_vocab: int, seed: int) -> list[int]:
@@ -173,6 +185,7 @@ def run_bench(model: ModelSpec, placement: Placement, opt: ExecOptions, spec: Ru
     torch = import_torch()
     tick = progress or (lambda what, n=None: None)
     n_positions = spec.n_prompt + spec.n_warmup + spec.n_tokens
+    load_before = os.getloadavg()[0]
     torch.set_num_threads(max(1, placement.threads_batch))
     built = build_executor(model, placement, opt, n_positions, spec.routing, spec.record_trace is not None,
                            progress, free_bytes, clock)
@@ -187,6 +200,9 @@ def run_bench(model: ModelSpec, placement: Placement, opt: ExecOptions, spec: Ru
     per_tok = _summarise(meter, plan, spec)
     peak_vram = int(torch.cuda.max_memory_allocated()) if cuda else None
     notes = list(layout.notes) + list(plan.notes) + list(routing.notes) + result["notes"]
+    busy = _busy_note(load_before, placement)
+    if busy:
+        notes.append(busy)
     if not cuda:
         notes.append("no GPU in this run: the GPU tier ran on the CPU through the same code path, so "
                      "'gpu' times are CPU times and transfers are host memory copies")
@@ -243,10 +259,11 @@ def _measure(torch, model, ctx, meter, placement, opt, spec, mmap_stores, tick, 
     # untimed steps of both shapes: oneDNN/cuBLAS pick kernels and pages are touched on first use
     meter.phase = "warmup"
     u = max(1, placement.n_ubatch)
+    prompt = _prompt_tokens(spec.n_prompt, layout.n_vocab, opt.seed)
     if spec.n_prompt:
         torch.set_num_threads(max(1, placement.threads_batch))
         with meter.step(1):
-            model.forward(list(range(min(u, spec.n_prompt))), 0, decode=False)
+            model.forward(prompt[:u], 0, decode=False)
         model.reset()
     torch.set_num_threads(max(1, placement.n_threads))
     with meter.step(1):
@@ -254,7 +271,6 @@ def _measure(torch, model, ctx, meter, placement, opt, spec, mmap_stores, tick, 
     model.reset()
     if ctx.cache is not None:
         ctx.cache = ExpertCache(ctx.cache.n_slots, ctx.cache.policy, ctx.cache.upload_share)
-    prompt = _prompt_tokens(spec.n_prompt, layout.n_vocab, opt.seed)
     pos = 0
     token = 0
     if spec.n_prompt:
