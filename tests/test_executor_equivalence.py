@@ -52,6 +52,9 @@ CASES = [
      {"gpu_cache", "cpu"}),
     ("expert-pool", {"cpu": "half"}, {"expert_pool": 3}, "uniform", {"cpu", "gpu"}),
     ("ik-rule-router", {"cpu": "all", "backend": "ik_llama.cpp"}, {}, "router", {"cpu"}),
+    # the grouped-GEMM path CUDA takes, forced on the CPU: GPU tier, staging and cache slots
+    ("grouped-gemm", {"cpu": "half"}, {"grouped_experts": True, "cache_experts": 3, "expert_pool": 5},
+     "zipf:1.0", {"gpu", "gpu_cache", "transfer"}),
 ]
 
 
@@ -78,6 +81,7 @@ def test_offloaded_equals_dense_reference(models, name, case):
     moved = tier_bytes(built)
     for tier in tiers:
         assert moved.get(tier, 0) > 0, f"tier {tier} did not run: {moved}"
+    assert built.ctx.grouped == bool(opts.get("grouped_experts")) and not built.ctx.notes
 
 
 def test_gptoss_sliding_window_ring_wraps(models):

@@ -52,3 +52,15 @@ def test_cuda_bench_reports_vram_and_uses_pinned_memory(models):
     built = build_executor(model, p, ExecOptions(device="cuda"), 8, parse_routing("uniform"), free_bytes=FREE)
     stores = [b.moe.store for b in built.model.blocks if b.moe is not None]
     assert stores and all(s.gate_up.is_pinned() and s.down.is_pinned() for s in stores)
+
+
+def test_cuda_grouped_gemm_path_in_bf16(models):
+    """bf16 on CUDA runs device experts as grouped GEMMs; within bf16 tolerance of the reference."""
+    model = models["deepseek2"]
+    p = Placement(cpu_moe_layers=model.moe_layer_indices[::2], n_ctx=512, n_ubatch=32, n_threads=4)
+    opt = ExecOptions(device="cuda", dtype="bf16", cache_experts=3)
+    tokens = np.random.default_rng(4).integers(0, model.n_vocab, size=40).tolist()
+    built, got = exec_logits(model, p, opt, "uniform", tokens, 32)
+    assert built.ctx.grouped, built.ctx.notes  # the kernel exists for bf16 on this GPU
+    want = reference_logits(built, p, ExecOptions(dtype="bf16"), tokens)
+    assert (got.cpu() - want).abs().max() <= 0.05 * want.abs().max()

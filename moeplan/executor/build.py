@@ -38,6 +38,7 @@ class ExecOptions:
     cache_upload_share: float = 1.0
     expert_pool: int | None = None  # distinct expert buffers per block (None: all, or auto if sampling)
     sample_layers: int | None = None
+    grouped_experts: bool | None = None  # device experts as grouped GEMMs (None: on CUDA only)
     max_ram_bytes: int | None = None
     max_vram_bytes: int | None = None
 

@@ -138,7 +138,8 @@ def build_executor(model: ModelSpec, placement: Placement, opt: ExecOptions, n_p
 
     ctx = TierContext(device=device, meter=meter, cpu_decode_mode=opt.cpu_decode_mode,
                       op_offload=placement.op_offload,
-                      offload_rule="ik_llama.cpp" if placement.backend == "ik_llama.cpp" else "llama.cpp")
+                      offload_rule="ik_llama.cpp" if placement.backend == "ik_llama.cpp" else "llama.cpp",
+                      grouped=cuda if opt.grouped_experts is None else opt.grouped_experts)
     cpu_moe = [lay for lay in moe_run if plan.tier_of[lay.index] == "cpu"]
     if cpu_moe:
         e0 = cpu_moe[0].ffn.experts
@@ -199,7 +200,7 @@ def run_bench(model: ModelSpec, placement: Placement, opt: ExecOptions, spec: Ru
         write_trace(spec.record_trace, routing.recorded_trace(model.name))
     per_tok = _summarise(meter, plan, spec)
     peak_vram = int(torch.cuda.max_memory_allocated()) if cuda else None
-    notes = list(layout.notes) + list(plan.notes) + list(routing.notes) + result["notes"]
+    notes = list(layout.notes) + list(plan.notes) + list(routing.notes) + result["notes"] + list(ctx.notes)
     busy = _busy_note(load_before, placement)
     if busy:
         notes.append(busy)
