@@ -66,8 +66,9 @@ def _busy_note(load: float, placement: Placement) -> str:
     every parallel op then waits for a descheduled thread and times inflate many-fold."""
     n_cpu = len(os.sched_getaffinity(0))
     threads = max(placement.n_threads, placement.threads_batch)
-    if load > n_cpu - threads + 0.5:
-        return (f"the load average was {load:.1f} on {n_cpu} CPUs before the run and it uses {threads} threads: "
+    if load > n_cpu - threads + 1.0:  # + 1: this process itself may be in the average
+        return (f"the load average was {load:.1f} on {n_cpu} CPUs before the run, which uses {threads} "
+                f"thread{'s' if threads > 1 else ''}: "
                 "other processes compete for the cores, so times are inflated (use fewer --threads or a quiet machine)")
     return ""
 

@@ -7,14 +7,18 @@ from moeplan.units import GIB, MIB
 
 # tier rows: (label, time key or None, byte keys summed for the rate)
 TIER_ROWS = (
-    ("gpu (attention, dense, GPU experts, head)", "gpu", ("gpu", "gpu_cache", "kv")),
-    ("  of which cached experts", None, ("gpu_cache",)),
-    ("  of which KV cache reads", None, ("kv",)),
-    ("cpu (experts from host RAM)", "cpu", ("cpu",)),
-    ("mmap (experts from the model file)", "mmap", ("mmap",)),
-    ("transfer (expert uploads)", "transfer", ("transfer",)),
-    ("activations host<->device", None, ("activations",)),
+    ("gpu", "gpu", ("gpu", "gpu_cache", "kv")),
+    (" cached", None, ("gpu_cache",)),
+    (" KV", None, ("kv",)),
+    ("cpu", "cpu", ("cpu",)),
+    ("mmap", "mmap", ("mmap",)),
+    ("transfer", "transfer", ("transfer",)),
+    ("activations", None, ("activations",)),
 )
+LEGEND = ("gpu: attention, norms, router, shared/dense FFN, GPU-resident and cached experts, head "
+          "(cached: expert cache hits; KV: cache reads); "
+          "cpu: CPU-tier experts from RAM; mmap: from the model file; transfer: expert uploads. "
+          "MiB/tok: bytes moved by the executor (its dtype); file MiB/tok: the same work in the model file's types.")
 
 
 def _f(x: float | None, fmt: str = "{:.2f}", none: str = "-") -> str:
@@ -24,7 +28,7 @@ def _f(x: float | None, fmt: str = "{:.2f}", none: str = "-") -> str:
 def summary_table(r: dict) -> Table:
     ex = r["executor"]
     m = r["model"]
-    t = Table(title=f"bench: {m['name']} ({m['arch']}) on {ex['device_name']}, {ex['dtype']}, routing {ex['routing']}")
+    t = Table(title=f"bench: {m['name']} ({m['arch']})\non {ex['device_name']}, {ex['dtype']}, routing {ex['routing']}")
     t.add_column("figure")
     t.add_column("value", justify="right")
     t.add_row("decode (tok/s)", _f(r["decode_tok_s"]))
@@ -46,10 +50,10 @@ def summary_table(r: dict) -> Table:
 
 
 def tier_table(r: dict) -> Table:
-    t = Table(title="where the time and the bytes go (decode per token; prefill per prompt token / per ubatch)")
-    for col, just in (("tier", "left"), ("decode ms/token", "right"), ("decode MiB/token", "right"),
-                      ("model-file MiB/token", "right"), ("decode GB/s", "right"),
-                      ("prefill ms/token", "right"), ("prefill MiB/ubatch", "right")):
+    t = Table(title="where time and bytes go: decode per token, prefill per prompt token / per ubatch",
+              caption=LEGEND)
+    for col, just in (("tier", "left"), ("ms/tok", "right"), ("MiB/tok", "right"), ("file MiB/tok", "right"),
+                      ("GB/s", "right"), ("prefill ms/tok", "right"), ("prefill MiB/ub", "right")):
         t.add_column(col, justify=just)
     dt, db, dm = r["decode_s_per_token_by_tier"], r["bytes_per_token_by_tier"], r["model_bytes_per_token_by_tier"]
     pt, pb = r.get("prefill_s_per_token_by_tier") or {}, r.get("prefill_bytes_per_ubatch_by_tier") or {}
