@@ -70,3 +70,26 @@ def test_read_llc_bytes(tmp_path):
         (tmp_path / name / "size").write_text(size + "\n")
     assert read_llc_bytes(str(tmp_path)) == 300 * MIB
     assert read_llc_bytes(str(tmp_path / "missing")) == 0
+
+
+def test_mmap_surrogate_weights_are_bounded_and_deterministic(tmp_path):
+    """Quantized experts read through the mmap with synthetic weights become bounded stand-in
+    weights made from the file's bytes (one per byte, or per nibble for 4-bit types)."""
+    import numpy as np
+    import torch
+
+    from gguf_fixtures import Q
+    from moeplan.executor.stores import surrogate_matrix
+    from test_executor_support import exec_logits, tier_bytes, write_random_qwen3moe
+
+    raw = np.arange(256, dtype=np.uint8).repeat(4)
+    w8 = surrogate_matrix(raw, (32, 32), torch.float32)
+    w4 = surrogate_matrix(raw[:300], (32, 32), torch.float32)  # fewer bytes than values: nibbles
+    a = (3.0 / 32) ** 0.5
+    for w in (w8, w4):
+        assert w.shape == (32, 32) and w.abs().max() <= a + 1e-6 and w.std() > a / 4
+    assert torch.equal(w8, surrogate_matrix(raw, (32, 32), torch.float32))
+    m = read_gguf_model(write_random_qwen3moe(tmp_path / "q4.gguf", expert_type=Q.Q4_0))
+    p = Placement(cpu_moe_layers=m.moe_layer_indices, n_ctx=256, n_ubatch=8, n_threads=1)
+    built, logits = exec_logits(m, p, ExecOptions(dtype="bf16", expert_source="mmap"), "uniform", list(range(12)), 8)
+    assert torch.isfinite(logits).all() and tier_bytes(built)["mmap"] > 0
