@@ -292,7 +292,12 @@ def check_fits(plan: BuildPlan, opt: ExecOptions, host_free: int, dev_free: int)
     host_need, dev_need = plan.total("host"), plan.total("device")
     biggest = max(plan.items, key=lambda i: i.n_bytes)
     if where == "device":
-        what = "VRAM" if opt.device == "cuda" else "memory for the GPU tier (--max-vram)"
+        if opt.device == "cuda":
+            what = "VRAM"
+        elif opt.max_vram_bytes is not None and dev_free <= opt.max_vram_bytes:
+            what = "memory for the GPU tier (--max-vram)"
+        else:
+            what = "host RAM for the GPU tier (no GPU: it runs on the CPU)"
         need, free = dev_need, dev_free
     else:
         what = "host RAM"

@@ -111,19 +111,19 @@ def build_executor(model: ModelSpec, placement: Placement, opt: ExecOptions, n_p
     from moeplan.executor.weights import DTYPES, GgufWeights, SyntheticWeights
 
     tick = progress or (lambda what, n=None: None)
+    if opt.weights == "gguf" and model.source != "gguf":
+        raise InputError("--weights gguf needs a GGUF model file", "profiles have no weights; use --weights synthetic")
+    if opt.expert_source == "mmap" and model.source != "gguf":
+        raise InputError("--expert-source mmap reads experts from the model's GGUF file",
+                         "give a GGUF file as MODEL, or use --expert-source ram")
     layout = model_layout(model)
     host_free, dev_free = free_bytes or available_bytes(opt)
     plan = plan_build(layout, placement, opt, n_positions, host_free, dev_free, read_llc_bytes())
     check_fits(plan, opt, host_free, dev_free)
-    if opt.weights == "gguf":
-        if model.source != "gguf":
-            raise InputError("--weights gguf needs a GGUF model file", "profiles have no weights; use --weights synthetic")
-        if any(plan.pool[lay.index] < lay.ffn.experts.n_expert for lay in plan.layers if lay.index in plan.pool):
-            raise RunnerError("real weights need every expert in memory, but the expert pool is smaller",
-                              "use --weights synthetic, or a model that fits")
-    if opt.expert_source == "mmap" and model.source != "gguf":
-        raise InputError("--expert-source mmap reads experts from the model's GGUF file",
-                         "give a GGUF file as MODEL, or use --expert-source ram")
+    if opt.weights == "gguf" and any(plan.pool[lay.index] < lay.ffn.experts.n_expert
+                                     for lay in plan.layers if lay.index in plan.pool):
+        raise RunnerError("real weights need every expert in memory, but the expert pool is smaller",
+                          "use --weights synthetic, or a model that fits")
 
     device = torch.device(opt.device)
     dtype = DTYPES[opt.dtype]
