@@ -4,19 +4,53 @@ Written by `moeplan probe` (measured), `moeplan hardware` (spec sheets and numbe
 bundled preset; read by every `--hw`. The JSON schema is versioned (SCHEMA_VERSION) and
 documented in docs/hardware-profile.md.
 
-Sources, weakest to strongest for the planner: 'spec-sheet' < 'user' < 'sysfs'/'nvml' <
-'measured' < 'calibrated'. A spec-sheet bandwidth carries the fraction of it that is
-achievable in practice (`achievable`), so the planner never treats a peak as a measurement.
+Sources, weakest to strongest for the planner: 'prior' < 'spec-sheet' < 'user' <
+'sysfs'/'nvml'/'procfs' < 'measured' < 'calibrated'. 'prior' is a documented typical value of a
+part class (not of this part, not of this machine: e.g. the per-core DRAM read rate of a server
+core), used only where no spec sheet gives the figure. A spec-sheet bandwidth carries the
+fraction of it that is achievable in practice (`achievable`), so the planner never treats a
+peak as a measurement.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from moeplan.errors import InputError
 from moeplan.planner.serde import from_jsonable, to_jsonable
 
 SCHEMA_VERSION = 1
-SOURCES = ("spec-sheet", "user", "sysfs", "nvml", "procfs", "measured", "calibrated")
+SOURCES = ("prior", "spec-sheet", "user", "sysfs", "nvml", "procfs", "measured", "calibrated")
 _RANK = {s: i for i, s in enumerate(SOURCES)}
+
+# PCIe rate per lane and direction after line coding, bytes/s (gen 1-2: 8b/10b; gen 3-5:
+# 128b/130b; gen 6: FLIT mode, 242 of 256 bytes carry data)
+PCIE_LANE_BYTES_PER_S = {1: 0.25e9, 2: 0.5e9, 3: 8e9 * 128 / 130 / 8, 4: 16e9 * 128 / 130 / 8,
+                         5: 32e9 * 128 / 130 / 8, 6: 64e9 * 242 / 256 / 8}
+
+
+def format_cpulist(cpus: tuple[int, ...] | list[int]) -> str:
+    """(0, 1, 2, 3, 8) -> '0-3,8' (the form sysfs and numactl print)."""
+    cs = sorted(set(cpus))
+    if not cs:
+        return ""
+    runs: list[str] = []
+    start = prev = cs[0]
+    for c in cs[1:] + [None]:  # type: ignore[list-item]
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        runs.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if c is not None:
+            start = prev = c
+    return ",".join(runs)
+
+
+def pcie_bytes_per_s(gen: int | None, width: int | None) -> float | None:
+    """Theoretical one-direction PCIe rate (gen 4 x16: 31.5 GB/s), None when unknown."""
+    if not gen or not width or gen not in PCIE_LANE_BYTES_PER_S:
+        return None
+    return PCIE_LANE_BYTES_PER_S[gen] * width
 
 
 @dataclass(frozen=True)
@@ -27,6 +61,8 @@ class Figure:
     achievable: the fraction of `value` a real workload reaches (spec-sheet peaks only;
         1.0 for measured figures). `effective` = value * achievable.
     n_samples / spread: for measurements; spread is (max - min) / median of the samples.
+    median: the median sample rate of a measurement (value is its best, STREAM's rule, or
+        the overall rate of a storage read; the method says which). None when not measured.
     """
 
     value: float
@@ -35,6 +71,7 @@ class Figure:
     n_samples: int = 0
     spread: float = 0.0
     achievable: float = 1.0
+    median: float | None = None
 
     @property
     def effective(self) -> float:
@@ -74,6 +111,11 @@ class Gpu:
     numa_node: int | None = None  # None: unknown or not NUMA (sysfs numa_node = -1)
     local_cpus: str = ""  # sysfs local_cpulist
     source: str = "nvml"
+    # link read while host-to-device copies were in flight (GPUs drop to gen 1 when idle)
+    pcie_gen_loaded: int | None = None
+    pcie_width_loaded: int | None = None
+    # nvidia-smi topo -m level to every GPU by index: X, PIX, PXB, PHB, NODE, SYS, NV#
+    topology: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +128,7 @@ class NumaNode:
     distances: tuple[int, ...] = ()
     dram_read_bytes_per_s: Figure | None = None  # all cores of the node reading local memory
     memory_only: bool = False
+    source: str = "sysfs"  # 'spec-sheet': cpus numbered as Linux usually does, sizes from specs
 
 
 @dataclass(frozen=True)
@@ -106,6 +149,10 @@ class Cpu:
     memory_channels: int | None = None  # populated channels, all sockets
     ram_type: str = ""  # ddr4 / ddr5 / lpddr5x ...
     ram_speed_mts: int | None = None
+    source: str = "procfs"  # of model, counts and ISA: procfs / sysfs / spec-sheet / user
+    # of memory_channels / ram_type / ram_speed_mts: dmi / spec-sheet / user; "" = unknown
+    memory_source: str = ""
+    n_dimms: int | None = None  # populated DIMMs (DMI type 17), when readable
 
 
 @dataclass(frozen=True)
@@ -115,6 +162,9 @@ class Storage:
     seq_read_bytes_per_s: Figure | None = None
     rand4k_read_bytes_per_s: Figure | None = None
     rotational: bool | None = None
+    fs_type: str = ""
+    device_model: str = ""
+    file_bytes: int | None = None  # size of the file that was read
 
 
 @dataclass(frozen=True)
@@ -132,6 +182,10 @@ class System:
     numa_balancing: int | None = None
     numactl: bool = False
     libnuma: bool = False
+    hostname: str = ""  # a cached probe is reused only on the machine that made it
+    vm_vendor: str = ""  # hypervisor or DMI vendor when is_vm
+    hugepages_free: int = 0
+    cgroup_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -182,6 +236,11 @@ class HardwareProfile:
     calibration: tuple[Calibration, ...] = ()
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    # `moeplan hardware` inputs a spec-built profile (or preset) was made from, so it can be
+    # rebuilt and checked; empty for probed profiles
+    spec_inputs: dict[str, Any] = field(default_factory=dict)
+    probe_mode: str = ""  # quick / full for probed profiles
+    probe_wall_s: float | None = None
 
     # ---- convenience views ---------------------------------------------------------------
     @property
@@ -216,3 +275,171 @@ class HardwareProfile:
     @classmethod
     def from_dict(cls, data: dict) -> "HardwareProfile":
         return from_jsonable(cls, data)
+
+
+# ---- what-ifs and checks (pure) -------------------------------------------------------------
+
+def apply_overrides(profile: HardwareProfile, vram_bytes: int | None = None,
+                    ram_bytes: int | None = None) -> HardwareProfile:
+    """The same machine with a different VRAM and/or host RAM (`tune --vram/--ram` what-ifs).
+
+    vram_bytes: the VRAM budget of all GPUs together, split evenly over them (one GPU: its
+        size); what other processes used on a GPU (total - free) stays used, so each GPU's
+        free = max(0, share - used).
+    ram_bytes: the new total host RAM; NUMA nodes with memory get it in proportion to their
+        old size (evenly when sizes are unknown), the used part stays used, and a cgroup
+        limit is dropped (a what-if machine has none).
+    Measured bandwidths stay: only sizes change.
+    """
+    notes = list(profile.notes)
+    out = profile
+    if vram_bytes is not None:
+        if vram_bytes <= 0:
+            raise InputError(f"--vram must be positive, got {vram_bytes}", "for example --vram 24G")
+        if not profile.gpus:
+            raise InputError(
+                f"--vram needs a GPU, and hardware profile {profile.name!r} has none",
+                "plan for a machine with a GPU: --hw desktop-4090-ddr5, or build one with "
+                "`moeplan hardware --gpu 'RTX 4090' --out hw.json`")
+        share = vram_bytes // len(profile.gpus)
+        gpus = []
+        for g in profile.gpus:
+            free = None
+            if g.vram_free_bytes is not None:
+                free = max(0, share - (g.vram_bytes - g.vram_free_bytes))
+            gpus.append(replace(g, vram_bytes=share, vram_free_bytes=free))
+        notes.append(f"what-if: VRAM set to {vram_bytes} bytes over {len(gpus)} GPU(s) (was "
+                     f"{profile.gpu_vram_bytes})")
+        out = replace(out, gpus=tuple(gpus))
+    if ram_bytes is not None:
+        if ram_bytes <= 0:
+            raise InputError(f"--ram must be positive, got {ram_bytes}", "for example --ram 512G")
+        out = replace(out, system=_resized_system(out.system, ram_bytes),
+                      numa_nodes=_resized_nodes(out.numa_nodes, ram_bytes))
+        notes.append(f"what-if: RAM set to {ram_bytes} bytes (was {profile.system.ram_total_bytes})")
+    return replace(out, notes=tuple(notes))
+
+
+def _resized_system(s: System, ram_bytes: int) -> System:
+    avail = None
+    if s.ram_available_bytes is not None:
+        avail = max(0, ram_bytes - (s.ram_total_bytes - s.ram_available_bytes))
+    return replace(s, ram_total_bytes=ram_bytes, ram_available_bytes=avail, cgroup_limit_bytes=None)
+
+
+def _resized_nodes(nodes: tuple[NumaNode, ...], ram_bytes: int) -> tuple[NumaNode, ...]:
+    with_mem = [n for n in nodes if n.mem_total_bytes > 0] or list(nodes)
+    old_total = sum(n.mem_total_bytes for n in with_mem)
+    out = []
+    for n in nodes:
+        if n not in with_mem:
+            out.append(n)
+            continue
+        share = n.mem_total_bytes / old_total if old_total else 1 / len(with_mem)
+        total = int(ram_bytes * share)
+        free = None if n.mem_free_bytes is None else max(0, total - (n.mem_total_bytes - n.mem_free_bytes))
+        out.append(replace(n, mem_total_bytes=total, mem_free_bytes=free))
+    return tuple(out)
+
+
+BUSY_CPU_FRACTION = 0.25  # above this share of all CPUs busy, measured rates are suspect
+NOISY_SPREAD = 0.25  # (max - min) / median of a measurement's samples
+
+
+def profile_warnings(p: HardwareProfile) -> tuple[str, ...]:
+    """What about this machine (or this profile) can make expert offload slow or a figure wrong."""
+    w: list[str] = []
+    multi = len([n for n in p.numa_nodes if n.cpus]) >= 2
+    for g in p.gpus:
+        w.extend(_link_warnings(g))
+        if multi and g.numa_node is None:
+            w.append(f"GPU {g.index}: NUMA node unknown (sysfs numa_node = -1); bind llama.cpp to the "
+                     "node the GPU hangs off, check `nvidia-smi topo -m`")
+        w.extend(_free_ram_warnings(p, g))
+    if multi and p.system.numa_balancing:
+        w.append("kernel.numa_balancing is on: it migrates model pages between nodes while decoding "
+                 "(llama.cpp warns about it too); `sudo sysctl kernel.numa_balancing=0`")
+    c = p.cpu
+    if c.n_threads > c.n_cores and p.origin == "probe":
+        w.append(f"{c.n_threads} logical CPUs are {c.n_cores} physical cores: hyperthreads add no "
+                 f"memory bandwidth, use --threads {c.n_cores} (or fewer), not {c.n_threads}")
+    if p.system.is_vm:
+        vendor = f" ({p.system.vm_vendor})" if p.system.vm_vendor else ""
+        w.append(f"running in a VM{vendor}: vCPUs may be host hyperthreads and NUMA/PCIe layout may be "
+                 "hidden, so measured figures describe the VM, not the host")
+    busy = _busy(p)
+    if busy:
+        w.append(busy)
+    s = p.system
+    if s.cgroup_limit_bytes and s.cgroup_limit_bytes < s.ram_total_bytes:
+        w.append(f"memory is limited to {s.cgroup_limit_bytes / 2**30:.1f} GiB by a cgroup (of "
+                 f"{s.ram_total_bytes / 2**30:.1f} GiB installed); plans use the limit")
+    for name, fig in _measured_figures(p):
+        if fig.n_samples >= 3 and fig.spread > NOISY_SPREAD:
+            w.append(f"{name}: samples spread {fig.spread:.0%}; the figure is noisy, rerun with --full "
+                     "on an idle machine")
+    return tuple(w)
+
+
+def _link_warnings(g: Gpu) -> list[str]:
+    w = []
+    if g.pcie_width is not None and g.pcie_width_max and g.pcie_width < g.pcie_width_max:
+        w.append(f"GPU {g.index}: PCIe link x{g.pcie_width} of x{g.pcie_width_max}: prefill copies of CPU "
+                 "experts get slower; check the slot and riser")
+    if g.pcie_gen_loaded is not None and g.pcie_gen_max and g.pcie_gen_loaded < g.pcie_gen_max:
+        w.append(f"GPU {g.index}: PCIe link ran at gen {g.pcie_gen_loaded} under load (max gen "
+                 f"{g.pcie_gen_max}): host-to-GPU copies are slower than they should be")
+    elif (g.pcie_width_loaded is not None and g.pcie_width_max
+          and g.pcie_width_loaded < g.pcie_width_max and g.pcie_width == g.pcie_width_max):
+        w.append(f"GPU {g.index}: PCIe link ran at x{g.pcie_width_loaded} under load (max "
+                 f"x{g.pcie_width_max})")
+    return w
+
+
+def _free_ram_warnings(p: HardwareProfile, g: Gpu) -> list[str]:
+    if g.numa_node is None or len(p.numa_nodes) < 2:
+        return []
+    by_id = {n.id: n for n in p.numa_nodes}
+    home = by_id.get(g.numa_node)
+    if home is None or home.mem_free_bytes is None:
+        return []
+    others = [n for n in p.numa_nodes if n.id != g.numa_node and n.mem_free_bytes is not None]
+    if not others:
+        return []
+    best = max(others, key=lambda n: n.mem_free_bytes or 0)
+    if (best.mem_free_bytes or 0) > 2 * home.mem_free_bytes:
+        return [f"GPU {g.index} hangs off node {home.id} ({home.mem_free_bytes / 2**30:.1f} GiB free) but "
+                f"node {best.id} has {best.mem_free_bytes / 2**30:.1f} GiB free: CPU experts bound to the "
+                f"GPU's node may not fit; drop caches or free memory on node {home.id}"]
+    return []
+
+
+def _busy(p: HardwareProfile) -> str:
+    ld = p.load
+    busy = max([b for b in (ld.cpu_busy_before, ld.cpu_busy_after) if b is not None], default=None)
+    loads = [x for x in (ld.loadavg_1m_before, ld.loadavg_1m_after) if x is not None]
+    high_load = bool(loads) and max(loads) > 0.5 * max(1, p.cpu.n_threads)
+    if (busy is not None and busy > BUSY_CPU_FRACTION) or high_load:
+        parts = []
+        if busy is not None:
+            parts.append(f"{busy:.0%} of CPU time busy")
+        if loads:
+            parts.append(f"load average {max(loads):.2f} on {p.cpu.n_threads} CPUs")
+        return ("the machine was busy while probing (" + ", ".join(parts) + "): measured rates may be "
+                "low; rerun `moeplan probe` when it is idle")
+    return ""
+
+
+def _measured_figures(p: HardwareProfile) -> list[tuple[str, Figure]]:
+    out: list[tuple[str, Figure]] = []
+    for n in p.numa_nodes:
+        if n.dram_read_bytes_per_s and n.dram_read_bytes_per_s.source == "measured":
+            out.append((f"DRAM read node {n.id}", n.dram_read_bytes_per_s))
+    for g in p.gpus:
+        for label, fig in (("host-to-GPU", g.h2d_bytes_per_s), ("GPU-to-host", g.d2h_bytes_per_s)):
+            if fig and fig.source == "measured":
+                out.append((f"GPU {g.index} {label}", fig))
+    for s in p.storage:
+        if s.seq_read_bytes_per_s and s.seq_read_bytes_per_s.source == "measured":
+            out.append((f"sequential read of {s.path}", s.seq_read_bytes_per_s))
+    return out

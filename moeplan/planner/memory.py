@@ -7,7 +7,7 @@ VRAM (one GPU, all blocks offloaded with -ngl, routed experts of `cpu_moe_layers
   weights_gpu  = output + output_norm + sum_trunk(resident bytes) + sum_{MoE on GPU}(expert bytes)
                  (token_embd always stays on the CPU: llama.cpp's input layer is the CPU device)
   kv           = sum_layers sum_components row_size(type, n_embd) * cells   (see kv_cache_bytes)
-  compute      = logits + activations + attention + moe + staging           (see compute_buffer)
+  compute      = max(attention, moe + staging, output) live sets         (see compute_buffer.py)
   cuda_context = CUDA context, cuBLAS workspace and the allocator's slack (a per-backend prior)
   The fit check keeps llama.cpp --fit's 1 GiB margin free on top (`margin_bytes`).
 
@@ -17,7 +17,8 @@ Host RAM
                  resident or decode reads NVMe; --no-mmap / --mlock make them anonymous
   repack       = a second, repacked copy of CPU expert weights when the CPU backend repacks
                  their type (llama.cpp CPU_REPACK buffers) and the load is not mmap-only
-  compute_cpu  = CPU compute buffer (activations of a ubatch through CPU-resident ops)
+  compute_cpu  = CPU compute buffer: the graph inputs (KQ masks, ids, inp_embd), which the
+                 scheduler always places on the CPU, and the token-embedding rows
   output       = logits buffer n_vocab * n_outputs * 4 (host)
   kv_cpu       = the KV cache when --no-kv-offload
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.planner import compute_buffer as cb
 from moeplan.planner.ggml import canonical_type, row_bytes
 from moeplan.planner.model import KvComponent, LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
@@ -34,6 +36,21 @@ MIB = 1024**2
 
 # llama.cpp --fit keeps this much free on each GPU (common/fit: fit_target default 1024 MiB)
 FIT_MARGIN_BYTES = 1 * GIB
+
+# ggml types the CPU backend repacks into its CPU_REPACK buffer on x86-64
+# (ggml/src/ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type, 2026-10 sources): with
+# AVX2 Q4_0, Q4_K, IQ4_NL and MXFP4; AVX-512 adds Q2_K. Only weights used by MUL_MAT /
+# MUL_MAT_ID whose row count ne[1] is a multiple of 8; Q8_0, Q5_K and Q6_K repack only on ARM.
+# When they apply (src/llama-model.cpp make_cpu_buft_list, src/llama-model-loader.cpp
+# select_weight_buft): the CPU buffer list is [GPU host buffer (CUDA_Host), extra buffer types
+# (AMX, CPU_REPACK), CPU]. On a GPU build the host buffer comes first and supports every op, so
+# CPU-resident weights (-ot ...=CPU, --n-cpu-moe, layers past -ngl) go to CUDA_Host, which with
+# mmap is swapped for the plain CPU buffer: no repack. They are repacked on a CPU-only build and
+# on a GPU build run with --no-host. Measured on a CPU build (tests/data/llama_memory): the
+# CPU_REPACK buffer is exactly the bytes of these tensors, and with mmap the CPU_Mapped buffer
+# still spans them (their file pages are read once to repack and stay as clean page cache).
+CPU_REPACK_TYPES_X86_AVX2 = ("IQ4_NL", "MXFP4", "Q4_0", "Q4_K")
+CPU_REPACK_TYPES_X86_AVX512 = CPU_REPACK_TYPES_X86_AVX2 + ("Q2_K",)
 
 
 def pad(n: int, to: int) -> int:
@@ -107,16 +124,23 @@ class MemoryBreakdown:
 # ---- KV cache -----------------------------------------------------------------------------
 
 def kv_cells(comp: KvComponent, n_ctx: int, n_seq: int, n_ubatch: int, swa_full: bool = False,
-             kv_pad: int = 256) -> int:
-    """Cells (rows) llama.cpp allocates for one cache component."""
+             kv_pad: int = 256, kv_unified: bool = True) -> int:
+    """Cells (rows) llama.cpp allocates for one cache component, over all its streams.
+
+    llama_context pads n_ctx to 256; a unified cache (one stream) has n_ctx cells, otherwise
+    each of the n_seq streams has pad256(n_ctx / n_seq) cells (llama-context.cpp n_ctx_seq).
+    """
     kv_size = pad(max(n_ctx, 1), kv_pad)
+    n_stream = 1 if kv_unified or n_seq <= 1 else n_seq
+    per_stream = kv_size if n_stream == 1 else pad(kv_size // n_stream, kv_pad)
     if comp.cells == "ctx":
-        return kv_size
+        return per_stream * n_stream
     if comp.cells == "swa":
         if swa_full:
-            return kv_size
-        # llama-kv-cache-iswa.cpp: GGML_PAD(min(size_base, n_swa*n_seq_max + n_ubatch), 256)
-        return pad(min(kv_size, comp.window * n_seq + n_ubatch), kv_pad)
+            return per_stream * n_stream
+        # llama-kv-cache-iswa.cpp: GGML_PAD(min(size_base, n_swa*(unified ? n_seq_max : 1) + n_ubatch), 256)
+        window = comp.window * (n_seq if n_stream == 1 else 1)
+        return pad(min(per_stream, window + n_ubatch), kv_pad) * n_stream
     if comp.cells == "seq":
         return max(1, n_seq)
     if comp.cells == "ratio":
@@ -129,21 +153,35 @@ def kv_cells(comp: KvComponent, n_ctx: int, n_seq: int, n_ubatch: int, swa_full:
 
 
 def kv_component_bytes(comp: KvComponent, n_ctx: int, type_k: str, type_v: str, n_seq: int = 1,
-                       n_ubatch: int = 512, swa_full: bool = False) -> int:
+                       n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
     dtype = type_k if comp.dtype == "k" else type_v if comp.dtype == "v" else comp.dtype
-    return row_bytes(canonical_type(dtype), comp.n_embd) * kv_cells(comp, n_ctx, n_seq, n_ubatch, swa_full)
+    return row_bytes(canonical_type(dtype), comp.n_embd) * kv_cells(comp, n_ctx, n_seq, n_ubatch, swa_full,
+                                                                    kv_unified=kv_unified)
 
 
 def kv_layer_bytes(layer: LayerSpec, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
-                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False) -> int:
-    return sum(kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full) for c in layer.kv)
+                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
+    return sum(kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified)
+               for c in layer.kv)
+
+
+def _kv_groups(model: ModelSpec) -> tuple[tuple[KvComponent, int], ...]:
+    """Distinct cache components of the trunk and how many layers have each (cached)."""
+    groups = model.memo.get("kv_groups")
+    if groups is None:
+        counts: dict[KvComponent, int] = {}
+        for layer in model.trunk_layers:
+            for c in layer.kv:
+                counts[c] = counts.get(c, 0) + 1
+        groups = model.memo["kv_groups"] = tuple(counts.items())
+    return groups
 
 
 def kv_cache_bytes(model: ModelSpec, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
-                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False) -> int:
+                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
     """Total KV cache (plus recurrent state) of the trunk layers, in bytes."""
-    return sum(kv_layer_bytes(layer, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full)
-               for layer in model.trunk_layers)
+    return sum(n * kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified)
+               for c, n in _kv_groups(model))
 
 
 def kv_bytes_per_token(model: ModelSpec, type_k: str = "f16", type_v: str = "f16") -> int:
@@ -179,48 +217,32 @@ def kv_read_bytes(model: ModelSpec, depth: int, type_k: str = "f16", type_v: str
 # ---- compute buffers ------------------------------------------------------------------------
 
 def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: MemoryConstants) -> dict[str, int]:
-    """Named terms of a compute buffer reserved for a ubatch of n_ubatch tokens.
+    """Named terms of a compute buffer reserved for a ubatch; they sum to the buffer.
 
-    llama.cpp reserves the worst-case graph (n_tokens = n_ubatch, all outputs) and ggml-alloc
-    reuses memory between ops, so the buffer is about the peak of live tensors:
-      logits      n_vocab * n_ubatch * 4                  (f32 result of the output matmul)
-      activations n_ubatch * n_embd * 4 * 6               (residual, norm, attn out, ffn in/out...)
-      attention   FA:     n_ubatch * n_head * d_head * 4 * 3
-                  no FA:  n_head * n_kv * n_ubatch * 4 * 2 (f32 KQ and its softmax)
-      moe         n_ubatch * k * n_ff_exp * 4 * 3          (gate, up, act of the chosen experts)
-                  + n_ubatch * n_expert * 4 * 2            (router logits and probabilities)
-      staging     (GPU only, op-offload with n_ubatch >= 32) the largest CPU layer's expert
-                  tensors: ggml-backend copies the used experts of a host-resident MUL_MAT_ID
-                  weight into a full-size copy tensor in the GPU compute buffer.
+    gpu=True: the buffer of the device that runs the layers (every op but the token
+      embedding lookup): the largest of the attention, MoE and output phases of
+      moeplan.planner.compute_buffer (formulas there), the MoE phase including `staging`,
+      the full-size GPU copy of one host-resident expert weight tensor under op-offload
+      (n_ubatch >= GGML_OP_OFFLOAD_MIN_BATCH). On a CPU-only build this is the CPU buffer.
+    gpu=False: the CPU buffer of a GPU run: the graph inputs (ggml_backend_sched puts every
+      graph input on the CPU backend) and the token-embedding rows
+      (compute_buffer.cpu_side_bytes).
+    Checked against llama.cpp's own allocation log; see tests/test_memory_llamacpp.py.
     """
-    u = max(1, p.n_ubatch)
-    kv_size = pad(max(p.n_ctx, 1), consts.kv_pad)
-    d_head = 0
-    for layer in model.trunk_layers:
-        for c in layer.kv:
-            d_head = max(d_head, c.n_embd)
-    n_head = max(1, model.n_head)
-    d_q = max(1, d_head // 1)
-    terms: dict[str, int] = {}
-    terms["logits"] = model.n_vocab * u * 4
-    terms["activations"] = u * model.n_embd * 4 * 6
-    if p.flash_attn:
-        terms["attention"] = u * n_head * min(d_q, 1024) * 4 * 3
-    else:
-        terms["attention"] = n_head * kv_size * u * 4 * 2
-    if model.n_experts:
-        terms["moe"] = u * model.n_experts_used * model.n_ff_exp * 4 * 3 + u * model.n_experts * 4 * 2
-    else:
-        terms["moe"] = 0
-    terms["staging"] = 0
-    if gpu and p.op_offload and u >= consts.op_offload_min_batch and p.cpu_moe_layers:
-        cpu = set(p.cpu_moe_layers)
-        terms["staging"] = max((layer.expert_bytes for layer in model.moe_layers if layer.index in cpu),
-                               default=0)
+    staging = cb.staging_bytes(model, p, consts.op_offload_min_batch) if gpu else 0
+    # the terms depend on the placement only through these fields (and the staging size),
+    # so the search's thousands of calls share a per-model cache
+    key = ("cb", gpu, staging, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn, p.cache_type_k,
+           p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
+    hit = model.memo.get(key)
+    if hit is not None:
+        return dict(hit)
     if not gpu:
-        # the CPU buffer holds activations of CPU-resident ops only; logits live on the GPU
-        terms["logits"] = 0
-        terms["staging"] = 0
+        terms = cb.cpu_side_bytes(model, p)
+    else:
+        _, phase = cb.peak_phase(cb.compute_phases(model, p, staging))
+        terms = {k: v for k, v in phase.items() if v}
+    model.memo[key] = dict(terms)
     return terms
 
 
@@ -257,7 +279,8 @@ def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | No
             items.append(MemoryItem("expert_cache", "gpu", p.gpu_expert_cache_bytes,
                                     "GPU cache of hot experts of CPU layers (plan's cache size)"))
 
-    kv = kv_cache_bytes(model, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, p.n_ubatch)
+    n_ub = cb.reserve_shape(p).n_tokens  # llama.cpp's effective ubatch: min(n_ctx, n_batch, n_ubatch)
+    kv = kv_cache_bytes(model, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, n_ub, kv_unified=p.kv_unified)
     kv_formula = (f"pad256(ctx={p.n_ctx}) cells x per-layer rows "
                   f"(K {p.cache_type_k}, V {p.cache_type_v}, n_seq {p.n_seq})")
     items.append(MemoryItem("kv_cache", "gpu" if (p.kv_offload and not cpu_only) else "host", kv, kv_formula))
@@ -283,8 +306,9 @@ def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | No
                                 "CPU_REPACK copy of CPU expert weights of repackable types"))
     # CPU-only: the CPU buffer holds the whole graph (logits too), and nothing is staged
     cterms = compute_buffer_terms(model, p.with_(op_offload=False) if cpu_only else p, gpu=cpu_only, consts=c)
-    items.append(MemoryItem("compute_cpu", "host", sum(cterms.values()) if cpu_layers else 0,
-                            "activations of a ubatch through the CPU-resident ops"))
+    items.append(MemoryItem("compute_cpu", "host", sum(cterms.values()),
+                            "whole graph (CPU-only run)" if cpu_only else
+                            "graph inputs (KQ masks, ids) and token-embedding rows, which llama.cpp keeps on the CPU"))
     items.append(MemoryItem("output", "host", model.n_vocab * 4 * p.n_seq,
                             "logits buffer n_vocab * n_outputs * 4 (one output per sequence)"))
     return MemoryBreakdown(items=tuple(items), margin_bytes=0 if cpu_only else c.margin_bytes)

@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable
 
 # Tensor groups. `experts` are the routed-expert matrices that a placement moves between GPU
@@ -64,7 +65,7 @@ class Tensor:
     layer: int | None
     group: str
 
-    @property
+    @cached_property
     def n_elements(self) -> int:
         n = 1
         for d in self.shape:
@@ -104,25 +105,25 @@ class LayerSpec:
     def bytes_of(self, *groups: str) -> int:
         return sum(t.n_bytes for t in self.tensors if t.group in groups)
 
-    @property
+    @cached_property
     def n_bytes(self) -> int:
         return sum(t.n_bytes for t in self.tensors)
 
-    @property
+    @cached_property
     def expert_bytes(self) -> int:
         """Routed-expert matrices: what moves to the CPU when this layer's experts do."""
         return self.bytes_of("experts")
 
-    @property
+    @cached_property
     def resident_bytes(self) -> int:
         """Everything else of the layer (attention, norms, router, shared expert, biases)."""
         return self.n_bytes - self.expert_bytes
 
-    @property
+    @cached_property
     def expert_types(self) -> tuple[str, ...]:
         return tuple(sorted({t.ggml_type for t in self.tensors if t.group == "experts"}))
 
-    @property
+    @cached_property
     def expert_elements(self) -> int:
         return sum(t.n_elements for t in self.tensors if t.group == "experts")
 
@@ -164,46 +165,52 @@ class ModelSpec:
     mla: bool = False  # K and V cache types must match (llama.cpp MLA)
     extra: tuple[tuple[str, object], ...] = field(default=())
 
-    # ---- derived views -------------------------------------------------------------------
-    @property
+    # ---- derived views (computed once per instance: the search asks for them thousands
+    # of times; the dataclass is frozen, so they cannot go stale) -----------------------------
+    @cached_property
+    def memo(self) -> dict:
+        """Per-instance cache for pure functions of this model (memory.py, compute_buffer.py)."""
+        return {}
+
+    @cached_property
     def trunk_layers(self) -> tuple[LayerSpec, ...]:
         return tuple(layer for layer in self.layers if layer.kind != "nextn")
 
-    @property
+    @cached_property
     def moe_layers(self) -> tuple[LayerSpec, ...]:
         return tuple(layer for layer in self.layers if layer.kind == "moe")
 
-    @property
+    @cached_property
     def moe_layer_indices(self) -> tuple[int, ...]:
         return tuple(layer.index for layer in self.moe_layers)
 
-    @property
+    @cached_property
     def n_layers(self) -> int:
         """Trunk blocks (what llama.cpp calls n_layer; NextN blocks excluded)."""
         return len(self.trunk_layers)
 
-    @property
+    @cached_property
     def tensors(self) -> tuple[Tensor, ...]:
         out = list(self.globals)
         for layer in self.layers:
             out.extend(layer.tensors)
         return tuple(out)
 
-    @property
+    @cached_property
     def tensor_bytes(self) -> int:
         """Sum over the tensor index (what the checker compares with)."""
         return sum(t.n_bytes for t in self.globals) + sum(layer.n_bytes for layer in self.layers)
 
-    @property
+    @cached_property
     def loaded_bytes(self) -> int:
         """Bytes llama.cpp loads: everything but skipped NextN blocks."""
         return sum(t.n_bytes for t in self.globals) + sum(layer.n_bytes for layer in self.trunk_layers)
 
-    @property
+    @cached_property
     def expert_bytes(self) -> int:
         return sum(layer.expert_bytes for layer in self.trunk_layers)
 
-    @property
+    @cached_property
     def gpu_resident_bytes(self) -> int:
         """Bytes that stay on the GPU under full expert offload (all but routed experts)."""
         return self.loaded_bytes - self.expert_bytes
@@ -217,7 +224,7 @@ class ModelSpec:
                 out[g] = out.get(g, 0) + b
         return out
 
-    @property
+    @cached_property
     def expert_bytes_per_expert(self) -> float:
         """S_exp: bytes of one routed expert of an average MoE layer."""
         moe = self.moe_layers
@@ -225,7 +232,7 @@ class ModelSpec:
             return 0.0
         return sum(layer.expert_bytes for layer in moe) / len(moe) / self.n_experts
 
-    @property
+    @cached_property
     def expert_params_per_expert(self) -> float:
         """P_exp: parameters of one routed expert (gate + up + down)."""
         moe = self.moe_layers

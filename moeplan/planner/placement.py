@@ -24,6 +24,14 @@ class Placement:
     gpu_expert_cache_bytes: size of a GPU cache of hot experts of CPU layers (llama.cpp
         --moe-cache-mib, KTransformers' GPU experts); 0 = none.
     n_draft / draft_accept: speculative decoding, drafted tokens per step and acceptance rate.
+    kv_unified: one KV stream shared by the n_seq sequences (llama-server -kvu, its default
+        when the slot count is automatic); False gives each sequence its own stream of
+        pad256(n_ctx / n_seq) cells and its own SWA window (llama-completion, -np N).
+    n_outputs_max: most logits rows one ubatch can return; llama.cpp reserves its compute
+        buffer for min(n_ubatch, this) of them. 0 = n_batch, the library default that
+        llama-completion and llama-bench keep; llama-server and llama-cli (which runs the
+        server) set n_seq * (1 + drafted tokens) (tools/server/server-context.cpp
+        server_output_limits).
     """
 
     backend: str = "llama.cpp"
@@ -43,6 +51,8 @@ class Placement:
     gpu_expert_cache_bytes: int = 0
     load_mode: str = "mmap"
     kv_offload: bool = True
+    kv_unified: bool = True
+    n_outputs_max: int = 0
     n_draft: int = 0
     draft_accept: float = 0.0
     n_gpus: int = 1

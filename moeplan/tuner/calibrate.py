@@ -32,14 +32,14 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "core_read_share": (0.2, 40.0),
     "rho_remote": (0.03, 1.0),
     "s_sync_s": (1e-7, 0.02),
-    "cpu_dot_elem_per_s_per_core": (1e7, 1e12),
+    "cpu_dot_weights_per_cycle": (0.05, 200.0),
     "pi_h2d": (0.02, 1.3),
     "gpu_mfu": (0.005, 1.0),
-    "cpu_flop_per_s_per_core": (1e8, 5e12),
+    "cpu_mm_eff": (0.01, 20.0),
     "t_token_s": (1e-6, 0.2),
     "s_layer_gpu_s": (1e-8, 0.01),
 }
-ERR_KEY = {"cpu_dot_elem_per_s_per_core": "cpu_dot", "cpu_flop_per_s_per_core": "cpu_flop",
+ERR_KEY = {"cpu_dot_weights_per_cycle": "cpu_dot", "cpu_mm_eff": "cpu_flop",
            "core_read_share": "eta_cpu", "s_layer_gpu_s": "s_sync_s", "t_token_s": "s_sync_s"}
 SIGMA_MEAS = 0.05  # relative noise of one measured speed on a shared machine
 
@@ -89,11 +89,10 @@ def _median_abs(errs) -> float:
 
 
 def prior_value(pr: BackendPriors, hw: HardwareProfile, name: str) -> float:
-    if name == "cpu_flop_per_s_per_core":
-        isa = set(hw.cpu.isa)
-        cls = ("amx" if "amx_tile" in isa else "avx512_vnni" if "avx512_vnni" in isa else
-               "avx512f" if "avx512f" in isa else "avx2" if "avx2" in isa else "neon")
-        return pr.cpu_flop_per_s_per_core.get(cls) or max(pr.cpu_flop_per_s_per_core.values(), default=1e10)
+    if name == "cpu_mm_eff":
+        from moeplan.planner.cost import cpu_isa_class
+
+        return pr.cpu_mm_eff.get(cpu_isa_class(hw)) or max(pr.cpu_mm_eff.values(), default=1.0)
     return float(getattr(pr, name))
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ray-worker.sh: join the Ray cluster (run on each of the other 1 node(s))
-# written by moeplan VERSION from plan 86b61e1dc3a54085 (objective decode, hardware test-box)
+# written by moeplan VERSION from plan cff25a558f2fe34c (objective decode, hardware test-box)
 # model: tiny-deepseek2 (Q4_K_M, deepseek2)
 # predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for sglang)
 # placement: every expert on the GPUs (16 in all)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # launch.sh: SGLang server with kt-kernel CPU experts
-# written by moeplan VERSION from plan 48998278238a44e6 (objective decode, hardware test-box)
+# written by moeplan VERSION from plan 6e4e1feb2809d1e7 (objective decode, hardware test-box)
 # model: tiny-deepseek2 (Q4_K_M, deepseek2)
 # predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for llama.cpp)
 # placement: 1 of 8 routed experts of every MoE layer on the GPU, the rest on the CPU (kt-kernel, 32 threads)

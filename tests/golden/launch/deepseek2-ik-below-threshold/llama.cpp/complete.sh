@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # complete.sh: one short completion with the plan's placement (add --verbose to see each tensor's buffer)
-# written by moeplan VERSION from plan e545473f3ed97b32 (objective decode, hardware test-box)
+# written by moeplan VERSION from plan 130cde4fca4e25cc (objective decode, hardware test-box)
 # model: tiny-deepseek2 (Q4_K_M, deepseek2)
 # predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for ik_llama.cpp)
 # placement: routed experts of blocks 4-7 on the CPU (4 of 6 MoE layers), everything else on the GPU

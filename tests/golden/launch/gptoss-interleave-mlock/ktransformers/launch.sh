@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # launch.sh: SGLang server with kt-kernel CPU experts
-# written by moeplan VERSION from plan a328f95553d623c2 (objective decode, hardware test-box)
+# written by moeplan VERSION from plan 57236b4151f7bb25 (objective decode, hardware test-box)
 # model: tiny-gpt-oss (MXFP4_MOE, gpt-oss)
 # predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for llama.cpp)
 # placement: 0 of 8 routed experts of every MoE layer on the GPU, the rest on the CPU (kt-kernel, 48 threads)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # complete.sh: one short completion with the plan's placement (add --verbose to see each tensor's buffer)
-# written by moeplan VERSION from plan a328f95553d623c2 (objective decode, hardware test-box)
+# written by moeplan VERSION from plan 57236b4151f7bb25 (objective decode, hardware test-box)
 # model: tiny-gpt-oss (MXFP4_MOE, gpt-oss)
 # predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s
 # placement: routed experts of blocks 0-5 on the CPU (6 of 6 MoE layers), everything else on the GPU

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench.sh: vllm bench serve against the running server
-# written by moeplan VERSION from plan cf5249ca5ac394f0 (objective decode, hardware test-box)
+# written by moeplan VERSION from plan 163ff2fcdf6a03b3 (objective decode, hardware test-box)
 # model: tiny-qwen3moe (Q8_0, qwen3moe)
 # predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s
 # placement: every expert on the GPUs (4 in all)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # complete.sh: one short completion with the plan's placement (add --verbose to see each tensor's buffer)
-# written by moeplan VERSION from plan cfa0c0167a1c4ff4 (objective decode, hardware test-box)
+# written by moeplan VERSION from plan 4d748713a05c1efe (objective decode, hardware test-box)
 # model: tiny-qwen3moe (Q8_0, qwen3moe)
 # predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s
 # placement: routed experts of blocks 3-5 on the CPU (3 of 6 MoE layers), everything else on the GPU

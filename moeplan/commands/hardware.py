@@ -1,0 +1,220 @@
+"""`moeplan probe` (measure this machine) and `moeplan hardware` (describe one by its parts)."""
+from __future__ import annotations
+
+import re
+import sys
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Annotated, Callable, Iterator, Optional
+
+import typer
+
+from moeplan.commands.common import JsonOpt, command
+from moeplan.errors import InputError
+from moeplan.planner.hardware import HardwareProfile
+from moeplan.units import parse_count, parse_rate, parse_size
+
+OutOpt = Annotated[Optional[str], typer.Option("--out", help="Write the profile JSON here (atomically).")]
+
+
+def parse_pcie(text: str) -> tuple[int, int]:
+    """'5x16', 'gen5x16', '4.0 x8' -> (generation, lanes)."""
+    m = re.match(r"^\s*(?:gen)?\s*([1-6])(?:\.0)?\s*x\s*(1|2|4|8|16|32)\s*$", text.lower())
+    if not m:
+        raise InputError(f"cannot read --pcie {text!r}", "write GENxLANES, for example 5x16 or 4x8")
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_isa(text: str) -> tuple[str, ...]:
+    from moeplan.probes.cpu import ISA_FLAGS
+
+    flags = tuple(f.strip().lower() for f in text.split(",") if f.strip())
+    bad = [f for f in flags if f not in ISA_FLAGS]
+    if bad:
+        raise InputError(f"unknown ISA flag(s): {', '.join(bad)}", "known: " + ", ".join(ISA_FLAGS))
+    return flags
+
+
+@contextmanager
+def stderr_steps(enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """Progress for a multi-second probe: a spinner on a terminal, plain lines otherwise."""
+    from moeplan.ui.console import stderr_console
+
+    if not enabled:
+        yield lambda msg: None
+        return
+    con = stderr_console()
+    if sys.stderr.isatty():
+        with con.status("probing") as status:
+            yield lambda msg: status.update(f"probe: {msg}")
+    else:
+        yield lambda msg: print(f"probe: {msg}", file=sys.stderr, flush=True)
+
+
+def show_profile(p: HardwareProfile) -> None:
+    from moeplan.ui.console import stdout_console
+    from moeplan.ui.hardware_tables import hardware_tables
+
+    con = stdout_console()
+    for t in hardware_tables(p):
+        con.print(t)
+    for w in p.warnings:
+        con.print(f"[yellow]warning:[/] {w}", highlight=False)
+    for n in p.notes:
+        con.print(f"note: {n}", markup=False, highlight=False)
+
+
+def _write(p: HardwareProfile, out: str | None) -> None:
+    if not out:
+        return
+    from moeplan.probes.hwprofile import write_json_atomic
+
+    try:
+        write_json_atomic(out, p.to_dict())
+    except OSError as exc:  # the folder exists but the rename or write failed
+        raise InputError(f"cannot write {out}: {exc.strerror or exc}", "choose a writable folder") from None
+    print(f"wrote {out}", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("probe")
+    @command
+    def probe_cmd(
+        quick: Annotated[bool, typer.Option("--quick", help="Fast figures, under 20 s (the default).")] = False,
+        full: Annotated[bool, typer.Option("--full", help="More and larger samples: slower, tighter figures.")] = False,
+        model_path: Annotated[Optional[str], typer.Option("--model-path", help="Model file (or folder) whose disk to time; read only.")] = None,
+        out: OutOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Measure this machine: GPUs, CPU, NUMA nodes, DRAM per node, host<->GPU copies, disk."""
+        from moeplan.probes.hwprofile import save_cached
+        from moeplan.probes.probe import FULL, QUICK, run_probe
+        from moeplan.ui.console import emit_json
+
+        if quick and full:
+            raise InputError("--quick and --full exclude each other", "pick one (--quick is the default)")
+        with stderr_steps() as step:
+            p = run_probe(FULL if full else QUICK, model_path=model_path, on_step=step)
+        _, warning = save_cached(p)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+        _write(p, out)
+        if as_json:
+            emit_json(p.to_dict())
+        else:
+            show_profile(p)
+
+    @app.command("hardware")
+    @command
+    def hardware_cmd(
+        gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU from the parts catalog: 'RTX 4090', 'RTX PRO 6000 Blackwell', H100 ...")] = None,
+        gpu_count: Annotated[Optional[str], typer.Option("--gpu-count", help="Number of identical GPUs (default 1 with --gpu).")] = None,
+        gpu_vram: Annotated[Optional[str], typer.Option("--gpu-vram", help="VRAM per GPU: 96G (binary) or 96GB.")] = None,
+        gpu_bw: Annotated[Optional[str], typer.Option("--gpu-bw", help="GPU memory bandwidth peak: 1792GB/s.")] = None,
+        gpu_tflops: Annotated[Optional[float], typer.Option("--gpu-tflops", help="Dense FP16 tensor TFLOPS.")] = None,
+        pcie: Annotated[Optional[str], typer.Option("--pcie", help="GPU link: 5x16, 4x8 ...")] = None,
+        h2d: Annotated[Optional[str], typer.Option("--h2d", help="Known host-to-GPU copy rate (used as is): 25GB/s.")] = None,
+        gpu_node: Annotated[int, typer.Option("--gpu-node", help="NUMA node the GPUs hang off.")] = 0,
+        cpu: Annotated[Optional[str], typer.Option("--cpu", help="CPU from the parts catalog: 'EPYC 9355', 'Xeon Gold 6548Y+' ...")] = None,
+        sockets: Annotated[Optional[str], typer.Option("--sockets", help="CPU sockets (multiplies --cores/--channels).")] = None,
+        cores: Annotated[Optional[str], typer.Option("--cores", help="Physical cores per socket.")] = None,
+        threads: Annotated[Optional[str], typer.Option("--threads", help="Logical CPUs per socket.")] = None,
+        channels: Annotated[Optional[str], typer.Option("--channels", help="Memory channels per socket.")] = None,
+        ram_type: Annotated[Optional[str], typer.Option("--ram-type", help="ddr4, ddr5, lpddr5, lpddr5x.")] = None,
+        ram_speed: Annotated[Optional[str], typer.Option("--ram-speed", help="Memory speed in MT/s: 5200.")] = None,
+        ram: Annotated[Optional[str], typer.Option("--ram", help="Installed RAM in total: 512G.")] = None,
+        numa_nodes: Annotated[Optional[str], typer.Option("--numa-nodes", help="NUMA nodes in total (default: sockets).")] = None,
+        dram_bw: Annotated[Optional[str], typer.Option("--dram-bw", help="Known DRAM read rate per NUMA node (used as is): 250GB/s.")] = None,
+        cpu_ghz: Annotated[Optional[float], typer.Option("--cpu-ghz", help="CPU base clock in GHz.")] = None,
+        isa: Annotated[Optional[str], typer.Option("--isa", help="CPU ISA flags: avx2,avx512f,amx_int8 ...")] = None,
+        disk: Annotated[Optional[str], typer.Option("--disk", help="Disk class: nvme-gen3/4/5, sata-ssd, hdd.")] = None,
+        disk_read: Annotated[Optional[str], typer.Option("--disk-read", help="Known sequential disk read rate: 7GB/s.")] = None,
+        name: Annotated[Optional[str], typer.Option("--name", help="Name of the profile.")] = None,
+        out: OutOpt = None,
+        list_parts: Annotated[bool, typer.Option("--list", help="List the parts catalog and the presets.")] = False,
+        show: Annotated[Optional[str], typer.Option("--show", help="Show a profile JSON or a preset instead of building one.")] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Describe a machine you don't have yet (parts and numbers -> a spec-sheet profile)."""
+        from moeplan import __version__
+        from moeplan.planner.spec_hw import SpecRequest
+        from moeplan.probes import catalog
+        from moeplan.ui.console import emit_json
+
+        if list_parts:
+            return _list(as_json)
+        if show:
+            from moeplan.probes.hwprofile import load_hardware
+
+            p = load_hardware(show, allow_probe=False)
+            return emit_json(p.to_dict()) if as_json else show_profile(p)
+        if not any((gpu, gpu_vram, cpu, cores, ram)):
+            raise InputError("describe a machine: at least --ram and --cpu (or --cores)",
+                             "for example: moeplan hardware --gpu 'RTX 4090' --cpu 'Ryzen 9 7950X' --ram 96G")
+        gen, width = parse_pcie(pcie) if pcie else (None, None)
+        req = SpecRequest(
+            name=name or "",
+            gpu=gpu, gpu_count=parse_count(gpu_count, "--gpu-count") if gpu_count is not None else None,
+            gpu_vram_bytes=parse_size(gpu_vram, "--gpu-vram") if gpu_vram else None,
+            gpu_bw_bytes_per_s=parse_rate(gpu_bw, "--gpu-bw") if gpu_bw else None,
+            gpu_fp16_flop_per_s=gpu_tflops * 1e12 if gpu_tflops else None,
+            pcie_gen=gen, pcie_width=width,
+            h2d_bytes_per_s=parse_rate(h2d, "--h2d") if h2d else None,
+            gpu_node=gpu_node, cpu=cpu,
+            sockets=_positive(sockets, "--sockets"), cores=_positive(cores, "--cores"),
+            threads=_positive(threads, "--threads"), channels=_positive(channels, "--channels"),
+            ram_type=_ram_type(ram_type), ram_speed_mts=_positive(ram_speed, "--ram-speed"),
+            ram_bytes=parse_size(ram, "--ram") if ram else None,
+            numa_nodes=_positive(numa_nodes, "--numa-nodes"),
+            dram_bw_bytes_per_s=parse_rate(dram_bw, "--dram-bw") if dram_bw else None,
+            cpu_ghz=cpu_ghz, isa=parse_isa(isa) if isa else None,
+            disk=disk.lower() if disk else None,
+            disk_read_bytes_per_s=parse_rate(disk_read, "--disk-read") if disk_read else None,
+        )
+        p = catalog.build_profile(req)
+        p = replace(p, moeplan_version=__version__,
+                    created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        _write(p, out)
+        if as_json:
+            emit_json(p.to_dict())
+        else:
+            show_profile(p)
+
+
+def _positive(text: str | None, what: str) -> int | None:
+    if text is None:
+        return None
+    n = parse_count(text, what)
+    if n == 0:
+        raise InputError(f"{what} must be at least 1", f"for example {what} 2")
+    return n
+
+
+def _ram_type(text: str | None) -> str | None:
+    if text is None:
+        return None
+    from moeplan.probes.catalog import efficiency
+
+    t = text.strip().lower().replace("-", "")
+    known = [k for k in efficiency().dram_read if k != "unknown"]
+    if t not in known:
+        raise InputError(f"unknown --ram-type {text!r}", "use one of " + ", ".join(known))
+    return t
+
+
+def _list(as_json: bool) -> None:
+    from moeplan.planner.serde import to_jsonable
+    from moeplan.probes import catalog
+    from moeplan.ui.console import emit_json, stdout_console
+    from moeplan.ui.hardware_tables import parts_tables, presets_table
+
+    presets = catalog.list_presets()
+    if as_json:
+        emit_json({"presets": presets, "gpus": to_jsonable(list(catalog.gpu_parts())),
+                   "cpus": to_jsonable(list(catalog.cpu_parts()))})
+        return
+    con = stdout_console()
+    for t in parts_tables(list(catalog.gpu_parts()), list(catalog.cpu_parts())):
+        con.print(t)
+    con.print(presets_table(presets))

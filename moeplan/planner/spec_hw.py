@@ -1,0 +1,341 @@
+"""Spec-only hardware profiles: a machine described by its parts and numbers (pure).
+
+`moeplan hardware` resolves part names in the catalog (probes/catalog.py) and calls
+`build_spec_profile`, which turns spec-sheet peaks into Figures that carry the achievable
+fraction (moeplan/profiles/parts/efficiency.toml), so the planner never mistakes a peak for a
+measurement. Numbers given on the command line win over the catalog and are marked 'user'.
+
+Formulas (all one direction, decimal bytes):
+  DRAM read peak per node  = channels_per_node x MT/s x 1e6 x 8 B
+  PCIe peak                = lanes x per-lane rate (gen 4: 16 GT/s x 128/130 / 8 = 1.97 GB/s)
+  CPU FP32 peak per core   = base clock x FLOP/cycle of the family (2 FMA x SIMD lanes x 2)
+  Ryzen fabric cap         = CCDs x 32 B x FCLK (one Infinity Fabric link per CCD)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from moeplan.errors import InputError
+from moeplan.planner.hardware import (Cpu, Figure, Gpu, HardwareProfile, NumaNode, Storage, System,
+                                      format_cpulist, pcie_bytes_per_s, profile_warnings)
+from moeplan.planner.serde import to_jsonable
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class GpuPart:
+    name: str
+    vram_bytes: int
+    mem_bw_bytes_per_s: float
+    pcie_gen: int
+    pcie_width: int
+    fp16_flop_per_s: float
+    compute_capability: str = ""
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CpuPart:
+    name: str
+    vendor: str  # amd / intel
+    family: str
+    cores: int  # per socket
+    threads: int  # per socket
+    base_hz: float
+    l3_bytes: int  # per socket
+    channels: int  # per socket
+    ram_type: str
+    ram_speed_mts: int
+    max_sockets: int
+    segment: str  # desktop / server
+    isa: tuple[str, ...]
+    fp32_flop_per_cycle: int
+    fabric_read_bytes_per_s: float | None = None  # per socket, Ryzen desktop only
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achievable fractions and priors from efficiency.toml (see the comments there)."""
+
+    dram_read: dict[str, float]
+    fabric_read: float
+    pcie_pinned: float
+    gpu_mem: float
+    gpu_fp16: float
+    cpu_sgemm: float
+    core_read_prior_bytes_per_s: dict[str, float]
+    remote_distance: dict[str, int]
+    disks: dict[str, tuple[float, float]] = field(default_factory=dict)  # class -> (bytes/s, achievable)
+
+
+@dataclass(frozen=True)
+class SpecRequest:
+    """What `moeplan hardware` was asked for. Per-socket and per-GPU as spec sheets give them:
+    `cores`, `threads`, `channels` per socket (`sockets` multiplies), `gpu_vram_bytes` per GPU
+    (`gpu_count` multiplies). `dram_bw_bytes_per_s` (per node) and `h2d_bytes_per_s` are taken
+    as achievable rates; the other numbers are peaks like the catalog's."""
+
+    name: str = ""
+    gpu: str | None = None
+    gpu_count: int | None = None
+    gpu_vram_bytes: int | None = None
+    gpu_bw_bytes_per_s: float | None = None
+    gpu_fp16_flop_per_s: float | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    h2d_bytes_per_s: float | None = None
+    gpu_node: int = 0
+    cpu: str | None = None
+    sockets: int | None = None
+    cores: int | None = None
+    threads: int | None = None
+    channels: int | None = None
+    ram_type: str | None = None
+    ram_speed_mts: int | None = None
+    ram_bytes: int | None = None
+    numa_nodes: int | None = None
+    dram_bw_bytes_per_s: float | None = None
+    cpu_ghz: float | None = None
+    isa: tuple[str, ...] | None = None
+    disk: str | None = None
+    disk_read_bytes_per_s: float | None = None
+
+
+def _src(overridden: bool) -> str:
+    return "user" if overridden else "spec-sheet"
+
+
+def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | None,
+                       eff: Efficiency) -> HardwareProfile:
+    """The HardwareProfile of a machine described by parts and numbers. Raises InputError
+    when something needed is missing (RAM size, CPU cores) or inconsistent."""
+    if not req.ram_bytes or req.ram_bytes <= 0:
+        raise InputError("--ram is required: the installed system memory",
+                         "for example --ram 512G (binary) or --ram 96G")
+    notes: list[str] = ["spec-sheet profile: peaks from the parts catalog (or your numbers) times the "
+                        "achievable fractions in profiles/parts/efficiency.toml; measure the real "
+                        "machine with `moeplan probe`"]
+    sockets = req.sockets or 1
+    if cpu is not None and sockets > cpu.max_sockets:
+        raise InputError(f"{cpu.name} runs in at most {cpu.max_sockets} socket(s), not {sockets}",
+                         "drop --sockets or pick a server part")
+    cores_ps = req.cores or (cpu.cores if cpu else None)
+    if not cores_ps:
+        raise InputError("the CPU is unknown: give --cpu NAME or --cores N (per socket)",
+                         "for example --cpu 'EPYC 9355' or --cores 32 --channels 8 --ram-type ddr5 --ram-speed 5200")
+    threads_ps = req.threads or (cpu.threads if cpu and not req.cores else None)
+    if threads_ps is None:
+        threads_ps = cores_ps
+        notes.append("SMT unknown: logical CPUs counted as physical cores (pass --threads to change)")
+    if threads_ps < cores_ps:
+        raise InputError(f"--threads {threads_ps} is less than --cores {cores_ps}", "threads per socket >= cores per socket")
+    n_nodes = req.numa_nodes or sockets
+    n_cores, n_threads = cores_ps * sockets, threads_ps * sockets
+    if n_nodes < 1 or n_cores % n_nodes:
+        raise InputError(f"{n_cores} cores do not split evenly into {n_nodes} NUMA nodes",
+                         "--numa-nodes is the total over all sockets (2 sockets in NPS1/SNC off: 2)")
+    if req.gpu_node < 0 or req.gpu_node >= n_nodes:
+        raise InputError(f"--gpu-node {req.gpu_node} does not exist ({n_nodes} NUMA nodes)",
+                         f"pick 0..{n_nodes - 1}")
+    spec_cpu, core_notes = _spec_cpu(req, cpu, eff, sockets, cores_ps, threads_ps)
+    notes += core_notes
+    nodes, node_notes = _spec_nodes(req, cpu, eff, spec_cpu, n_nodes)
+    notes += node_notes
+    gpus, gpu_notes = _spec_gpus(req, gpu, eff, nodes)
+    notes += gpu_notes
+    storage = _spec_storage(req, eff)
+    profile = HardwareProfile(
+        name=req.name or _default_name(req, gpu, cpu, sockets, len(gpus)),
+        origin="spec",
+        gpus=gpus,
+        cpu=spec_cpu,
+        numa_nodes=nodes,
+        system=System(ram_total_bytes=req.ram_bytes),
+        storage=storage,
+        notes=tuple(notes),
+        spec_inputs=to_jsonable(req),
+    )
+    return replace(profile, warnings=profile_warnings(profile))
+
+
+def _default_name(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | None, sockets: int, n_gpus: int) -> str:
+    parts = []
+    if n_gpus:
+        label = gpu.name.replace("NVIDIA ", "").replace("GeForce ", "") if gpu else \
+            f"{(req.gpu_vram_bytes or 0) / GIB:.0f} GiB GPU"
+        parts.append(f"{n_gpus}x {label}" if n_gpus > 1 else label)
+    cname = cpu.name if cpu else f"{req.cores}-core CPU"
+    parts.append(f"{sockets}x {cname}" if sockets > 1 else cname)
+    parts.append(f"{(req.ram_bytes or 0) / GIB:.0f} GiB RAM")
+    return " + ".join(parts)
+
+
+def _isa_flop_per_cycle(isa: tuple[str, ...]) -> tuple[int, str]:
+    if "avx512f" in isa:
+        return 64, "2 x 512-bit FMA assumed for AVX-512 (Zen 4 and client cores have half)"
+    if "avx2" in isa or "fma" in isa:
+        return 32, "2 x 256-bit FMA assumed for AVX2"
+    return 16, "SSE-class: 2 x 128-bit FP ops assumed"
+
+
+def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: int, cores_ps: int,
+              threads_ps: int) -> tuple[Cpu, list[str]]:
+    notes = []
+    isa = tuple(req.isa) if req.isa is not None else (cpu.isa if cpu else ())
+    if not isa:
+        notes.append("ISA unknown (pass --isa avx2,avx512f,...): kernel choice cannot be predicted")
+    ghz_hz = req.cpu_ghz * 1e9 if req.cpu_ghz else (cpu.base_hz if cpu else None)
+    if cpu is not None and req.isa is None:
+        fpc, why = cpu.fp32_flop_per_cycle, f"{cpu.family} family"
+    else:
+        fpc, why = _isa_flop_per_cycle(isa)
+    core_flop = None
+    if ghz_hz:
+        core_flop = Figure(value=ghz_hz * fpc, source=_src(req.cpu_ghz is not None or cpu is None or req.isa is not None),
+                           method=f"FP32 FMA peak per core: {ghz_hz / 1e9:.2f} GHz base x {fpc} FLOP/cycle ({why})",
+                           achievable=eff.cpu_sgemm)
+    else:
+        notes.append("CPU clock unknown (pass --cpu-ghz): no CPU compute figure")
+    segment = cpu.segment if cpu else ("desktop" if (req.channels or 0) <= 2 else "server")
+    prior = eff.core_read_prior_bytes_per_s.get(segment)
+    core_read = None
+    if prior:
+        core_read = Figure(value=prior, source="prior",
+                           method=f"typical {segment} core (Little's law, efficiency.toml); not on any spec "
+                                  "sheet: measure with `moeplan probe`")
+    channels_ps = req.channels or (cpu.channels if cpu else None)
+    ram_type = (req.ram_type or (cpu.ram_type if cpu else "")).lower()
+    speed = req.ram_speed_mts or (cpu.ram_speed_mts if cpu else None)
+    mem_user = any(x is not None for x in (req.channels, req.ram_type, req.ram_speed_mts)) or cpu is None
+    return Cpu(
+        model=cpu.name if cpu else (req.cpu or "CPU from numbers"),
+        vendor=cpu.vendor if cpu else "",
+        n_sockets=sockets,
+        n_cores=cores_ps * sockets,
+        n_threads=threads_ps * sockets,
+        isa=isa,
+        l3_bytes=cpu.l3_bytes * sockets if cpu else None,
+        base_clock_hz=ghz_hz,
+        core_read_bytes_per_s=core_read,
+        core_flop_per_s=core_flop,
+        memory_channels=channels_ps * sockets if channels_ps else None,
+        ram_type=ram_type,
+        ram_speed_mts=speed,
+        source=_src(cpu is None or req.cores is not None),
+        memory_source=("user" if mem_user else "spec-sheet") if (channels_ps or ram_type or speed) else "",
+    ), notes
+
+
+def _node_cpus(k: int, n_nodes: int, n_cores: int, n_threads: int) -> tuple[int, ...]:
+    """Logical CPUs of node k numbered as Linux usually does on x86: first thread of every
+    core, node by node, then the SMT siblings in the same order."""
+    per = n_cores // n_nodes
+    smt = max(1, n_threads // n_cores)
+    return tuple(s * n_cores + k * per + i for s in range(smt) for i in range(per))
+
+
+def _dram_figure(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, c: Cpu, n_nodes: int) -> tuple[Figure | None, str]:
+    if req.dram_bw_bytes_per_s:
+        return Figure(value=req.dram_bw_bytes_per_s, source="user", method="--dram-bw per NUMA node, used as given"), ""
+    if not c.memory_channels or not c.ram_speed_mts:
+        return None, "DRAM bandwidth unknown: pass --channels and --ram-speed (or --dram-bw)"
+    ch = c.memory_channels / n_nodes
+    peak = ch * c.ram_speed_mts * 1e6 * 8
+    ach = eff.dram_read.get(c.ram_type or "unknown", eff.dram_read.get("unknown", 0.75))
+    method = (f"{ch:g} channels x {c.ram_type.upper() or 'DDR'}-{c.ram_speed_mts} x 8 B = {peak / 1e9:.1f} GB/s "
+              f"peak per node; achievable {ach:.2f} (STREAM-like read efficiency of {c.ram_type or 'unknown'} "
+              "memory)")
+    if cpu is not None and cpu.fabric_read_bytes_per_s:
+        cap = cpu.fabric_read_bytes_per_s * c.n_sockets / n_nodes
+        if cap * eff.fabric_read < peak * ach:
+            ach = cap * eff.fabric_read / peak
+            method += (f"; capped by the Infinity Fabric: {cap / 1e9:.1f} GB/s x {eff.fabric_read:.2f} -> "
+                       f"achievable {ach:.2f}")
+    src = "spec-sheet" if c.memory_source == "spec-sheet" else "user"
+    return Figure(value=peak, source=src, method=method, achievable=ach), ""
+
+
+def _spec_nodes(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, c: Cpu,
+                n_nodes: int) -> tuple[tuple[NumaNode, ...], list[str]]:
+    fig, note = _dram_figure(req, cpu, eff, c, n_nodes)
+    remote = eff.remote_distance.get(c.vendor or "other", eff.remote_distance.get("other", 20))
+    mem = (req.ram_bytes or 0) // n_nodes
+    nodes = tuple(
+        NumaNode(id=k, cpus=_node_cpus(k, n_nodes, c.n_cores, c.n_threads), n_physical_cores=c.n_cores // n_nodes,
+                 mem_total_bytes=mem, distances=tuple(10 if j == k else remote for j in range(n_nodes)),
+                 dram_read_bytes_per_s=fig, source="spec-sheet")
+        for k in range(n_nodes))
+    notes = [note] if note else []
+    if n_nodes > 1:
+        notes.append("CPU numbers and SLIT distances follow the usual Linux/firmware layout; the real "
+                     "machine may number them differently")
+    return nodes, notes
+
+
+def _spec_gpus(req: SpecRequest, part: GpuPart | None, eff: Efficiency,
+               nodes: tuple[NumaNode, ...]) -> tuple[tuple[Gpu, ...], list[str]]:
+    given = part is not None or req.gpu_vram_bytes is not None
+    count = req.gpu_count if req.gpu_count is not None else (1 if given else 0)
+    if count <= 0:
+        return (), ["no GPU in this profile: CPU-only planning"]
+    if not given:
+        raise InputError("--gpu-count needs a GPU: give --gpu NAME or --gpu-vram SIZE",
+                         "for example --gpu 'RTX 4090' or --gpu-vram 24G --gpu-bw 1008GB/s --pcie 4x16")
+    notes = []
+    vram = req.gpu_vram_bytes or part.vram_bytes  # type: ignore[union-attr]
+    bw = _peak(req.gpu_bw_bytes_per_s, part.mem_bw_bytes_per_s if part else None, "--gpu-bw", part,
+               "GPU memory bandwidth", "device-memory bandwidth peak; achievable: copy/STREAM-like kernels",
+               eff.gpu_mem, notes)
+    fp16 = _peak(req.gpu_fp16_flop_per_s, part.fp16_flop_per_s if part else None, "--gpu-tflops", part,
+                 "GPU FP16 rate", "dense FP16 tensor peak (FP16 accumulate); achievable: large cuBLAS GEMMs",
+                 eff.gpu_fp16, notes)
+    gen = req.pcie_gen or (part.pcie_gen if part else None)
+    width = req.pcie_width or (part.pcie_width if part else None)
+    h2d = None
+    if req.h2d_bytes_per_s:
+        h2d = Figure(value=req.h2d_bytes_per_s, source="user", method="--h2d, used as given")
+    elif pcie_bytes_per_s(gen, width):
+        h2d = Figure(value=pcie_bytes_per_s(gen, width) or 0.0, source=_src(req.pcie_gen is not None),
+                     method=f"PCIe gen {gen} x{width} peak, one direction; achievable: pinned cudaMemcpy",
+                     achievable=eff.pcie_pinned)
+    else:
+        notes.append("PCIe link unknown (pass --pcie 4x16): no host-to-GPU figure")
+    home = nodes[req.gpu_node]
+    gpus = tuple(Gpu(index=i, name=part.name if part else "GPU from numbers", vram_bytes=vram,
+                     compute_capability=part.compute_capability if part else "", mem_bw_bytes_per_s=bw,
+                     fp16_flop_per_s=fp16, pcie_gen=gen, pcie_width=width, pcie_gen_max=gen,
+                     pcie_width_max=width, h2d_bytes_per_s=h2d,
+                     d2h_bytes_per_s=replace(h2d, method=h2d.method + " (assumed equal to host-to-GPU)")
+                     if h2d else None,
+                     numa_node=home.id, local_cpus=format_cpulist(home.cpus), source=_src(part is None))
+                 for i in range(count))
+    return gpus, notes
+
+
+def _peak(given: float | None, catalog_value: float | None, option: str, part: GpuPart | None, label: str,
+          what: str, achievable: float, notes: list[str]) -> Figure | None:
+    """A GPU peak from the command line (`user`) or the catalog (`spec-sheet`), or a note."""
+    if given:
+        return Figure(value=given, source="user", method=f"{option}: {what}", achievable=achievable)
+    if part is not None and catalog_value:
+        return Figure(value=catalog_value, source="spec-sheet", method=f"{part.name} spec sheet: {what}",
+                      achievable=achievable)
+    notes.append(f"{label} unknown (pass {option})")
+    return None
+
+
+def _spec_storage(req: SpecRequest, eff: Efficiency) -> tuple[Storage, ...]:
+    if req.disk_read_bytes_per_s:
+        return (Storage(device=req.disk or "disk", seq_read_bytes_per_s=Figure(
+            value=req.disk_read_bytes_per_s, source="user", method="--disk-read, used as given")),)
+    if req.disk:
+        if req.disk not in eff.disks:
+            raise InputError(f"unknown disk class {req.disk!r}", "use one of " + ", ".join(sorted(eff.disks))
+                             + ", or --disk-read 7GB/s")
+        rate, ach = eff.disks[req.disk]
+        return (Storage(device=req.disk, rotational=req.disk == "hdd", seq_read_bytes_per_s=Figure(
+            value=rate, source="spec-sheet", method=f"typical {req.disk} sequential read (efficiency.toml); "
+            "achievable: 4 MiB queue-depth-1 O_DIRECT reads", achievable=ach)),)
+    return ()

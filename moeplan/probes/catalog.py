@@ -1,0 +1,204 @@
+"""The parts catalog (moeplan/profiles/parts/*.toml) and the hardware presets
+(moeplan/profiles/hardware/*.json): reading, name matching, close matches."""
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from moeplan.errors import InputError, ProbeError
+from moeplan.planner.hardware import HardwareProfile
+from moeplan.planner.serde import from_jsonable
+from moeplan.planner.spec_hw import CpuPart, Efficiency, GpuPart, SpecRequest, build_spec_profile
+
+GIB = 1024**3
+MIB = 1024**2
+_NOISE = re.compile(r"\(r\)|\(tm\)|®|™|\bnvidia\b|\bgeforce\b|\bamd\b|\bintel\b|\bprocessor\b|\bcpu\b"
+                    r"|\b\d+-core\b|\bwith radeon graphics\b")
+
+
+def profiles_dir() -> Path:
+    return Path(str(resources.files("moeplan") / "profiles"))
+
+
+def norm(name: str) -> str:
+    """'NVIDIA GeForce RTX 4090' -> 'rtx4090'; 'AMD EPYC 9654 96-Core Processor' -> 'epyc9654'."""
+    s = _NOISE.sub(" ", name.lower())
+    return re.sub(r"[^a-z0-9+]", "", s)
+
+
+def _read_toml(name: str) -> dict[str, Any]:
+    path = profiles_dir() / "parts" / name
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ProbeError(f"parts catalog {path} is unreadable: {exc}", "reinstall moeplan") from None
+
+
+def _pcie(text: str) -> tuple[int, int]:
+    gen, width = text.lower().split("x")
+    return int(gen), int(width)
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_parts() -> tuple[GpuPart, ...]:
+    out = []
+    for g in _read_toml("gpus.toml")["gpu"]:
+        gen, width = _pcie(g["pcie"])
+        out.append(GpuPart(name=g["name"], aliases=tuple(g.get("aliases", ())), vram_bytes=int(g["vram_gib"] * GIB),
+                           mem_bw_bytes_per_s=g["mem_bw_gbps"] * 1e9, pcie_gen=gen, pcie_width=width,
+                           fp16_flop_per_s=g["fp16_tflops"] * 1e12, compute_capability=g.get("cc", "")))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_parts() -> tuple[CpuPart, ...]:
+    data = _read_toml("cpus.toml")
+    fams, fabric = data["families"], data.get("fabric", {})
+    out = []
+    for c in data["cpu"]:
+        fam = fams[c["family"]]
+        fclk = fabric.get(f"{c['family']}_fclk_ghz")
+        cap = None
+        if c.get("ccds") and fclk:
+            cap = c["ccds"] * fabric["read_bytes_per_clk_per_ccd"] * fclk * 1e9
+        out.append(CpuPart(
+            name=c["name"], aliases=tuple(c.get("aliases", ())),
+            vendor="amd" if c["name"].startswith("AMD") else "intel" if c["name"].startswith("Intel") else "",
+            family=c["family"], cores=c["cores"], threads=c["threads"], base_hz=c["base_ghz"] * 1e9,
+            l3_bytes=int(c["l3_mib"] * MIB), channels=c["channels"], ram_type=c["ram_type"],
+            ram_speed_mts=c["ram_speed_mts"], max_sockets=c["max_sockets"], segment=c["segment"],
+            isa=tuple(fam["isa"]), fp32_flop_per_cycle=fam["fp32_flop_per_cycle"], fabric_read_bytes_per_s=cap))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def efficiency() -> Efficiency:
+    e = _read_toml("efficiency.toml")
+    numa = e["numa"]
+    return Efficiency(
+        dram_read=dict(e["dram_read"]), fabric_read=e["fabric"]["read"], pcie_pinned=e["pcie_h2d"]["pinned"],
+        gpu_mem=e["gpu_mem"]["copy"], gpu_fp16=e["gpu_fp16"]["gemm"], cpu_sgemm=e["cpu_flop"]["sgemm"],
+        core_read_prior_bytes_per_s={k: v * 1e9 for k, v in e["prior"]["core_read_gbps"].items()},
+        remote_distance={"intel": numa["remote_distance_intel"], "amd": numa["remote_distance_amd"],
+                         "other": numa["remote_distance_other"]},
+        disks={k: (v["seq_read_gbps"] * 1e9, v["achievable"]) for k, v in e["disk"].items()})
+
+
+def _keys(part: GpuPart | CpuPart) -> list[str]:
+    return [norm(part.name)] + [norm(a) for a in part.aliases]
+
+
+def _match(parts, query: str, strict: bool):
+    """(part or None, close-match names, ambiguous names)."""
+    q = norm(query)
+    if not q:
+        return None, [], []
+    exact = [p for p in parts if q in _keys(p)]
+    if exact:
+        return exact[0], [], []
+    if strict:  # a full name from NVML or /proc/cpuinfo: the most specific key it contains
+        best, best_len = None, 0
+        for p in parts:
+            for k in _keys(p):
+                if len(k) >= 4 and k in q and len(k) > best_len:
+                    best, best_len = p, len(k)
+        return best, [], []
+    within = [p for p in parts if any(q in k for k in _keys(p))]
+    if len(within) == 1:
+        return within[0], [], []
+    if within:
+        return None, [], [p.name for p in within]
+    by_key = {k: p.name for p in parts for k in _keys(p)}
+    close = difflib.get_close_matches(q, list(by_key), n=5, cutoff=0.6)
+    return None, list(dict.fromkeys(by_key[k] for k in close)), []
+
+
+_GPU_NUMBERS = "or describe it by numbers: --gpu-vram 24G --gpu-bw 1008GB/s --pcie 4x16 --gpu-tflops 330"
+_CPU_NUMBERS = "or describe it by numbers: --cores 32 --channels 8 --ram-type ddr5 --ram-speed 5200 --cpu-ghz 2.5"
+
+
+def find_gpu(name: str) -> GpuPart:
+    return _find(gpu_parts(), "GPU", name, _GPU_NUMBERS)
+
+
+def find_cpu(name: str) -> CpuPart:
+    return _find(cpu_parts(), "CPU", name, _CPU_NUMBERS)
+
+
+def _find(parts, kind: str, name: str, numbers: str):
+    """The part called `name` (exact, alias, or the one part containing it), else InputError
+    with the close matches and how to pass numbers instead."""
+    part, close, ambiguous = _match(parts, name, strict=False)
+    if part is not None:
+        return part
+    if ambiguous:
+        raise InputError(f"{kind} {name!r} matches several parts: " + ", ".join(ambiguous[:8]),
+                         "give the full name, " + numbers)
+    hint = ("close matches: " + ", ".join(close) + "; " if close else "") + numbers
+    raise InputError(f"unknown {kind} {name!r}: not in the parts catalog",
+                     hint + "; `moeplan hardware --list` shows the catalog")
+
+
+def match_gpu(full_name: str) -> GpuPart | None:
+    """The catalog entry for a name as NVML reports it, or None (never guesses loosely)."""
+    return _match(gpu_parts(), full_name, strict=True)[0]
+
+
+def match_cpu(full_name: str) -> CpuPart | None:
+    """The catalog entry for a /proc/cpuinfo model name, or None."""
+    return _match(cpu_parts(), full_name, strict=True)[0]
+
+
+def build_profile(req: SpecRequest) -> HardwareProfile:
+    """Resolve the request's part names and build the spec profile."""
+    gpu = find_gpu(req.gpu) if req.gpu else None
+    cpu = find_cpu(req.cpu) if req.cpu else None
+    return build_spec_profile(req, gpu, cpu, efficiency())
+
+
+def spec_request(data: dict[str, Any]) -> SpecRequest:
+    return from_jsonable(SpecRequest, data)
+
+
+# ---- presets -----------------------------------------------------------------------------------
+
+def _preset_paths() -> dict[str, Path]:
+    d = profiles_dir() / "hardware"
+    return {p.stem: p for p in sorted(d.glob("*.json"))}
+
+
+def list_presets() -> list[dict[str, Any]]:
+    """[{name, gpus, cpu, ram_bytes, numa_nodes}] for every bundled preset."""
+    out = []
+    for name in _preset_paths():
+        p = load_preset(name)
+        out.append({"name": name, "gpus": [g.name for g in p.gpus], "gpu_vram_bytes": p.gpu_vram_bytes,
+                    "cpu": f"{p.cpu.n_sockets}x {p.cpu.model}" if p.cpu.n_sockets > 1 else p.cpu.model,
+                    "ram_bytes": p.system.ram_total_bytes, "numa_nodes": len(p.numa_nodes)})
+    return out
+
+
+def is_preset(name: str) -> bool:
+    return name in _preset_paths()
+
+
+def load_preset(name: str) -> HardwareProfile:
+    paths = _preset_paths()
+    if name not in paths:
+        close = difflib.get_close_matches(name, list(paths), n=3, cutoff=0.4)
+        raise InputError(f"unknown hardware preset {name!r}",
+                         ("close matches: " + ", ".join(close) + "; " if close else "")
+                         + "presets: " + ", ".join(paths) + "; or give a profile JSON from `moeplan probe`/"
+                         "`moeplan hardware --out`")
+    with open(paths[name], encoding="utf-8") as f:
+        data = json.load(f)
+    from dataclasses import replace
+
+    return replace(HardwareProfile.from_dict(data), origin="preset")

@@ -1,0 +1,229 @@
+"""`moeplan probe`: read the machine, measure what decides offload speed, return a profile.
+
+read_machine() only reads (sysfs, procfs, NVML, DMI) and is what the fake-tree tests drive;
+run_probe() adds the timed measurements, the load before/after and the warnings.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from moeplan import __version__
+from moeplan.errors import MoeplanError
+from moeplan.planner.hardware import Cpu, Figure, Gpu, HardwareProfile, Load, profile_warnings
+from moeplan.probes import catalog, dram, storage
+from moeplan.probes.cpu import Topology, py_cpuinfo_fallback, read_cpu
+from moeplan.probes.dmi import read_dimms
+from moeplan.probes.flops import blas_name, measure_matmul
+from moeplan.probes.fsread import parse_cpulist
+from moeplan.probes.gpu import read_gpus
+from moeplan.probes.load import sample_load
+from moeplan.probes.numa import read_numa_nodes
+from moeplan.probes.system import read_system
+from moeplan.probes.timing import measured_figure, summarise_rates
+
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    mode: str
+    dram: dram.DramSettings
+    storage: storage.StorageSettings
+    matmul_n: int
+    matmul_reps: int
+    copy_bytes: int
+    copy_reps: int
+    load_window_s: float
+
+
+QUICK = ProbeSettings("quick", dram.QUICK, storage.QUICK, matmul_n=2048, matmul_reps=3,
+                      copy_bytes=256 * MIB, copy_reps=5, load_window_s=0.25)
+FULL = ProbeSettings("full", dram.FULL, storage.FULL, matmul_n=3072, matmul_reps=5,
+                     copy_bytes=1024 * MIB, copy_reps=20, load_window_s=1.0)
+
+
+@dataclass
+class Machine:
+    """What read_machine found, before any measurement."""
+
+    profile: HardwareProfile
+    topology: Topology
+    notes: list[str]
+
+
+def read_machine(root: str = "/", nvml: Any = None, cpu_fallback: Callable[[], dict] | None = None,
+                 system_kwargs: dict[str, Any] | None = None) -> Machine:
+    """CPU, NUMA nodes, system, GPUs (NVML + sysfs) and installed memory (DMI); no timing."""
+    cpu, topo = read_cpu(root, fallback=cpu_fallback)
+    nodes = read_numa_nodes(root, topo)
+    sysinfo = read_system(root, **(system_kwargs or {}))
+    gpus, notes = read_gpus(nvml, root)
+    gpus = tuple(_enrich_gpu(g) for g in gpus)
+    cpu, mem_notes = _enrich_cpu(cpu, root)
+    notes += mem_notes
+    profile = HardwareProfile(name=sysinfo.hostname or "this machine", origin="probe",
+                              moeplan_version=__version__, gpus=gpus, cpu=cpu, numa_nodes=nodes, system=sysinfo)
+    return Machine(profile=profile, topology=topo, notes=notes)
+
+
+def _enrich_gpu(g: Gpu) -> Gpu:
+    """Spec-sheet figures NVML cannot give (FP16 tensor rate), and achievable fractions for
+    NVML's theoretical figures, from the parts catalog."""
+    eff = catalog.efficiency()
+    part = catalog.match_gpu(g.name)
+    changes: dict[str, Any] = {}
+    if g.mem_bw_bytes_per_s is not None:
+        changes["mem_bw_bytes_per_s"] = replace(g.mem_bw_bytes_per_s, achievable=eff.gpu_mem)
+    elif part is not None:
+        changes["mem_bw_bytes_per_s"] = Figure(value=part.mem_bw_bytes_per_s, source="spec-sheet",
+                                               method=f"{part.name} spec sheet", achievable=eff.gpu_mem)
+    if g.h2d_bytes_per_s is not None:
+        changes["h2d_bytes_per_s"] = replace(g.h2d_bytes_per_s, achievable=eff.pcie_pinned)
+        changes["d2h_bytes_per_s"] = replace(g.h2d_bytes_per_s, achievable=eff.pcie_pinned)
+    if part is not None:
+        changes["fp16_flop_per_s"] = Figure(value=part.fp16_flop_per_s, source="spec-sheet",
+                                            method=f"{part.name}: dense FP16 tensor peak (parts catalog)",
+                                            achievable=eff.gpu_fp16)
+    return replace(g, **changes)
+
+
+def _enrich_cpu(cpu: Cpu, root: str) -> tuple[Cpu, list[str]]:
+    """Memory type/speed from DMI when readable; channels (and type/speed otherwise) from the
+    CPU's spec sheet when the catalog knows the model."""
+    notes = []
+    dimms = read_dimms(root)
+    part = catalog.match_cpu(cpu.model)
+    changes: dict[str, Any] = {}
+    if dimms:
+        types = sorted({d.ram_type for d in dimms if d.ram_type})
+        speeds = [d.configured_mts or d.speed_mts for d in dimms if (d.configured_mts or d.speed_mts)]
+        changes.update(ram_type="/".join(types), ram_speed_mts=min(speeds) if speeds else None,
+                       n_dimms=len(dimms), memory_source="dmi")
+    if part is not None:
+        changes["memory_channels"] = part.channels * cpu.n_sockets
+        if not dimms:
+            changes.update(ram_type=part.ram_type, ram_speed_mts=part.ram_speed_mts, memory_source="spec-sheet")
+            notes.append(f"memory type and speed are {part.name}'s rated maximum (DMI unreadable; run as root "
+                         "to read the installed DIMMs)")
+    return replace(cpu, **changes), notes
+
+
+def run_probe(s: ProbeSettings = QUICK, model_path: str | None = None, root: str = "/", nvml: Any = None,
+              on_step: Callable[[str], None] = lambda msg: None) -> HardwareProfile:
+    t_start = time.perf_counter()
+    if model_path is not None:
+        storage.resolve_model_file(model_path)  # a bad path fails before anything is measured
+    on_step("load before")
+    load_before = sample_load(root, s.load_window_s)
+    on_step("reading CPU, NUMA, memory, GPUs")
+    m = read_machine(root, nvml, cpu_fallback=py_cpuinfo_fallback)
+    p, notes = m.profile, list(m.notes)
+    from moeplan.probes.numa_alloc import Libnuma
+
+    # libnuma only matters with 2+ nodes (memory-only nodes, cross-node placement)
+    libnuma = Libnuma.load() if p.system.libnuma and len(p.numa_nodes) > 1 else None
+    p = _guarded(notes, "DRAM", lambda: _measure_memory(p, m.topology, s, libnuma, on_step, notes), p)
+    p = _guarded(notes, "CPU matmul", lambda: _measure_flops(p, s, on_step), p)
+    if p.gpus:
+        p = _guarded(notes, "host<->GPU copy", lambda: _measure_copies(p, s, nvml, on_step, notes), p)
+    if model_path is not None:
+        on_step(f"reading {model_path}")
+        st, st_notes = storage.measure_storage(model_path, s.storage, root)
+        p = replace(p, storage=(st,))
+        notes += st_notes
+    else:
+        notes.append("storage not measured: pass --model-path FILE to time the disk holding the model")
+    on_step("load after")
+    load_after = sample_load(root, s.load_window_s)
+    p = replace(p, load=Load(loadavg_1m_before=load_before[0], cpu_busy_before=load_before[1],
+                             loadavg_1m_after=load_after[0], cpu_busy_after=load_after[1]),
+                notes=tuple(notes), probe_mode=s.mode, probe_wall_s=round(time.perf_counter() - t_start, 2),
+                created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    return replace(p, warnings=profile_warnings(p))
+
+
+def _guarded(notes: list[str], what: str, fn: Callable[[], HardwareProfile], p: HardwareProfile) -> HardwareProfile:
+    """A failed measurement becomes a note; the rest of the probe goes on."""
+    try:
+        return fn()
+    except (MoeplanError, OSError, MemoryError, RuntimeError) as exc:
+        msg = exc.message if isinstance(exc, MoeplanError) else f"{type(exc).__name__}: {exc}"
+        notes.append(f"{what} measurement failed: {msg}")
+        return p
+
+
+def _measure_memory(p: HardwareProfile, topo: Topology, s: ProbeSettings, libnuma, on_step,
+                    notes: list[str]) -> HardwareProfile:
+    res = dram.measure_dram(p.numa_nodes, topo, p.cpu.l3_bytes, s.dram, p.system.ram_available_bytes,
+                            libnuma, on_step)
+    notes += res.notes
+    nodes = tuple(replace(n, dram_read_bytes_per_s=res.node_figures.get(n.id, n.dram_read_bytes_per_s))
+                  for n in p.numa_nodes)
+    return replace(p, numa_nodes=nodes, numa_bw_matrix=res.matrix,
+                   cpu=replace(p.cpu, core_read_bytes_per_s=res.core_figure or p.cpu.core_read_bytes_per_s))
+
+
+def _measure_flops(p: HardwareProfile, s: ProbeSettings, on_step) -> HardwareProfile:
+    on_step(f"CPU float32 matmul {s.matmul_n}x{s.matmul_n}")
+    st = summarise_rates(measure_matmul(s.matmul_n, s.matmul_reps))
+    cores = max(1, p.cpu.n_cores)
+    per_core = replace(st, best=st.best / cores, median=st.median / cores, worst=st.worst / cores,
+                       overall=st.overall / cores)
+    fig = measured_figure(per_core, f"numpy float32 matmul {s.matmul_n}^3 ({blas_name()}, BLAS threads on all "
+                                    f"CPUs) / {cores} physical cores; best of {s.matmul_reps}")
+    return replace(p, cpu=replace(p.cpu, core_flop_per_s=fig))
+
+
+def _measure_copies(p: HardwareProfile, s: ProbeSettings, nvml: Any, on_step, notes: list[str]) -> HardwareProfile:
+    from moeplan.probes.copy_rates import measure_copy_rates, torch_cuda
+
+    torch = torch_cuda()
+    if torch is None:
+        notes.append("host<->GPU copy rates not measured: needs torch with CUDA (pip install torch); "
+                     "the PCIe figures are NVML's theoretical link rate")
+        return p
+    gpus = []
+    for g in p.gpus:
+        cpus = parse_cpulist(g.local_cpus) or _node_cpus(p, g.numa_node)
+        on_step(f"GPU {g.index}: host<->GPU copies, {s.copy_bytes // MIB} MiB x {s.copy_reps}")
+        res = measure_copy_rates(torch, g.index, cpus, s.copy_bytes, s.copy_reps,
+                                 read_link=_link_reader(nvml, g.index))
+        where = f"host buffer first touched on CPUs {g.local_cpus or 'any'}"
+        method = (f"torch copy_ of {s.copy_bytes // MIB} MiB, {{}} host memory, {where}; best of "
+                  f"{s.copy_reps} after 1 warm-up")
+        gen, width = res.get("link_loaded", (None, None))
+        gpus.append(replace(
+            g,
+            h2d_bytes_per_s=measured_figure(summarise_rates(res["h2d_pinned"]), method.format("pinned")),
+            h2d_pageable_bytes_per_s=measured_figure(summarise_rates(res["h2d_pageable"]), method.format("pageable")),
+            d2h_bytes_per_s=measured_figure(summarise_rates(res["d2h_pinned"]), method.format("pinned")),
+            pcie_gen_loaded=gen, pcie_width_loaded=width))
+    return replace(p, gpus=tuple(gpus))
+
+
+def _node_cpus(p: HardwareProfile, node: int | None) -> tuple[int, ...]:
+    for n in p.numa_nodes:
+        if n.id == node:
+            return n.cpus
+    return ()
+
+
+def _link_reader(nvml: Any, index: int) -> Callable[[], tuple[int | None, int | None]]:
+    def read() -> tuple[int | None, int | None]:
+        try:
+            mod = nvml
+            if mod is None:
+                import pynvml as mod  # type: ignore[no-redef]
+            mod.nvmlInit()
+            try:
+                h = mod.nvmlDeviceGetHandleByIndex(index)
+                return mod.nvmlDeviceGetCurrPcieLinkGeneration(h), mod.nvmlDeviceGetCurrPcieLinkWidth(h)
+            finally:
+                mod.nvmlShutdown()
+        except Exception:  # NVML unavailable now: the loaded link stays unknown
+            return None, None
+
+    return read
