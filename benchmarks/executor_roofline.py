@@ -10,8 +10,10 @@ far more than the last-level cache). Without a GPU the "GPU" part (attention, ro
 also runs on the CPU, so every byte a token touches is read from host DRAM.
 
 Roofline: t_roof = (bytes read per decode token) / (DRAM read bandwidth), with the bandwidth
-measured in the same run by a read kernel: numpy's uint64 max() over arrays of 4x the
-last-level cache (at least 1 GiB), one thread per CPU pinned to it, best of 5 passes. The
+measured in the same run by `moeplan probe`'s own DRAM read job (moeplan/probes/dram.py:
+numpy uint64 max() over arrays of 4x the last-level cache, at least 1 GiB, one thread pinned
+per CPU, first-touch placement; best of 5 passes), or with `--clock thread` by the same kernel
+timed in the reading thread's CPU time. The
 figure printed is t_roof / t_measured, for the whole token and for the CPU-expert tier alone
 (its bytes / its time / bandwidth). Rounds alternate bandwidth and decode measurements and the
 best of each is kept, because this machine may be shared. Target: >= 50 % on the CPU.
@@ -73,9 +75,17 @@ def qwen3_30b_a3b_shapes(expert_type: str = "BF16"):
 
 
 def measure_read_bandwidth(n_threads: int, llc_bytes: int, reps: int = 5, clock=time.perf_counter) -> float:
-    """Bytes/s of numpy uint64 max() over 4x LLC (>= 1 GiB), one pinned thread per CPU."""
+    """Bytes/s of numpy uint64 max() over 4x LLC (>= 1 GiB), one pinned thread per CPU: the
+    probe's read job for wall time, this function's own loop for thread CPU time."""
     total = max(GIB, 4 * llc_bytes)
     cpus = sorted(os.sched_getaffinity(0))[:n_threads]
+    if clock is time.perf_counter:
+        from moeplan.probes import dram
+
+        job = dram.ReadJob(reader_cpus=tuple(cpus), place_cpus=tuple(cpus), mem_node=0,
+                           bytes_per_thread=total // len(cpus) // 4096 * 4096)
+        samples, _, _ = dram.run_read_job(job, reps=reps, warmup=1)
+        return max(b / t for b, t in samples)
     arrays = [np.ones(total // 8 // n_threads, dtype=np.uint64) for _ in range(n_threads)]
     for a in arrays:
         a[::512] = 2  # touch every page (first touch)
