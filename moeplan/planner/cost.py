@@ -108,6 +108,11 @@ def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
     return fig.effective, fig.source, err
 
 
+# factors that describe the machine more than the runtime's kernels: a calibration made with
+# one runner (the bundled executor) carries over to other backends only for these
+MACHINE_FACTORS = frozenset({"eta_cpu", "core_read_share", "rho_remote", "pi_h2d", "eta_gpu"})
+
+
 def _factor(name: str, prior: float, pr: BackendPriors, hw: HardwareProfile,
             err_key: str | None = None) -> tuple[float, str, float]:
     """A factor's value, source and 1-sigma relative error.
@@ -120,7 +125,7 @@ def _factor(name: str, prior: float, pr: BackendPriors, hw: HardwareProfile,
     if own and name in own.factors:
         return own.factors[name], "calibrated", max(0.03, own.rel_err.get(name, 0.08))
     for c in hw.calibration:
-        if c.backend != pr.name and name in c.factors and c.priors.get(name):
+        if name in MACHINE_FACTORS and c.backend != pr.name and name in c.factors and c.priors.get(name):
             ratio = c.factors[name] / c.priors[name]
             return prior * ratio, f"calibrated via {c.backend}", pr.err(err_key or name) * 0.5 + 0.1
     return prior, "prior", pr.err(err_key or name)
@@ -410,6 +415,16 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
                           + (f" + {cpu_bytes * hit / 1e9:.2f} cached" if hit else "")
                           + f") GB / {f.bw_gpu_bytes_per_s.value / 1e9:.0f} GB/s"))
         errs["gpu_weights_read"] = f.bw_gpu_bytes_per_s.rel_err
+        # batch-1 matmuls on a GPU are memory-bound; the term only shows for a slow device
+        # (the executor's CPU stand-in): 2 FLOP per weight read on the GPU side
+        gpu_params = (non_expert_params(model) + sum(layer.expert_elements for layer in model.moe_layers
+                                                    if layer.index not in cpu) * touched) * n_step
+        t_gc = 2 * gpu_params / max(1.0, f.gpu_flop_per_s.value)
+        if t_gc > t_gw:
+            terms.append(Term("gpu_compute_excess", t_gc - t_gw, "gpu-compute",
+                              f"max(0, {2 * gpu_params / 1e9:.1f} GFLOP / {f.gpu_flop_per_s.value / 1e9:.0f} GFLOP/s"
+                              f" - read time)"))
+            errs["gpu_compute_excess"] = f.gpu_flop_per_s.rel_err
         if kv_bytes:
             t_kv = kv_bytes / f.bw_gpu_bytes_per_s.value
             terms.append(Term("kv_read", t_kv, "gpu-mem", f"{kv_bytes / 1e9:.3f} GB of KV at depth {depth}"))

@@ -102,8 +102,14 @@ def _with_factors(hw: HardwareProfile, pr: BackendPriors, factors: dict[str, flo
     return replace(hw, calibration=others + (cal,))
 
 
-def _predict(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, t: Trial) -> tuple[float, float]:
-    e = estimate(model, t.placement, hw, pr, depth=t.depth, n_prompt=t.n_prompt)
+def _hw_for(hw) -> "callable":
+    """`hw` is a profile, or a function of the placement (the executor's CPU stand-in
+    depends on the run's threads)."""
+    return hw if callable(hw) else (lambda p, _h=hw: _h)
+
+
+def _predict(model: ModelSpec, hw, pr: BackendPriors, t: Trial) -> tuple[float, float]:
+    e = estimate(model, t.placement, _hw_for(hw)(t.placement), pr, depth=t.depth, n_prompt=t.n_prompt)
     return e.decode_tok_s, e.prefill_tok_s
 
 
@@ -116,7 +122,7 @@ def _metrics(t: Trial) -> list[tuple[str, float, int]]:
     return out
 
 
-def prediction_errors(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors,
+def prediction_errors(model: ModelSpec, hw, pr: BackendPriors,
                       trials: list[Trial]) -> tuple[tuple[str, float], ...]:
     out = []
     for t in trials:
@@ -128,23 +134,29 @@ def prediction_errors(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors,
     return tuple(out)
 
 
-def calibrate(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, trials: list[Trial],
+def calibrate(model: ModelSpec, hw, pr: BackendPriors, trials: list[Trial],
               candidates: tuple[str, ...] = tuple(BOUNDS), method_note: str = "") -> CalibrationResult:
-    """Fit the factors the trials can see; returns a Calibration to store in the profile."""
+    """Fit the factors the trials can see; returns a Calibration to store in the profile.
+
+    `hw` is the profile the runs ran on, or a function placement -> profile."""
     from scipy.optimize import least_squares
 
     good = [t for t in trials if t.ok]
     if not good:
         raise ValueError("no successful runs to calibrate from")
-    base_hw = replace(hw, calibration=tuple(c for c in hw.calibration if c.backend != pr.name))
-    priors = {n: prior_value(pr, hw, n) for n in candidates}
-    before = prediction_errors(model, base_hw, pr, good)
+    hw_for = _hw_for(hw)
+
+    def base_for(p: Placement) -> HardwareProfile:
+        h = hw_for(p)
+        return replace(h, calibration=tuple(c for c in h.calibration if c.backend != pr.name))
+
+    priors = {n: prior_value(pr, hw_for(good[0].placement), n) for n in candidates}
+    before = prediction_errors(model, base_for, pr, good)
 
     def preds(factors: dict[str, float]) -> np.ndarray:
-        h = _with_factors(base_hw, pr, factors)
         vals = []
         for t in good:
-            p = _predict(model, h, pr, t)
+            p = _predict(model, lambda q: _with_factors(base_for(q), pr, factors), pr, t)
             vals.extend(max(p[i], 1e-12) for _, _, i in _metrics(t))
         return np.array(vals)
 
@@ -183,8 +195,7 @@ def calibrate(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, trials: 
         post = {}
     fitted = unpack(x)
     factors = {n: fitted[n] for n in free}
-    after_hw = _with_factors(base_hw, pr, factors)
-    after = prediction_errors(model, after_hw, pr, good)
+    after = prediction_errors(model, lambda q: _with_factors(base_for(q), pr, factors), pr, good)
     cal = Calibration(
         factors=factors, priors={n: priors[n] for n in free}, rel_err=post, backend=pr.name,
         runs=tuple(t.label for t in good), residuals={name: round(e, 4) for name, e in after},

@@ -35,6 +35,7 @@ class RunSettings:
     sample_layers: int = 0  # executor: 0 = decide from the model's size
     timeout_s: float = 300.0
     device: str = ""  # executor: '' = cuda when available
+    dtype: str = "bf16"  # executor: the torch dtype its weights are held in
     binary: str | None = None  # llama-bench, or the folder holding it
     model_path: str = ""  # the GGUF llama-bench loads
 
@@ -68,13 +69,13 @@ def run_executor(plan: Plan, label: str, s: RunSettings) -> Trial:
             argv += ["--sample-layers", str(s.sample_layers)]
         if s.device:
             argv += ["--device", s.device]
+        argv += ["--dtype", s.dtype]
         prefix = list(numa_prefix(plan.placement))
         if prefix and not _have(prefix[0]):
             prefix = []
         t0 = time.perf_counter()
         try:
-            out = subprocess.run(prefix + argv, capture_output=True, text=True, timeout=s.timeout_s,
-                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            out = _run(prefix + argv, s.timeout_s, {**os.environ, "PYTHONUNBUFFERED": "1"})
         except subprocess.TimeoutExpired:
             return _failed(plan, label, "executor", f"timed out after {s.timeout_s:.0f} s", time.perf_counter() - t0)
         wall = time.perf_counter() - t0
@@ -112,7 +113,7 @@ def run_llama_bench(plan: Plan, model: ModelSpec, label: str, s: RunSettings) ->
     env = {**os.environ, **{k: str(v) for k, v in bench.command.env}}
     t0 = time.perf_counter()
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=s.timeout_s, env=env)
+        out = _run(argv, s.timeout_s, env)
     except FileNotFoundError:
         raise RunnerError(f"cannot run {argv[0]}", "pass --bin with the folder of llama-bench") from None
     except subprocess.TimeoutExpired:
@@ -134,6 +135,27 @@ def run_llama_bench(plan: Plan, model: ModelSpec, label: str, s: RunSettings) ->
                  measured_decode_tok_s=tg[0] if tg else None, measured_prefill_tok_s=pp[0] if pp else None,
                  predicted_decode_tok_s=plan.estimate.decode_tok_s,
                  predicted_prefill_tok_s=plan.estimate.prefill_tok_s, wall_s=wall)
+
+
+def _run(argv: list[str], timeout_s: float, env: dict) -> subprocess.CompletedProcess:
+    """subprocess.run in its own process group, so a timeout kills the whole tree (a runner's
+    children would otherwise keep the pipes open until they finish)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        import signal
+
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    except KeyboardInterrupt:
+        import signal
+
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _failed(plan: Plan, label: str, runner: str, why: str, wall: float) -> Trial:

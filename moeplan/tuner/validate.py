@@ -102,9 +102,19 @@ def _write_results(path: Path, plan: Plan, trials: list[Trial], stopped: str) ->
 
 
 def run_trials(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, *, runner: str,
-               trials: int, budget_s: float, settings, results_path: Path, on_trial=None) -> ValidationReport:
-    """Run the plan and neighbours; returns every trial (failed ones carry `error`)."""
+               trials: int, budget_s: float, settings, results_path: Path, predict, on_trial=None,
+               run_one=None) -> ValidationReport:
+    """Run the plan and neighbours; returns every trial (failed ones carry `error`).
+
+    `predict(placement) -> Estimate` is the cost model's view of the runner (RunnerView);
+    `run_one(trial_plan, label) -> Trial` runs one (default: the runner's subprocess)."""
     from moeplan.tuner.runners import run_executor, run_llama_bench
+
+    if run_one is None:
+        def run_one(trial_plan: Plan, label: str) -> Trial:
+            if runner == "executor":
+                return run_executor(trial_plan, label, settings)
+            return run_llama_bench(trial_plan, model, label, settings)
 
     vram = sum((g.vram_free_bytes or g.vram_bytes) for g in hw.gpus)
     cands = neighbours(model, plan.placement, hw, pr, vram, hw.ram_bytes)[:max(1, trials)]
@@ -116,12 +126,12 @@ def run_trials(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPri
             if time.perf_counter() - t0 > budget_s:
                 stopped = f"wall-time budget of {budget_s:.0f} s spent"
                 break
-            e = estimate(model, p, hw, pr, n_prompt=settings.prompt)
-            trial_plan = replace(plan, placement=p, estimate=e)
             if runner == "executor":
-                t = run_executor(trial_plan, label, settings)
-            else:
-                t = run_llama_bench(trial_plan, model, label, settings)
+                # a speed run needs no long context: the executor allocates KV and scores for
+                # n_ctx, so keep it to what the run uses
+                p = p.with_(n_ctx=min(p.n_ctx, max(1024, settings.prompt + settings.tokens + 256)))
+            trial_plan = replace(plan, placement=p, estimate=predict(p))
+            t = run_one(trial_plan, label)
             done.append(t)
             _write_results(results_path, plan, done, "running")
             if on_trial:
@@ -142,34 +152,132 @@ def run_trials(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPri
     return ValidationReport(trials=done, stopped=stopped, results_path=str(results_path))
 
 
+@dataclass(frozen=True)
+class RunnerView:
+    """What the cost model predicts a runner's runs with: the model as the runner holds it,
+    the hardware it runs on (which, for the executor on the CPU, depends on the run's
+    threads), and that runner's priors."""
+
+    model: ModelSpec
+    base_hw: HardwareProfile
+    pr: BackendPriors
+    stand_in: bool = False  # the executor's GPU tier ran on the CPU
+    dtype: str = "bf16"
+
+    def hw(self, p: Placement) -> HardwareProfile:
+        if not self.stand_in:
+            return self.base_hw
+        from moeplan.tuner.exec_view import executor_hardware
+
+        return executor_hardware(self.base_hw, "cpu", self.pr, self.dtype, p.n_threads)
+
+    def predict(self, p: Placement, n_prompt: int):
+        return estimate(self.model, p, self.hw(p), self.pr, n_prompt=n_prompt)
+
+
+def runner_view(runner: str, model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, device: str,
+                dtype: str) -> RunnerView:
+    if runner == "llama-bench":
+        return RunnerView(model, hw, pr)
+    from moeplan.probes.priors import read_priors
+    from moeplan.tuner.exec_view import retype
+
+    ex = read_priors("executor")
+    stand_in = device != "cuda" or not hw.gpus
+    return RunnerView(retype(model, dtype), hw, ex, stand_in=stand_in, dtype=dtype)
+
+
+# factors whose meaning changes when the executor's GPU tier is the CPU: they must not carry
+# over from such runs to a real GPU
+STAND_IN_ONLY = ("eta_gpu", "pi_h2d", "gpu_mfu")
+
+
 def calibrate_and_replan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request,
-                         report: ValidationReport) -> tuple[Plan, HardwareProfile, str, str]:
-    """Fit the factors to the runs, store them in the profile, search again."""
+                         report: ValidationReport, view: RunnerView) -> tuple[Plan, HardwareProfile, str, str]:
+    """Fit the factors to the runs (in the runner's view), store them in the profile, search again."""
+    from moeplan.commands.plan import build_plan
     from moeplan.planner.search import choose_plan
 
     ok = [t for t in report.trials if t.ok]
     if len(ok) < 2:
         return plan, hw, "not enough successful runs to calibrate (need 2)", ""
-    res = calibrate(model, hw, pr, ok)
+    res = calibrate(view.model, view.hw, view.pr, ok)
     cal = replace(res.calibration, created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    if view.stand_in:
+        cal = replace(cal, priors={k: v for k, v in cal.priors.items() if k not in STAND_IN_ONLY},
+                      method=cal.method + "; GPU tier on the CPU: GPU factors not carried over")
     new_hw = store_calibration(hw, cal)
-    summary = (f"calibrated {', '.join(res.fitted) or 'nothing'} on {len(ok)} runs: median error "
-               f"{res.median_abs_before:.0%} -> {res.median_abs_after:.0%}")
+    summary = (f"calibrated {', '.join(res.fitted) or 'nothing'} ({view.pr.name}) on {len(ok)} runs: "
+               f"median error {res.median_abs_before:.0%} -> {res.median_abs_after:.0%}")
     new = choose_plan(model, new_hw, pr, req)
     before = estimate(model, plan.placement, new_hw, pr, n_prompt=req.n_prompt)
     after = new.best.estimate
     if new.best.placement == plan.placement:
-        replanned = f"the choice stands (calibrated prediction {after.decode_tok_s:.1f} tok/s decode)"
+        replanned = f"the choice stands (recalibrated: {after.decode_tok_s:.1f} tok/s decode)"
     else:
         gain = after.decode_tok_s / max(1e-9, before.decode_tok_s) - 1
         replanned = (f"the choice changed: {len(new.best.placement.cpu_moe_layers)} CPU layers, "
-                     f"ubatch {new.best.placement.n_ubatch}, numa {new.best.placement.numa}, "
+                     f"ubatch {new.best.placement.n_ubatch}, numa {new.best.placement.numa}: "
                      f"{after.decode_tok_s:.1f} tok/s against {before.decode_tok_s:.1f} ({gain:+.0%})")
-    from moeplan.commands.plan import build_plan
-
     new_plan = build_plan(model, new_hw, new, plan.objective, plan.model.size_arg)
     new_plan = replace(new_plan, notes=new_plan.notes + (summary, replanned))
     return new_plan, new_hw, summary, replanned
+
+
+def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request, *,
+                  runner: str = "executor", trials: int = 6, budget: str = "5m", binary: str | None = None,
+                  quiet: bool = False, out_dir: Path | None = None, device: str = "", dtype: str = "bf16",
+                  tokens: int = 16, prompt: int = 256) -> Plan:
+    """`tune --validate`: runs, comparison table, calibration, re-plan; returns the new Plan."""
+    from moeplan.probes.hwprofile import cache_dir, write_json_atomic
+    from moeplan.tuner.runners import RunSettings
+    from moeplan.ui.console import stderr_console, stdout_console
+    from moeplan.ui.tuner_tables import trial_row, trials_table
+
+    require_runner(runner)
+    budget_s = parse_budget(budget)
+    if trials < 1:
+        raise InputError("--trials must be at least 1", "for example --trials 6")
+    if runner == "executor":
+        dev = device or ("cuda" if _cuda() else "cpu")
+    else:
+        dev = "cuda"
+    view = runner_view(runner, model, hw, pr, dev, dtype)
+    settings = RunSettings(tokens=tokens, prompt=prompt, sample_layers=_sample_layers(model), dtype=dtype,
+                           timeout_s=min(600.0, max(60.0, budget_s)), device=dev if runner == "executor" else "",
+                           binary=binary, model_path=model.path if model.source == "gguf" else "")
+    folder = Path(out_dir) if out_dir else Path(cache_dir()) / "validate"
+    stamp = f"{plan.inputs_digest()}-{runner}"
+    results_path = folder / f"results-{stamp}.json"
+    con = stderr_console() if quiet else stdout_console()
+    con.print(f"validating with the {runner} ({dev}{', sampled layers' if settings.sample_layers else ''}); "
+              f"runs are written to {results_path}")
+    report = run_trials(plan, model, hw, pr, runner=runner, trials=trials, budget_s=budget_s, settings=settings,
+                        results_path=results_path, predict=lambda p: view.predict(p, settings.prompt),
+                        on_trial=lambda t: con.print(trial_row(t)))
+    con.print(trials_table(report.trials))
+    con.print(f"stopped: {report.stopped}")
+    new_plan, new_hw, summary, replanned = calibrate_and_replan(plan, model, hw, pr, req, report, view)
+    con.print(summary)
+    if replanned:
+        con.print(replanned)
+        prof_path = folder / f"hardware-calibrated-{stamp}.json"
+        write_json_atomic(str(prof_path), new_hw.to_dict())
+        con.print(f"calibrated hardware profile: {prof_path} (use it with --hw)")
+    return new_plan
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _sample_layers(model: ModelSpec) -> int:
+    """Big models run one block of each kind and extrapolate; small ones run whole."""
+    return 1 if model.loaded_bytes > 8 * 1024**3 else 0
 
 
 def require_runner(runner: str) -> None:
