@@ -65,15 +65,18 @@ def toy_hw(vram_gib: float = 24, ram_gib: float = 64, gpu_bw: float = 1000e9, dr
         gpus=(Gpu(0, "toy GPU", int(vram_gib * GIB), mem_bw_bytes_per_s=Figure(gpu_bw, "measured"),
                   fp16_flop_per_s=Figure(100e12, "measured"), h2d_bytes_per_s=Figure(h2d, "measured"),
                   numa_node=gpu_node),),
-        cpu=Cpu(model="toy CPU", n_sockets=nodes, n_cores=cores, n_threads=cores, isa=("avx2",)),
+        # 1 GHz and a measured 100 GFLOP/s per core keep the CPU rates round:
+        # dot = weights/cycle x 1e9 per core, matmul = cpu_mm_eff x 1e11 per core
+        cpu=Cpu(model="toy CPU", n_sockets=nodes, n_cores=cores, n_threads=cores, isa=("avx2",),
+                base_clock_hz=1e9, core_flop_per_s=Figure(1e11, "measured")),
         numa_nodes=numa, system=System(ram_total_bytes=int(ram_gib * GIB)))
 
 
 def unit_priors(**kw) -> BackendPriors:
     """Priors with factors of 1 and no fixed costs, so times are bytes / bandwidth."""
     base = dict(name="llama.cpp", eta_gpu=1.0, eta_cpu=1.0, rho_remote=0.5, core_read_share=100.0,
-                cpu_dot_elem_per_s_per_core=1e12, type_cost={"F16": 1.0}, s_sync_s=0.0, s_barrier_s_per_thread=0.0,
+                cpu_dot_weights_per_cycle=1000.0, type_cost={"F16": 1.0}, s_sync_s=0.0, s_barrier_s_per_thread=0.0,
                 n_cpu_ops_per_layer=0, s_layer_gpu_s=0.0, t_token_s=0.0, pi_h2d=1.0, gpu_mfu=1.0,
-                cpu_flop_per_s_per_core={"avx2": 1e11}, op_offload="mainline", zipf_s=0.0)
+                cpu_mm_eff={"avx2": 1.0}, op_offload="mainline", zipf_s=0.0)
     base.update(kw)
     return BackendPriors(**base)

@@ -27,6 +27,9 @@ CacheOpt = Annotated[Optional[str], typer.Option("--gpu-expert-cache", help="GPU
 DraftOpt = Annotated[int, typer.Option("--draft", help="Speculative decoding: drafted tokens per step.")]
 AcceptOpt = Annotated[float, typer.Option("--accept", help="Speculative decoding: acceptance rate 0..1.")]
 BackendOpt = Annotated[str, typer.Option("--backend", help="llama.cpp | ik_llama.cpp | ktransformers | vllm")]
+CpuOnlyOpt = Annotated[bool, typer.Option("--cpu-only", help="No GPU layers (llama.cpp -ngl 0): every weight on the CPU.")]
+ExpertsUsedOpt = Annotated[Optional[int], typer.Option(
+    "--experts-used", help="Experts per token if not the model's own (llama.cpp --override-kv, KTransformers).")]
 NoMmapOpt = Annotated[bool, typer.Option("--no-mmap", help="Load weights into anonymous memory (no page cache).")]
 
 
@@ -35,7 +38,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                       kv_type: str = "f16", threads: int | None = None, default_threads: int = 1,
                       ubatch: int = 512, numa: str = "none", numa_nodes: tuple[int, ...] = (),
                       no_op_offload: bool = False, gpu_expert_cache: str | None = None, draft: int = 0,
-                      accept: float = 0.0, no_mmap: bool = False) -> Placement:
+                      accept: float = 0.0, no_mmap: bool = False, experts_used: int | None = None) -> Placement:
     """Turn the flags into a Placement; raises InputError with a hint on bad values."""
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}", "use one of " + ", ".join(BACKENDS))
@@ -80,6 +83,9 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         raise InputError(f"--accept {accept} is not a rate", "give the acceptance rate between 0 and 1")
     if draft < 0:
         raise InputError("--draft must not be negative", "for example --draft 4")
+    if experts_used is not None and not 1 <= experts_used <= model.n_experts:
+        raise InputError(f"--experts-used {experts_used} is out of range",
+                         f"{model.name} has {model.n_experts} experts, {model.n_experts_used} used by default")
     cache_bytes = parse_size(gpu_expert_cache, "--gpu-expert-cache") if gpu_expert_cache else 0
     n_threads = threads or default_threads
     return Placement(
@@ -87,6 +93,6 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         flash_attn=True, n_ubatch=ubatch, n_batch=max(2048, ubatch), n_threads=n_threads,
         numa=numa, numa_nodes=numa_nodes, op_offload=not no_op_offload,
         gpu_expert_cache_bytes=cache_bytes, load_mode="no-mmap" if no_mmap else "mmap",
-        n_draft=draft, draft_accept=accept,
+        n_draft=draft, draft_accept=accept, n_experts_used=experts_used or 0,
     )
 

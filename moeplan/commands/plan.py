@@ -8,7 +8,7 @@ import typer
 
 from moeplan.commands.common import JsonOpt, command
 from moeplan.commands.model import QuantOpt, SizeOpt
-from moeplan.commands.placement_opts import (AcceptOpt, AllCpuMoeOpt, BackendOpt, CacheOpt, CpuLayersOpt,
+from moeplan.commands.placement_opts import (AcceptOpt, AllCpuMoeOpt, BackendOpt, CacheOpt, CpuLayersOpt, CpuOnlyOpt, ExpertsUsedOpt,
                                              CpuMoeLayersOpt, CtxOpt, DraftOpt, KvTypeOpt, NoMmapOpt,
                                              NoOpOffloadOpt, NumaOpt, ThreadsOpt, UbatchOpt, resolve_placement)
 from moeplan.errors import InputError
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         threads: ThreadsOpt = None, ubatch: UbatchOpt = 512, numa: NumaOpt = "none",
         no_op_offload: NoOpOffloadOpt = False, gpu_expert_cache: CacheOpt = None, draft: DraftOpt = 0,
         accept: AcceptOpt = 0.0, backend: BackendOpt = "llama.cpp", no_mmap: NoMmapOpt = False,
-        vram: VramOpt = None, ram: RamOpt = None, as_json: JsonOpt = False,
+        experts_used: ExpertsUsedOpt = None, cpu_only: CpuOnlyOpt = False, vram: VramOpt = None, ram: RamOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
         from moeplan.planner.cost import estimate
@@ -68,10 +68,10 @@ def register(app: typer.Typer) -> None:
                               all_cpu_moe=all_cpu_moe, ctx=ctx, kv_type=kv_type, threads=threads,
                               default_threads=_default_threads(profile, numa), ubatch=ubatch, numa=numa,
                               no_op_offload=no_op_offload, gpu_expert_cache=gpu_expert_cache, draft=draft,
-                              accept=accept, no_mmap=no_mmap)
+                              accept=accept, no_mmap=no_mmap, experts_used=experts_used)
         if depth < 0 or prompt < 1:
             raise InputError("--depth must be >= 0 and --prompt >= 1", "for example --depth 8192 --prompt 512")
-        p = p.with_(n_gpus=len(profile.gpus))
+        p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
         e = estimate(spec, p, profile, read_priors(backend), depth=depth, n_prompt=prompt)
         if as_json:
             emit_json(estimate_data(spec, p, e, profile.name))
@@ -97,6 +97,7 @@ def register(app: typer.Typer) -> None:
         trials: Annotated[int, typer.Option("--trials", help="Most runs with --validate.")] = 6,
         budget: Annotated[str, typer.Option("--budget", help="Wall-time budget of --validate (5m, 90s).")] = "5m",
         binary: Annotated[Optional[str], typer.Option("--bin", help="Backend binary to check flags against / run.")] = None,
+        explain: Annotated[bool, typer.Option("--explain", help="Show the formula of every figure.")] = False,
         as_json: JsonOpt = False,
     ) -> None:
         """Search every sensible placement, recommend the fastest that fits, and say why."""
@@ -120,7 +121,7 @@ def register(app: typer.Typer) -> None:
             plan = validate_plan(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,
                                  binary=binary, quiet=as_json)
         _write_outputs(plan, spec, emit, plot, out, backend, binary)
-        _render_tune(plan, spec, as_json, emit)
+        _render_tune(plan, spec, as_json, emit, explain)
 
 
 def build_plan(spec, profile, result, objective: str, size_arg: str):
@@ -151,20 +152,16 @@ def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path |
         write_pareto_plot(plan, plot)
 
 
-def _render_tune(plan, spec, as_json: bool, emit: Path | None) -> None:
+def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = False) -> None:
     from moeplan.ui.console import emit_json, stdout_console
     from moeplan.ui.plan_tables import tune_render
 
     if as_json:
         emit_json({"plan": plan.to_dict()})
         return
-    cmd = ""
-    try:
-        from moeplan.launch import preview_command
+    from moeplan.launch import preview_command
 
-        cmd = preview_command(plan, spec)
-    except ImportError:
-        pass
-    stdout_console().print(tune_render(spec, plan, cmd))
+    cmd = preview_command(plan, spec)
+    stdout_console().print(tune_render(spec, plan, cmd, explain))
     if emit:
         stdout_console().print(f"wrote launch files to {emit}")

@@ -47,6 +47,10 @@ from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, Term
 from moeplan.planner.priors import BackendPriors
 
+# nominal clock of the machine the batch-1 dot-product anchor was measured on (DESIGN.md §4:
+# Q8_0 experts at 18.7 GB/s with 2 threads, a Sapphire Rapids-class VM reporting 2100 MHz);
+# also the clock assumed when a profile gives none
+REF_CLOCK_HZ = 2.1e9
 # 1.28 sigma: the reported range is about an 80% interval
 RANGE_SIGMA = 1.28
 _SOURCE_ERR = {"measured": 0.07, "calibrated": 0.05, "nvml": 0.1, "sysfs": 0.1, "user": 0.15,
@@ -104,6 +108,11 @@ def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
     return fig.effective, fig.source, err
 
 
+# factors that describe the machine more than the runtime's kernels: a calibration made with
+# one runner (the bundled executor) carries over to other backends only for these
+MACHINE_FACTORS = frozenset({"eta_cpu", "core_read_share", "rho_remote", "pi_h2d", "eta_gpu"})
+
+
 def _factor(name: str, prior: float, pr: BackendPriors, hw: HardwareProfile,
             err_key: str | None = None) -> tuple[float, str, float]:
     """A factor's value, source and 1-sigma relative error.
@@ -116,10 +125,16 @@ def _factor(name: str, prior: float, pr: BackendPriors, hw: HardwareProfile,
     if own and name in own.factors:
         return own.factors[name], "calibrated", max(0.03, own.rel_err.get(name, 0.08))
     for c in hw.calibration:
-        if c.backend != pr.name and name in c.factors and c.priors.get(name):
+        if name in MACHINE_FACTORS and c.backend != pr.name and name in c.factors and c.priors.get(name):
             ratio = c.factors[name] / c.priors[name]
             return prior * ratio, f"calibrated via {c.backend}", pr.err(err_key or name) * 0.5 + 0.1
     return prior, "prior", pr.err(err_key or name)
+
+
+def cpu_isa_class(hw: HardwareProfile) -> str:
+    isa = set(hw.cpu.isa)
+    return ("amx" if "amx_tile" in isa else "avx512_vnni" if "avx512_vnni" in isa else
+            "avx512f" if "avx512f" in isa else "avx2" if "avx2" in isa else "neon")
 
 
 def cpu_nodes(hw: HardwareProfile) -> tuple[NumaNode, ...]:
@@ -239,15 +254,18 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
            else f"{'/'.join(srcs)} x {etac_src} eta_cpu={eta_c:.2f}")
     bw_c = Rate(bw_val, how, err, note)
 
-    r_dot, rdot_src, rdot_err = _factor("cpu_dot_elem_per_s_per_core", pr.cpu_dot_elem_per_s_per_core, pr,
-                                        hw, "cpu_dot")
-    dot = Rate(r_dot * T, rdot_src, rdot_err)
-    isa = set(hw.cpu.isa)
-    isa_class = ("amx" if "amx_tile" in isa else "avx512_vnni" if "avx512_vnni" in isa else
-                 "avx512f" if "avx512f" in isa else "avx2" if "avx2" in isa else "neon")
-    per_core = pr.cpu_flop_per_s_per_core.get(isa_class) or max(pr.cpu_flop_per_s_per_core.values(), default=0.0)
-    fc, fc_src, fc_err = _factor("cpu_flop_per_s_per_core", per_core, pr, hw, "cpu_flop")
-    cpu_flop = Rate(fc * max(1, p.threads_batch), f"{fc_src} ({isa_class})", fc_err)
+    clock = hw.cpu.base_clock_hz or REF_CLOCK_HZ
+    r_dot, rdot_src, rdot_err = _factor("cpu_dot_weights_per_cycle", pr.cpu_dot_weights_per_cycle, pr, hw, "cpu_dot")
+    if not hw.cpu.base_clock_hz:
+        rdot_err = math.hypot(rdot_err, 0.3)
+    dot = Rate(r_dot * clock * T, f"{rdot_src} ({r_dot:.1f} weights/cycle x {clock / 1e9:.2f} GHz)", rdot_err)
+    isa_class = cpu_isa_class(hw)
+    core_peak = _fig(hw.cpu.core_flop_per_s)
+    peak = core_peak[0] if core_peak else clock * (64 if "avx512f" in hw.cpu.isa else 32) * 0.85
+    eff_prior = pr.cpu_mm_eff.get(isa_class) or max(pr.cpu_mm_eff.values(), default=0.0)
+    eff, eff_src, eff_err = _factor("cpu_mm_eff", eff_prior, pr, hw, "cpu_flop")
+    cpu_flop = Rate(eff * peak * max(1, p.threads_batch), f"{eff_src} ({isa_class}, {eff:.2f} of FP32 peak)",
+                    math.hypot(eff_err, core_peak[2] if core_peak else 0.3))
 
     sockets_used = len(nodes) > 1 and hw.cpu.n_sockets > 1
     xs = 2.0 if sockets_used else 1.0
@@ -380,6 +398,12 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
         terms.append(Term("cpu_compute_excess", max(0.0, t_dot - t_read), "cpu-compute",
                           f"max(0, {all_dot / 1e9:.2f} G weights / {f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read)"))
         errs["cpu_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
+        attn = attention_flops_per_token(model, depth) * n_step
+        if attn:
+            # attention at depth on the CPU: the score and value products over the cached cells
+            terms.append(Term("cpu_attention", attn / max(1.0, f.cpu_flop_per_s.value), "cpu-compute",
+                              f"{attn / 1e9:.1f} GFLOP at depth {depth} / {f.cpu_flop_per_s.value / 1e9:.0f} GFLOP/s"))
+            errs["cpu_attention"] = f.cpu_flop_per_s.rel_err
         n_ops = len(model.trunk_layers)
         terms.append(Term("barriers", n_ops * pr.n_cpu_ops_per_layer * 2 * pr.s_barrier_s_per_thread * p.n_threads
                           * (2.0 if f.cross_socket else 1.0), "sync",
@@ -391,10 +415,26 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
                           + (f" + {cpu_bytes * hit / 1e9:.2f} cached" if hit else "")
                           + f") GB / {f.bw_gpu_bytes_per_s.value / 1e9:.0f} GB/s"))
         errs["gpu_weights_read"] = f.bw_gpu_bytes_per_s.rel_err
+        # batch-1 matmuls on a GPU are memory-bound; the term only shows for a slow device
+        # (the executor's CPU stand-in): 2 FLOP per weight read on the GPU side
+        gpu_params = (non_expert_params(model) + sum(layer.expert_elements for layer in model.moe_layers
+                                                    if layer.index not in cpu) * touched) * n_step
+        t_gc = 2 * gpu_params / max(1.0, f.gpu_flop_per_s.value)
+        if t_gc > t_gw:
+            terms.append(Term("gpu_compute_excess", t_gc - t_gw, "gpu-compute",
+                              f"max(0, {2 * gpu_params / 1e9:.1f} GFLOP / {f.gpu_flop_per_s.value / 1e9:.0f} GFLOP/s"
+                              f" - read time)"))
+            errs["gpu_compute_excess"] = f.gpu_flop_per_s.rel_err
         if kv_bytes:
-            terms.append(Term("kv_read", kv_bytes / f.bw_gpu_bytes_per_s.value, "gpu-mem",
-                              f"{kv_bytes / 1e9:.3f} GB of KV at depth {depth}"))
+            t_kv = kv_bytes / f.bw_gpu_bytes_per_s.value
+            terms.append(Term("kv_read", t_kv, "gpu-mem", f"{kv_bytes / 1e9:.3f} GB of KV at depth {depth}"))
             errs["kv_read"] = f.bw_gpu_bytes_per_s.rel_err
+            attn = attention_flops_per_token(model, depth) * n_step
+            t_af = attn / max(1.0, f.gpu_flop_per_s.value)
+            if t_af > t_kv:
+                terms.append(Term("attention_compute_excess", t_af - t_kv, "gpu-compute",
+                                  f"{attn / 1e9:.1f} GFLOP of attention at depth {depth} beyond the KV read"))
+                errs["attention_compute_excess"] = f.gpu_flop_per_s.rel_err
         terms.append(Term("gpu_launch", len(model.trunk_layers) * f.s_layer_gpu_s.value, "gpu-compute",
                           f"{len(model.trunk_layers)} layers x {f.s_layer_gpu_s.value * 1e6:.0f} us"))
         errs["gpu_launch"] = f.s_layer_gpu_s.rel_err

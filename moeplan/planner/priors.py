@@ -20,8 +20,8 @@ class BackendPriors:
     core_read_share: one core's read rate as a multiple of (node bandwidth / node cores):
         b_core = core_read_share * BW_node / n_cores_node (STREAM saturates a node with about
         1/core_read_share of its cores).
-    cpu_dot_elem_per_s_per_core: decode (batch 1) dot-product rate of one core, weights per
-        second, for Q8_0 on an AVX2/AVX-512 core; other types scale by `type_cost`.
+    cpu_dot_weights_per_cycle: decode (batch 1) dot-product rate of one core in Q8_0 weights
+        per clock cycle (at the profile's base clock); other types scale by `type_cost`.
     type_cost: relative cost per weight of a type's vec_dot against Q8_0 (>1 = slower).
     s_sync_s: fixed cost per CPU-expert layer per token (two backend switches, copies of the
         activations, kernel launches).
@@ -31,7 +31,8 @@ class BackendPriors:
     t_token_s: fixed per-token cost (sampling, graph build, host sync).
     pi_h2d: fraction of the host-to-GPU copy rate that expert uploads reach in prefill.
     gpu_mfu: fraction of the GPU's dense FP16 tensor rate reached by prefill matmuls.
-    cpu_flop_per_s_per_core: batched (prefill) matmul rate of one core by ISA class.
+    cpu_mm_eff: batched (prefill) matmul rate of one core as a fraction of its FP32 FMA peak
+        (the profile's cpu.core_flop_per_s), by ISA class (AMX can exceed 1).
     numa_aware: per-node thread pools reading node-local copies of the experts (KTransformers).
     op_offload: 'mainline' (copy used experts when ubatch >= 32), 'ik' (when ubatch*k >=
         32*n_experts), 'never' (CPU computes its experts in prefill too), 'weights' (vLLM's
@@ -46,7 +47,7 @@ class BackendPriors:
     eta_cpu: float = 0.65
     rho_remote: float = 0.3
     core_read_share: float = 2.5
-    cpu_dot_elem_per_s_per_core: float = 8.8e9
+    cpu_dot_weights_per_cycle: float = 4.2
     type_cost: dict[str, float] = field(default_factory=dict)
     s_sync_s: float = 100e-6
     s_barrier_s_per_thread: float = 0.3e-6
@@ -55,7 +56,7 @@ class BackendPriors:
     t_token_s: float = 1e-3
     pi_h2d: float = 0.8
     gpu_mfu: float = 0.35
-    cpu_flop_per_s_per_core: dict[str, float] = field(default_factory=dict)
+    cpu_mm_eff: dict[str, float] = field(default_factory=dict)
     numa_aware: bool = False
     op_offload: str = "mainline"
     expert_cache: bool = False

@@ -9,7 +9,7 @@ from moeplan.errors import InputError
 from moeplan.planner.priors import BackendPriors
 
 _KEYS = {"llama.cpp": "llama_cpp", "ik_llama.cpp": "ik_llama_cpp", "ktransformers": "ktransformers",
-         "vllm": "vllm", "sglang": "sglang"}
+         "vllm": "vllm", "sglang": "sglang", "executor": "executor"}
 
 
 @lru_cache(maxsize=1)
@@ -25,7 +25,8 @@ def read_priors(backend: str) -> BackendPriors:
     if key is None or key not in data:
         raise InputError(f"no priors for backend {backend!r}", "use one of " + ", ".join(_KEYS))
     d = dict(data[key])
-    d["type_cost"] = dict(data.get("type_cost", {}))
+    # the ggml kernels' per-type costs, with the backend's own where it has them
+    d["type_cost"] = {**data.get("type_cost", {}), **d.get("type_cost", {})}
     d["sources"] = tuple(d.get("sources", ()))
     known = set(BackendPriors.__dataclass_fields__)
     return BackendPriors(**{k: v for k, v in d.items() if k in known})

@@ -32,14 +32,14 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "core_read_share": (0.2, 40.0),
     "rho_remote": (0.03, 1.0),
     "s_sync_s": (1e-7, 0.02),
-    "cpu_dot_elem_per_s_per_core": (1e7, 1e12),
+    "cpu_dot_weights_per_cycle": (0.05, 200.0),
     "pi_h2d": (0.02, 1.3),
     "gpu_mfu": (0.005, 1.0),
-    "cpu_flop_per_s_per_core": (1e8, 5e12),
+    "cpu_mm_eff": (0.01, 20.0),
     "t_token_s": (1e-6, 0.2),
     "s_layer_gpu_s": (1e-8, 0.01),
 }
-ERR_KEY = {"cpu_dot_elem_per_s_per_core": "cpu_dot", "cpu_flop_per_s_per_core": "cpu_flop",
+ERR_KEY = {"cpu_dot_weights_per_cycle": "cpu_dot", "cpu_mm_eff": "cpu_flop",
            "core_read_share": "eta_cpu", "s_layer_gpu_s": "s_sync_s", "t_token_s": "s_sync_s"}
 SIGMA_MEAS = 0.05  # relative noise of one measured speed on a shared machine
 
@@ -89,11 +89,10 @@ def _median_abs(errs) -> float:
 
 
 def prior_value(pr: BackendPriors, hw: HardwareProfile, name: str) -> float:
-    if name == "cpu_flop_per_s_per_core":
-        isa = set(hw.cpu.isa)
-        cls = ("amx" if "amx_tile" in isa else "avx512_vnni" if "avx512_vnni" in isa else
-               "avx512f" if "avx512f" in isa else "avx2" if "avx2" in isa else "neon")
-        return pr.cpu_flop_per_s_per_core.get(cls) or max(pr.cpu_flop_per_s_per_core.values(), default=1e10)
+    if name == "cpu_mm_eff":
+        from moeplan.planner.cost import cpu_isa_class
+
+        return pr.cpu_mm_eff.get(cpu_isa_class(hw)) or max(pr.cpu_mm_eff.values(), default=1.0)
     return float(getattr(pr, name))
 
 
@@ -103,8 +102,14 @@ def _with_factors(hw: HardwareProfile, pr: BackendPriors, factors: dict[str, flo
     return replace(hw, calibration=others + (cal,))
 
 
-def _predict(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, t: Trial) -> tuple[float, float]:
-    e = estimate(model, t.placement, hw, pr, depth=t.depth, n_prompt=t.n_prompt)
+def _hw_for(hw) -> "callable":
+    """`hw` is a profile, or a function of the placement (the executor's CPU stand-in
+    depends on the run's threads)."""
+    return hw if callable(hw) else (lambda p, _h=hw: _h)
+
+
+def _predict(model: ModelSpec, hw, pr: BackendPriors, t: Trial) -> tuple[float, float]:
+    e = estimate(model, t.placement, _hw_for(hw)(t.placement), pr, depth=t.depth, n_prompt=t.n_prompt)
     return e.decode_tok_s, e.prefill_tok_s
 
 
@@ -117,7 +122,7 @@ def _metrics(t: Trial) -> list[tuple[str, float, int]]:
     return out
 
 
-def prediction_errors(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors,
+def prediction_errors(model: ModelSpec, hw, pr: BackendPriors,
                       trials: list[Trial]) -> tuple[tuple[str, float], ...]:
     out = []
     for t in trials:
@@ -129,23 +134,29 @@ def prediction_errors(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors,
     return tuple(out)
 
 
-def calibrate(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, trials: list[Trial],
+def calibrate(model: ModelSpec, hw, pr: BackendPriors, trials: list[Trial],
               candidates: tuple[str, ...] = tuple(BOUNDS), method_note: str = "") -> CalibrationResult:
-    """Fit the factors the trials can see; returns a Calibration to store in the profile."""
+    """Fit the factors the trials can see; returns a Calibration to store in the profile.
+
+    `hw` is the profile the runs ran on, or a function placement -> profile."""
     from scipy.optimize import least_squares
 
     good = [t for t in trials if t.ok]
     if not good:
         raise ValueError("no successful runs to calibrate from")
-    base_hw = replace(hw, calibration=tuple(c for c in hw.calibration if c.backend != pr.name))
-    priors = {n: prior_value(pr, hw, n) for n in candidates}
-    before = prediction_errors(model, base_hw, pr, good)
+    hw_for = _hw_for(hw)
+
+    def base_for(p: Placement) -> HardwareProfile:
+        h = hw_for(p)
+        return replace(h, calibration=tuple(c for c in h.calibration if c.backend != pr.name))
+
+    priors = {n: prior_value(pr, hw_for(good[0].placement), n) for n in candidates}
+    before = prediction_errors(model, base_for, pr, good)
 
     def preds(factors: dict[str, float]) -> np.ndarray:
-        h = _with_factors(base_hw, pr, factors)
         vals = []
         for t in good:
-            p = _predict(model, h, pr, t)
+            p = _predict(model, lambda q: _with_factors(base_for(q), pr, factors), pr, t)
             vals.extend(max(p[i], 1e-12) for _, _, i in _metrics(t))
         return np.array(vals)
 
@@ -184,8 +195,7 @@ def calibrate(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, trials: 
         post = {}
     fitted = unpack(x)
     factors = {n: fitted[n] for n in free}
-    after_hw = _with_factors(base_hw, pr, factors)
-    after = prediction_errors(model, after_hw, pr, good)
+    after = prediction_errors(model, lambda q: _with_factors(base_for(q), pr, factors), pr, good)
     cal = Calibration(
         factors=factors, priors={n: priors[n] for n in free}, rel_err=post, backend=pr.name,
         runs=tuple(t.label for t in good), residuals={name: round(e, 4) for name, e in after},

@@ -37,9 +37,10 @@ def print_error(err: MoeplanError, as_json: bool) -> None:
         emit_json({"error": err.to_dict()})
         return
     con = stderr_console()
-    con.print(f"[bold red]error:[/] {err.message}", markup=True, highlight=False)
+    # one line each, never wrapped at the terminal's width (scripts grep these)
+    con.print(f"[bold red]error:[/] {err.message}", markup=True, highlight=False, soft_wrap=True)
     if err.hint:
-        con.print(f"hint: {err.hint}", markup=False, highlight=False)
+        con.print(f"hint: {err.hint}", markup=False, highlight=False, soft_wrap=True)
 
 
 @contextmanager

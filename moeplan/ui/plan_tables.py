@@ -79,37 +79,42 @@ def placement_table(model: ModelSpec, p: Placement) -> Table:
     return t
 
 
-def memory_table(e: Estimate) -> Table:
+def memory_table(e: Estimate, explain: bool = True) -> Table:
     t = Table(title="memory (GiB = 1024^3 bytes)")
     t.add_column("item")
     t.add_column("where")
     t.add_column("GiB", justify="right")
-    t.add_column("how")
+    if explain:
+        t.add_column("how")
     for item in e.memory["items"]:
         if not item["bytes"]:
             continue
         where = item["device"] + (" (page cache)" if item.get("page_cache") else "")
-        t.add_row(item["name"], where, f"{item['bytes'] / GIB:.2f}", item["formula"])
-    t.add_row("VRAM in use", "gpu", f"{e.vram_bytes / GIB:.2f}", "")
-    t.add_row("VRAM needed incl. 1 GiB margin", "gpu", f"{e.vram_required_bytes / GIB:.2f}", "llama.cpp --fit keeps 1 GiB free")
+        t.add_row(item["name"], where, f"{item['bytes'] / GIB:.2f}", *((item["formula"],) if explain else ()))
+    extra = ("",) if explain else ()
+    t.add_row("VRAM in use", "gpu", f"{e.vram_bytes / GIB:.2f}", *extra)
+    t.add_row("VRAM needed (+1 GiB margin)", "gpu", f"{e.vram_required_bytes / GIB:.2f}",
+              *(("llama.cpp --fit keeps 1 GiB free",) if explain else ()))
     t.add_row("host RAM", "host", f"{e.ram_bytes / GIB:.2f}",
-              ", ".join(f"node {n}: {b / GIB:.1f}" for n, b in e.ram_bytes_per_node))
+              *((", ".join(f"node {n}: {b / GIB:.1f}" for n, b in e.ram_bytes_per_node),) if explain else ()))
     return t
 
 
-def terms_table(title: str, terms, total_label: str) -> Table:
+def terms_table(title: str, terms, total_label: str, explain: bool = True) -> Table:
     t = Table(title=title)
     t.add_column("term")
     t.add_column("ms", justify="right")
     t.add_column("share", justify="right")
     t.add_column("resource")
-    t.add_column("formula")
+    if explain:
+        t.add_column("formula")
     total = sum(x.seconds for x in terms) or 1.0
     for x in terms:
         if x.seconds <= 0:
             continue
-        t.add_row(x.name, f"{x.seconds * 1e3:.3f}", f"{x.seconds / total:.0%}", x.resource, x.formula)
-    t.add_row(total_label, f"{total * 1e3:.3f}", "100%", "", "")
+        t.add_row(x.name, f"{x.seconds * 1e3:.3f}", f"{x.seconds / total:.0%}", x.resource,
+                  *((x.formula,) if explain else ()))
+    t.add_row(total_label, f"{total * 1e3:.3f}", "100%", "", *(("",) if explain else ()))
     return t
 
 
@@ -134,13 +139,15 @@ def estimate_render(model: ModelSpec, p: Placement, e: Estimate) -> Group:
 
 
 def pareto_table(plan: Plan) -> Table:
-    t = Table(title="VRAM against decode speed (Pareto front; * = recommended)")
+    t = Table(title="VRAM against decode speed (Pareto front; * = recommended; beyond the budget: what more VRAM buys)")
     t.add_column("CPU layers", justify="right")
     t.add_column("VRAM GiB", justify="right")
     t.add_column("decode tok/s", justify="right")
     t.add_column("prefill tok/s", justify="right")
     best = len(plan.placement.cpu_moe_layers)
     for a in plan.pareto:
+        if a.vram_bytes > plan.estimate.vram_bytes and len(a.placement.cpu_moe_layers) < best - 8 and a is not plan.pareto[-1]:
+            continue  # far beyond the budget: keep the table short (the JSON has every point)
         mark = "*" if len(a.placement.cpu_moe_layers) == best else ""
         t.add_row(f"{len(a.placement.cpu_moe_layers)}{mark}", f"{a.vram_bytes / GIB:.1f}", f"{a.decode_tok_s:.1f}",
                   f"{a.prefill_tok_s:.0f}")
@@ -158,12 +165,18 @@ def alternatives_table(plan: Plan) -> Table:
     return t
 
 
-def tune_render(model: ModelSpec, plan: Plan, command: str = "") -> Group:
+def tune_render(model: ModelSpec, plan: Plan, command: str = "", explain: bool = False) -> Group:
     e = plan.estimate
     parts = [Text(f"recommended for {plan.objective}: {model.name} ({model.quant}) on {plan.hardware_name}",
                   style="bold"),
-             speed_line(e), placement_table(model, plan.placement), memory_table(e),
-             terms_table("decode: where the time goes (per token)", e.decode_terms, "per token")]
+             speed_line(e)]
+    if command:
+        parts += [Text("run it:", style="bold"), Text(command)]
+    parts += [placement_table(model, plan.placement), memory_table(e, explain),
+              terms_table("decode: where the time goes (per token)", e.decode_terms, "per token", explain)]
+    if explain:
+        parts.append(terms_table("prefill: where the time goes (per prompt token)", e.prefill_terms,
+                                 "per prompt token"))
     why = Table(title="why", show_header=False)
     why.add_column("")
     for n in plan.notes:
@@ -173,7 +186,6 @@ def tune_render(model: ModelSpec, plan: Plan, command: str = "") -> Group:
         parts.append(pareto_table(plan))
     if plan.alternatives:
         parts.append(alternatives_table(plan))
-    if command:
-        parts.append(Text("run it:", style="bold"))
-        parts.append(Text(command))
+    if not explain:
+        parts.append(Text("--explain shows the formula of every figure and the prefill terms", style="dim"))
     return Group(*parts)

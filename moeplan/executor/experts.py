@@ -1,0 +1,247 @@
+"""Running one block's routed experts under its tier: the offload machinery.
+
+A GPU-resident block computes its experts on the compute device. A CPU-resident block, as
+llama.cpp runs it:
+  decode   the CPU computes the used experts from host memory (the hidden state goes to the
+           host and the result comes back: 'activations'), or, in transfer mode, the used
+           experts are uploaded to a staging area on the device and computed there;
+           with a GPU expert cache, hits run from the cache and misses are uploaded (and
+           admitted) or computed on the CPU, by the cache's policy (cache.py)
+  prefill  with op-offload and a large enough ubatch (llama.cpp: >= 32 tokens,
+           GGML_OP_OFFLOAD_MIN_BATCH; ik_llama.cpp: ubatch * k >= 32 * n_expert) the distinct
+           experts the ubatch uses are uploaded and computed on the device; otherwise the CPU
+           computes them. Uploads and compute are not overlapped (neither are they in llama.cpp).
+Experts of a step are grouped: each used expert's matrices are read once for all the tokens
+that chose it (what MUL_MAT_ID does). On the device the used experts of a step run as two
+grouped GEMMs over the slot tensor (torch._grouped_mm, what MoE kernels do) instead of a
+Python loop of small kernels, whose launch cost would otherwise dominate a GPU decode step;
+on the CPU the loop of torch.mv calls streams faster, so the host keeps it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from moeplan.executor.cache import CPU, HIT, UPLOAD, ExpertCache
+from moeplan.executor.layout import ExpertLayout, Gating
+from moeplan.executor.meter import Meter
+from moeplan.executor.ops import ExpertWeights, expert_ffn, glu
+from moeplan.executor.stores import ExpertBiases
+
+OP_OFFLOAD_MIN_BATCH = 32  # ggml-backend GGML_OP_OFFLOAD_MIN_BATCH
+
+
+class DeviceSlots:
+    """Expert-sized slots on the compute device (the GPU cache, or the upload staging area)."""
+
+    def __init__(self, n_slots: int, n_ff: int, n_embd: int, device: torch.device, dtype: torch.dtype,
+                 non_blocking: bool) -> None:
+        self.n_slots, self.n_ff = n_slots, n_ff
+        self.gate_up = torch.empty((n_slots, 2 * n_ff, n_embd), dtype=dtype, device=device)
+        self.down = torch.empty((n_slots, n_embd, n_ff), dtype=dtype, device=device)
+        self.non_blocking = non_blocking
+
+    def load(self, slot: int, w: ExpertWeights) -> int:
+        """Copy one expert from host memory into `slot`; returns the bytes moved."""
+        nb = self.non_blocking
+        if w.gate_up is not None:
+            self.gate_up[slot].copy_(w.gate_up, non_blocking=nb)
+            moved = w.gate_up.numel() * w.gate_up.element_size()
+        else:
+            self.gate_up[slot, : self.n_ff].copy_(w.gate, non_blocking=nb)
+            self.gate_up[slot, self.n_ff:].copy_(w.up, non_blocking=nb)
+            moved = (w.gate.numel() + w.up.numel()) * w.gate.element_size()
+        self.down[slot].copy_(w.down, non_blocking=nb)
+        return moved + w.down.numel() * w.down.element_size()
+
+    def view(self, slot: int) -> ExpertWeights:
+        return ExpertWeights(down=self.down[slot], gate_up=self.gate_up[slot])
+
+    def n_bytes(self) -> int:
+        return (self.gate_up.numel() + self.down.numel()) * self.gate_up.element_size()
+
+
+@dataclass
+class TierContext:
+    """What every block's expert runner shares."""
+
+    device: torch.device  # the compute device: 'cuda', or the CPU standing in for it
+    meter: Meter
+    cache: ExpertCache | None = None
+    cache_slots: DeviceSlots | None = None
+    staging: DeviceSlots | None = None
+    cpu_decode_mode: str = "compute"  # 'compute' | 'transfer'
+    op_offload: bool = True
+    offload_rule: str = "llama.cpp"  # or 'ik_llama.cpp'
+    grouped: bool = False  # device-side experts as grouped GEMMs (see the module docstring)
+    notes: list = field(default_factory=list)
+
+    def prefill_uploads(self, n_tokens: int, k: int, n_expert: int) -> bool:
+        if not self.op_offload:
+            return False
+        if self.offload_rule == "ik_llama.cpp":
+            return n_tokens * k >= OP_OFFLOAD_MIN_BATCH * n_expert
+        return n_tokens >= OP_OFFLOAD_MIN_BATCH
+
+
+HOST = torch.device("cpu")
+
+
+def run_experts(x: torch.Tensor, ids: np.ndarray, w: torch.Tensor, experts: list[int], get, gating: Gating) -> torch.Tensor:
+    """Sum over `experts` of weight * expert(x) for the tokens that chose each (all on x's device).
+    ids (n, k) host array; w (n, k) weights on x's device."""
+    out = torch.zeros_like(x)
+    before = gating.weight_before_ffn
+    act = gating.activation
+    if x.shape[0] == 1:
+        row = ids[0].tolist()
+        for e in experts:
+            we = w[0, row.index(e)].to(x.dtype)
+            if before:
+                out += expert_ffn(x * we, get(e), act)
+            else:
+                out += expert_ffn(x, get(e), act) * we
+        return out
+    for e in experts:
+        rows, slots = np.nonzero(ids == e)
+        r = torch.from_numpy(rows).to(x.device)
+        we = w[r, torch.from_numpy(slots).to(x.device)].unsqueeze(1).to(x.dtype)
+        xe = x[r]
+        y = expert_ffn(xe * we, get(e), act) if before else expert_ffn(xe, get(e), act) * we
+        out.index_add_(0, r, y)
+    return out
+
+
+def run_experts_grouped(x: torch.Tensor, ids: np.ndarray, w: torch.Tensor, experts: list[int],
+                        gate_up: torch.Tensor, down: torch.Tensor, slot_of, biases: ExpertBiases,
+                        gating: Gating) -> torch.Tensor:
+    """run_experts as two grouped GEMMs: the (token, expert) pairs sorted by slot, one group per
+    slot of gate_up (S, 2F, D) / down (S, D, F); empty groups read nothing."""
+    dev = x.device
+    tok, col, exp_ = [], [], []
+    for e in experts:
+        r, c = np.nonzero(ids == e)
+        tok.append(r)
+        col.append(c)
+        exp_.append(np.full(len(r), e))
+    tok_a, col_a, exp_a = np.concatenate(tok), np.concatenate(col), np.concatenate(exp_)
+    slots = np.asarray([slot_of(int(e)) for e in exp_a], dtype=np.int64)
+    order = np.argsort(slots, kind="stable")
+    tok_a, col_a, exp_a, slots = tok_a[order], col_a[order], exp_a[order], slots[order]
+    offs = torch.from_numpy(np.cumsum(np.bincount(slots, minlength=gate_up.shape[0])).astype(np.int32)).to(dev)
+    t_tok = torch.from_numpy(tok_a).to(dev)
+    wr = w[t_tok, torch.from_numpy(col_a).to(dev)].unsqueeze(1).to(x.dtype)
+    t_exp = torch.from_numpy(exp_a).to(dev)
+    xs = x[t_tok] * wr if gating.weight_before_ffn else x[t_tok]
+    h = torch._grouped_mm(xs, gate_up.transpose(-2, -1), offs=offs)
+    if biases.gate_up is not None:
+        h = h + biases.gate_up[t_exp].to(h.dtype)
+    n_ff = h.shape[-1] // 2
+    y = torch._grouped_mm(glu(h[:, :n_ff], h[:, n_ff:], gating.activation), down.transpose(-2, -1), offs=offs)
+    if biases.down is not None:
+        y = y + biases.down[t_exp].to(y.dtype)
+    if not gating.weight_before_ffn:
+        y = y * wr
+    return torch.zeros_like(x).index_add_(0, t_tok, y)
+
+
+class MoeRunner:
+    """The routed experts of one block, on its tier."""
+
+    def __init__(self, index: int, lay: ExpertLayout, gating: Gating, tier: str, store, dev_biases: ExpertBiases,
+                 ctx: TierContext) -> None:
+        self.index, self.lay, self.gating, self.tier = index, lay, gating, tier
+        self.store, self.dev_biases, self.ctx = store, dev_biases, ctx
+        self.host_tier = "mmap" if getattr(store, "kind", "") == "mmap" else "cpu"
+        self.exec_bytes = store.exec_bytes_per_expert
+        self.model_bytes = lay.file_bytes_per_expert
+
+    def forward(self, x: torch.Tensor, ids: np.ndarray, w: torch.Tensor, decode: bool) -> torch.Tensor:
+        experts = sorted(set(ids.reshape(-1).tolist()))
+        m = self.ctx.meter
+        if self.tier == "gpu":
+            m.add_bytes("gpu", len(experts) * self.exec_bytes, len(experts) * self.model_bytes)
+            st = self.store
+            return self._on_device(x, ids, w, experts, st.gate_up, st.down, lambda e: e % st.n_pool,
+                                   st.weights, st.biases)
+        if decode and self.ctx.cache is not None:
+            return self._cached(x, ids, w, experts)
+        if (decode and self.ctx.cpu_decode_mode == "transfer") or \
+                (not decode and self.ctx.prefill_uploads(x.shape[0], self.lay.n_used, self.lay.n_expert)):
+            return self._uploaded(x, ids, w, experts)
+        return self._on_host(x, ids, w, experts)
+
+    def _on_host(self, x: torch.Tensor, ids: np.ndarray, w: torch.Tensor, experts: list[int]) -> torch.Tensor:
+        m = self.ctx.meter
+        if not experts:
+            return torch.zeros_like(x)
+        with m.tier(self.host_tier):
+            xh, wh = x.to(HOST), w.to(HOST)
+            yh = run_experts(xh, ids, wh, experts, self.store.weights, self.gating)
+            y = yh.to(x.device)
+        m.add_bytes(self.host_tier, len(experts) * self.exec_bytes, len(experts) * self.model_bytes)
+        n_act = x.shape[0] * x.shape[1]
+        # llama.cpp moves f32 activations both ways; the executor moves its own dtype
+        m.add_bytes("activations", 2 * n_act * x.element_size(), 2 * n_act * 4)
+        return y
+
+    def _uploaded(self, x: torch.Tensor, ids: np.ndarray, w: torch.Tensor, experts: list[int]) -> torch.Tensor:
+        m, staging = self.ctx.meter, self.ctx.staging
+        assert staging is not None
+        out = torch.zeros_like(x)
+        for c in range(0, len(experts), staging.n_slots):
+            chunk = experts[c: c + staging.n_slots]
+            slot_of = {}
+            moved = 0
+            with m.tier("transfer"):
+                for i, e in enumerate(chunk):
+                    moved += staging.load(i, self.store.weights(e))
+                    slot_of[e] = i
+            m.add_bytes("transfer", moved, len(chunk) * self.model_bytes)
+            m.add_bytes("gpu", len(chunk) * self.exec_bytes, len(chunk) * self.model_bytes)
+            out += self._on_device(x, ids, w, chunk, staging.gate_up, staging.down, slot_of.__getitem__,
+                                   lambda e: self.dev_biases.attach(staging.view(slot_of[e]), e), self.dev_biases)
+        return out
+
+    def _cached(self, x: torch.Tensor, ids: np.ndarray, w: torch.Tensor, experts: list[int]) -> torch.Tensor:
+        m, cache, slots = self.ctx.meter, self.ctx.cache, self.ctx.cache_slots
+        assert cache is not None and slots is not None
+        on_dev: dict[int, int] = {}
+        uploads: list[tuple[int, int]] = []
+        on_host: list[int] = []
+        cache.begin_step()
+        for e in experts:
+            what, slot = cache.access(self.index, e)
+            if what == HIT:
+                on_dev[e] = slot
+            elif what == UPLOAD:
+                on_dev[e] = slot
+                uploads.append((e, slot))
+            else:
+                assert what == CPU
+                on_host.append(e)
+        if uploads:
+            moved = 0
+            with m.tier("transfer"):
+                for e, slot in uploads:
+                    moved += slots.load(slot, self.store.weights(e))
+            m.add_bytes("transfer", moved, len(uploads) * self.model_bytes)
+        out = self._on_host(x, ids, w, on_host)
+        if on_dev:
+            m.add_bytes("gpu_cache", len(on_dev) * self.exec_bytes, len(on_dev) * self.model_bytes)
+            out = out + self._on_device(x, ids, w, sorted(on_dev), slots.gate_up, slots.down, on_dev.__getitem__,
+                                        lambda e: self.dev_biases.attach(slots.view(on_dev[e]), e), self.dev_biases)
+        return out
+
+    def _on_device(self, x, ids, w, experts, gate_up, down, slot_of, get, biases) -> torch.Tensor:
+        """Experts whose matrices are in a device slot tensor: grouped GEMMs, or one by one."""
+        if self.ctx.grouped:
+            try:
+                return run_experts_grouped(x, ids, w, experts, gate_up, down, slot_of, biases, self.gating)
+            except (RuntimeError, NotImplementedError) as exc:  # no kernel for this device or dtype
+                self.ctx.grouped = False
+                self.ctx.notes.append(f"grouped GEMM unavailable here ({str(exc).splitlines()[0][:120]}): "
+                                      "device experts run one kernel each")
+        return run_experts(x, ids, w, experts, get, self.gating)

@@ -1,0 +1,183 @@
+"""Runners: measure one placement as a subprocess and return a Trial.
+
+executor     `python -m moeplan bench MODEL --plan trial.json --json` (always available; big
+             models run a sample of layers and extrapolate), with the plan's numactl prefix.
+llama-bench  the command launch/ emits for the plan (bench.sh), parsed from `-o json`, and
+             checked to have run with the plan's tensor overrides (it silently drops an
+             unknown buffer type and exits 0).
+
+A timeout, a crash or a missing binary becomes a Trial with `error` set: the loop keeps
+what it has and says what failed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from moeplan.errors import MoeplanError, RunnerError
+from moeplan.planner.model import ModelSpec
+from moeplan.planner.plan import Plan
+from moeplan.tuner.calibrate import Trial
+
+RUNNERS = ("executor", "llama-bench")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    tokens: int = 16  # decode tokens to time
+    prompt: int = 512  # prompt tokens for the prefill figure
+    sample_layers: int = 0  # executor: 0 = decide from the model's size
+    timeout_s: float = 300.0
+    device: str = ""  # executor: '' = cuda when available
+    dtype: str = "bf16"  # executor: the torch dtype its weights are held in
+    binary: str | None = None  # llama-bench, or the folder holding it
+    model_path: str = ""  # the GGUF llama-bench loads
+
+
+def _model_arg(plan: Plan) -> list[str]:
+    ref = plan.model
+    args = [ref.path]
+    if ref.source == "profile":
+        if ref.size_arg:
+            args += ["--size", ref.size_arg]
+        elif ref.quant and not ref.quant.startswith("MXFP4 scaled"):
+            args += ["--quant", ref.quant.split(" ")[0]]
+    return args
+
+
+def _tail(text: str, n: int = 300) -> str:
+    text = (text or "").strip()
+    return text[-n:] if len(text) > n else text
+
+
+def run_executor(plan: Plan, label: str, s: RunSettings) -> Trial:
+    """Run the bundled executor on `plan` in a child process."""
+    from moeplan.launch.numa import numa_prefix
+
+    with tempfile.TemporaryDirectory(prefix="moeplan-trial-") as tmp:
+        path = Path(tmp) / "plan.json"
+        path.write_text(plan.to_json())
+        argv = [sys.executable, "-m", "moeplan", "bench", *_model_arg(plan), "--plan", str(path), "--json",
+                "--tokens", str(s.tokens), "--prompt", str(s.prompt)]
+        if s.sample_layers:
+            argv += ["--sample-layers", str(s.sample_layers)]
+        if s.device:
+            argv += ["--device", s.device]
+        argv += ["--dtype", s.dtype]
+        prefix = list(numa_prefix(plan.placement))
+        if prefix and not _have(prefix[0]):
+            prefix = []
+        t0 = time.perf_counter()
+        try:
+            out = _run(prefix + argv, s.timeout_s, {**os.environ, "PYTHONUNBUFFERED": "1"})
+        except subprocess.TimeoutExpired:
+            return _failed(plan, label, "executor", f"timed out after {s.timeout_s:.0f} s", time.perf_counter() - t0)
+        wall = time.perf_counter() - t0
+    try:
+        doc = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return _failed(plan, label, "executor", f"crashed (exit {out.returncode}): {_tail(out.stderr)}", wall)
+    if "error" in doc:
+        return _failed(plan, label, "executor", doc["error"].get("message", "failed"), wall)
+    return Trial(label=label, placement=plan.placement, runner="executor", n_prompt=s.prompt,
+                 measured_decode_tok_s=doc.get("decode_tok_s") or None,
+                 measured_prefill_tok_s=doc.get("prefill_tok_s") or None,
+                 measured_vram_bytes=doc.get("peak_vram_bytes") or None,
+                 predicted_decode_tok_s=plan.estimate.decode_tok_s, predicted_prefill_tok_s=plan.estimate.prefill_tok_s,
+                 wall_s=wall, extra={k: doc[k] for k in ("sampled_layers", "extrapolated", "device") if k in doc})
+
+
+def run_llama_bench(plan: Plan, model: ModelSpec, label: str, s: RunSettings) -> Trial:
+    """Run llama-bench with the plan's emitted command and parse its JSON."""
+    from moeplan.launch import emit_launch, find_programs
+    from moeplan.launch.benchjson import check_bench_overrides, parse_bench_json
+
+    if not s.model_path or not Path(s.model_path).exists():
+        raise RunnerError("llama-bench needs the real GGUF file of the plan",
+                          "plan from the .gguf file itself (moeplan tune /path/model.gguf) or use --runner executor")
+    try:
+        programs = find_programs("llama.cpp", s.binary)
+        launch = emit_launch(plan, model, "llama.cpp", programs, model_path=s.model_path)
+    except MoeplanError:
+        raise
+    bench = launch.script("bench.sh")
+    argv = [str(a) for a in bench.command.full_argv]
+    if not programs.programs.get("bench") and not s.binary:
+        raise RunnerError("llama-bench not found on PATH", "install llama.cpp or pass --bin /path/to/llama-bench")
+    env = {**os.environ, **{k: str(v) for k, v in bench.command.env}}
+    t0 = time.perf_counter()
+    try:
+        out = _run(argv, s.timeout_s, env)
+    except FileNotFoundError:
+        raise RunnerError(f"cannot run {argv[0]}", "pass --bin with the folder of llama-bench") from None
+    except subprocess.TimeoutExpired:
+        return _failed(plan, label, "llama-bench", f"timed out after {s.timeout_s:.0f} s", time.perf_counter() - t0)
+    wall = time.perf_counter() - t0
+    if out.returncode:
+        return _failed(plan, label, "llama-bench", f"exit {out.returncode}: {_tail(out.stderr)}", wall)
+    try:
+        records = parse_bench_json(out.stdout)
+    except RunnerError as err:
+        return _failed(plan, label, "llama-bench", err.message, wall)
+    problems = check_bench_overrides(records, launch.bench_overrides)
+    if problems:
+        return _failed(plan, label, "llama-bench", "; ".join(problems), wall)
+    tg = [r.get("avg_ts") for r in records if r.get("n_gen") and not r.get("n_prompt")]
+    pp = [r.get("avg_ts") for r in records if r.get("n_prompt") and not r.get("n_gen")]
+    n_prompt = next((r["n_prompt"] for r in records if r.get("n_prompt") and not r.get("n_gen")), s.prompt)
+    return Trial(label=label, placement=plan.placement, runner="llama-bench", n_prompt=n_prompt,
+                 measured_decode_tok_s=tg[0] if tg else None, measured_prefill_tok_s=pp[0] if pp else None,
+                 predicted_decode_tok_s=plan.estimate.decode_tok_s,
+                 predicted_prefill_tok_s=plan.estimate.prefill_tok_s, wall_s=wall)
+
+
+def _run(argv: list[str], timeout_s: float, env: dict) -> subprocess.CompletedProcess:
+    """subprocess.run in its own process group, so a timeout kills the whole tree (a runner's
+    children would otherwise keep the pipes open until they finish)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        import signal
+
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    except KeyboardInterrupt:
+        import signal
+
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _failed(plan: Plan, label: str, runner: str, why: str, wall: float) -> Trial:
+    return Trial(label=label, placement=plan.placement, runner=runner, error=why, wall_s=wall,
+                 predicted_decode_tok_s=plan.estimate.decode_tok_s,
+                 predicted_prefill_tok_s=plan.estimate.prefill_tok_s)
+
+
+def _have(program: str) -> bool:
+    from shutil import which
+
+    return which(program) is not None
+
+
+def trial_to_dict(t: Trial) -> dict:
+    from moeplan.planner.serde import to_jsonable
+
+    return to_jsonable(t)
+
+
+def trial_from_dict(d: dict) -> Trial:
+    from moeplan.planner.serde import from_jsonable
+
+    return from_jsonable(Trial, d)
+

@@ -1,0 +1,127 @@
+"""estimate and tune as a user runs them: JSON shape, determinism, goldens, bad input."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from moeplan.cli import app
+
+GOLDEN = Path(__file__).parent / "golden" / "plans"
+RUN = CliRunner()
+
+
+def _json(args: list[str]) -> dict:
+    out = RUN.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+def test_estimate_json_has_the_contract_keys():
+    d = _json(["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--cpu-moe-layers", "10", "--json"])
+    for key in ("vram_bytes", "ram_bytes", "decode_tok_s", "prefill_tok_s", "decode_tok_s_range", "bottleneck",
+                "decode_terms", "prefill_terms", "placement", "memory", "factors", "moeplan_version"):
+        assert key in d, key
+    lo, hi = d["decode_tok_s_range"]
+    assert lo < d["decode_tok_s"] < hi
+    assert d["placement"]["cpu_moe_layers"] == list(range(10))
+    total = sum(t["seconds"] for t in d["decode_terms"])
+    assert d["decode_tok_s"] == pytest.approx(1 / total)
+
+
+def test_estimate_flags_change_what_they_should():
+    base = ["estimate", "deepseek-v3", "--hw", "epyc-genoa-2s-4090", "--all-cpu-moe", "--json"]
+    a = _json(base)
+    b = _json(base + ["--numa", "bind"])
+    assert b["decode_tok_s"] > a["decode_tok_s"]  # one node's local bandwidth beats remote reads
+    c = _json(base + ["--kv-type", "q8_0", "--ctx", "32k"])
+    d = _json(base + ["--ctx", "32k"])
+    assert c["vram_bytes"] < d["vram_bytes"]
+    e = _json(base + ["--depth", "16384"])
+    assert e["decode_tok_s"] < a["decode_tok_s"]
+
+
+def test_tune_is_deterministic_and_fits():
+    args = ["tune", "gpt-oss-120b", "--hw", "desktop-4090-ddr5", "--json"]
+    a, b = RUN.invoke(app, args), RUN.invoke(app, args)
+    assert a.exit_code == 0 and a.stdout == b.stdout
+    plan = json.loads(a.stdout)["plan"]
+    assert plan["estimate"]["vram_required_bytes"] <= 24 * 1024**3
+    assert plan["pareto"] and plan["notes"]
+
+
+def test_tune_what_if_vram_and_objective():
+    small = _json(["tune", "glm-4.5-air", "--hw", "desktop-4090-ddr5", "--vram", "16G", "--json"])["plan"]
+    big = _json(["tune", "glm-4.5-air", "--hw", "desktop-4090-ddr5", "--vram", "48G", "--json"])["plan"]
+    assert len(big["placement"]["cpu_moe_layers"]) < len(small["placement"]["cpu_moe_layers"])
+    assert big["estimate"]["decode_tok_s"] > small["estimate"]["decode_tok_s"]
+    pp = _json(["tune", "glm-4.5-air", "--hw", "desktop-4090-ddr5", "--objective", "prefill", "--json"])["plan"]
+    assert pp["objective"] == "prefill"
+
+
+def test_tune_emit_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = RUN.invoke(app, ["tune", "qwen3-30b-a3b", "--hw", "desktop-3060-ddr4", "--emit", str(tmp_path / "run"),
+                           "--plot", str(tmp_path / "p.png"), "--out", str(tmp_path / "plan.json")])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "run" / "launch.sh").exists() and (tmp_path / "run" / "plan.json").exists()
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    json.loads((tmp_path / "plan.json").read_text())
+
+
+def test_infeasible_says_what_is_short():
+    out = RUN.invoke(app, ["tune", "deepseek-v3", "--quant", "Q8_0", "--hw", "desktop-3060-ddr4", "--vram", "1G",
+                           "--json"])
+    assert out.exit_code == 5
+    err = json.loads(out.stdout)["error"]
+    assert "GiB" in err["message"] and err["hint"]
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--vram", "banana"], 2, "banana"),
+    (["estimate", "qwen3-30b-a3bb", "--hw", "desktop-4090-ddr5"], 2, "qwen3-30b-a3b"),
+    (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--kv-type", "q9"], 2, "q9"),
+    (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--cpu-moe-layers", "99"], 2, "out of range"),
+    (["estimate", "qwen3-30b-a3b", "--hw", "no-such-machine"], 2, "no-such-machine"),
+    (["tune", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--objective", "fast"], 2, "objective"),
+])
+def test_bad_input_is_one_line_with_a_hint(args, code, words):
+    out = RUN.invoke(app, args)
+    assert out.exit_code == code, out.output
+    lines = [x for x in out.output.strip().splitlines() if x.strip()]
+    assert len(lines) == 2, lines  # one line of error, one line of hint
+    assert lines[0].startswith("error:") and words in " ".join(lines)
+    assert lines[1].startswith("hint:")
+
+
+# ---- golden plans: bundled models on the presets --------------------------------------------
+
+CASES = [("deepseek-v4-flash", ["--size", "151G"], "seed-rtxpro6000-2x6548y"),
+         ("gpt-oss-120b", [], "desktop-4090-ddr5"),
+         ("qwen3-235b-a22b", ["--quant", "Q3_K_M"], "epyc-genoa-2s-4090"),
+         ("qwen3-30b-a3b", [], "desktop-3060-ddr4"),
+         ("glm-4.5-air", [], "desktop-5080-ddr5")]
+
+
+def _projection(plan: dict) -> dict:
+    """What a golden pins: the chosen placement and rounded figures (so a change of the cost
+    model shows up here and must be looked at)."""
+    e = plan["estimate"]
+    return {"placement": plan["placement"], "vram_bytes": e["vram_bytes"], "ram_bytes": e["ram_bytes"],
+            "decode_tok_s": float(f"{e['decode_tok_s']:.3g}"), "prefill_tok_s": float(f"{e['prefill_tok_s']:.3g}"),
+            "bottleneck": e["bottleneck"]}
+
+
+@pytest.mark.parametrize("model, extra, hw", CASES)
+def test_golden_plans(model, extra, hw):
+    plan = _json(["tune", model, *extra, "--hw", hw, "--json"])["plan"]
+    got = _projection(plan)
+    path = GOLDEN / f"{model}--{hw}.json"
+    if os.environ.get("MOEPLAN_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
+    assert path.exists(), f"missing golden {path.name}: run with MOEPLAN_UPDATE_GOLDEN=1"
+    assert got == json.loads(path.read_text())
