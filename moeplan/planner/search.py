@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from moeplan.errors import InfeasibleError
 from moeplan.planner.cost import dot_elements, estimate, used_nodes
 from moeplan.planner.hardware import HardwareProfile
-from moeplan.planner.memory import MemoryConstants, estimate_memory
+from moeplan.planner.memory import MemoryConstants, estimate_memory, kv_cache_bytes
 from moeplan.planner.model import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Alternative, Estimate
@@ -200,8 +200,14 @@ def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: R
     cache_options = (0,)
     # flash attention stays on (llama.cpp's default on CUDA): it is what makes a quantized V
     # cache legal, and K = V types keeps MLA's latent cache legal too
+    # a quantized cache can only buy speed by freeing room for one more layer's experts: when
+    # it saves less than the smallest layer's experts at this context, f16 (preferred) wins
+    min_layer = min((layer.expert_bytes for layer in model.moe_layers), default=0)
+    kv_f16 = kv_cache_bytes(model, ctx0, "f16", "f16")
     for kv in req.kv_types:
         if not kv_type_legal(model, kv):
+            continue
+        if kv != "f16" and has_gpu and kv_f16 - kv_cache_bytes(model, ctx0, kv, kv) < min_layer:
             continue
         for numa, nodes in _numa_options(hw, req, pr):
             for ub in req.ubatches:
@@ -223,8 +229,6 @@ def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: R
                                                    vram, ram, consts, pr))
                             continue
                         p = base.with_(cpu_moe_layers=tuple(sorted(order[:c])))
-                    if req.n_ctx is None:
-                        p = _grow_ctx(model, p, hw, vram, ram, consts, pr)
                     for cache in cache_options:
                         q = p.with_(gpu_expert_cache_bytes=cache)
                         e = estimate(model, q, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
@@ -232,9 +236,20 @@ def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: R
                         candidates.append(Candidate(q, e, _score(e, req.objective, kv)))
     if not candidates:
         raise infeasible(model, hw, pr, req, vram, ram, consts, shortfalls)
-    # deterministic ranking: score, then smaller VRAM, then a stable key of the placement
-    candidates.sort(key=lambda c: (-round(c.score, 9), c.estimate.vram_bytes, _stable_key(c.placement)))
+    # deterministic ranking: the objective, then the other speed (a decode tie goes to the
+    # faster prefill and the other way round), then smaller VRAM, then a stable key
+    def rank(c: Candidate) -> tuple:
+        other = c.estimate.decode_tok_s if req.objective == "prefill" else c.estimate.prefill_tok_s
+        return (-float(f"{c.score:.6g}"), -float(f"{other:.6g}"), c.estimate.vram_bytes, _stable_key(c.placement))
+
+    candidates.sort(key=rank)
     best = candidates[0]
+    if req.n_ctx is None:
+        # spare VRAM below the next layer's experts goes to context; decode at the planned
+        # depth and the ranking do not depend on it, so only the chosen plan is grown
+        grown = _grow_ctx(model, best.placement, hw, vram, ram, consts, pr)
+        e = estimate(model, grown, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
+        best = Candidate(grown, e, _score(e, req.objective, grown.cache_type_k))
     alts = _distinct_alternatives(candidates[1:], best)
     pareto = pareto_front(model, best.placement, order, hw, pr, req, vram, ram, consts) if has_gpu else ()
     return SearchResult(best=best, alternatives=tuple(alts), pareto=pareto, n_evaluated=n_eval,
