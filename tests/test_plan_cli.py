@@ -125,3 +125,16 @@ def test_golden_plans(model, extra, hw):
         path.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
     assert path.exists(), f"missing golden {path.name}: run with MOEPLAN_UPDATE_GOLDEN=1"
     assert got == json.loads(path.read_text())
+
+
+def test_cpu_only_machine_plans_and_emits_without_gpu_layers(tmp_path):
+    from dataclasses import replace
+
+    from moeplan.probes.hwprofile import load_hardware
+
+    hw = replace(load_hardware("desktop-4090-ddr5"), gpus=(), name="no gpu")
+    (tmp_path / "hw.json").write_text(json.dumps(hw.to_dict()))
+    out = RUN.invoke(app, ["tune", "qwen3-30b-a3b", "--hw", str(tmp_path / "hw.json"), "--emit", str(tmp_path / "run")])
+    assert out.exit_code == 0, out.output
+    script = (tmp_path / "run" / "launch.sh").read_text()
+    assert "-ngl 0" in script and "-ot" not in script

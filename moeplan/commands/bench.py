@@ -88,6 +88,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the bundled offload executor with the model's exact shapes under a placement, and
         measure decode and prefill speed, time and bytes per tier, cache hits and memory."""
+        from moeplan.executor.run import import_torch
+
+        import_torch()  # a clean 'needs torch' error before any module that imports it
         from moeplan.executor.build import ExecOptions
         from moeplan.executor.cache import POLICIES
         from moeplan.executor.routing import parse_routing

@@ -87,7 +87,10 @@ def load_mode_parts(fs: FlagSet, mode: str, bench: bool) -> list[tuple[str, ...]
 
 
 def ngl_value(ctx: EmitContext) -> str:
-    """Every block of the file (NextN blocks included) plus the output layer."""
+    """Every block of the file (NextN blocks included) plus the output layer; 0 for a plan
+    without GPU layers (a machine without a GPU, or -ngl 0 on purpose)."""
+    if ctx.placement.n_gpus == 0:
+        return "0"
     return str(len(ctx.model.layers) + 1)
 
 
@@ -260,7 +263,8 @@ def emit(ctx: EmitContext) -> Launch:
                          "--nodes applies to --backend vllm or sglang")
     check_kv_types(ctx)
     p = ctx.placement
-    patterns = checked_expert_patterns(ctx.model, p.cpu_moe_layers)
+    # with no GPU layers every weight is on the CPU already: no override to write
+    patterns = checked_expert_patterns(ctx.model, p.cpu_moe_layers) if p.n_gpus else ()
     fs_server, fs_once, fs_bench = ctx.flags["server"], ctx.flags["once"], ctx.flags["bench"]
     env = env_pairs(ctx)
     prefix = numa_prefix(p)
