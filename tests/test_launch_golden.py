@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from launch_plans import make_plan, write_models
+from launch_plans import ESTIMATE, make_plan, write_models
 
 from moeplan import __version__
 from moeplan.launch import emit_launch, render_files
@@ -100,5 +100,64 @@ def test_golden_scripts_are_valid_bash():
     scripts = sorted(GOLDEN.glob("*/*/*.sh"))
     assert len(scripts) >= 25
     for p in scripts:
+        r = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True)
+        assert r.returncode == 0, (p, r.stderr)
+
+
+# ---- bundled profiles on the bundled presets (fixed placements, so the goldens pin the
+# emitters, not the cost model) ----------------------------------------------------------------
+
+BUNDLED = {
+    # profile, --quant/--size, preset the placement is shaped for, placement, backends, GPUs' memory
+    "deepseek-v3-q4km--epyc-genoa-2s-4090": (
+        "deepseek-v3", {"quant": "Q4_K_M"},
+        Placement(cpu_moe_layers=tuple(range(3, 61)), n_ctx=32768, n_threads=96, n_threads_batch=96, n_ubatch=4096,
+                  n_batch=4096, numa="bind", numa_nodes=(0,), cache_type_k="q8_0", cache_type_v="q8_0"),
+        ("llama.cpp", "ik_llama.cpp", "ktransformers"), 24 * GIB),
+    "gpt-oss-120b--desktop-4090-ddr5": (
+        "gpt-oss-120b", {},
+        Placement(cpu_moe_layers=tuple(range(24)), n_ctx=26112, n_threads=16, n_ubatch=1024, n_batch=2048),
+        ("llama.cpp", "ik_llama.cpp", "ktransformers"), 24 * GIB),
+    "qwen3-30b-a3b--desktop-3060-ddr4": (
+        "qwen3-30b-a3b", {},
+        Placement(cpu_moe_layers=tuple(range(28)), n_ctx=16384, n_threads=8, n_ubatch=512, n_batch=2048),
+        ("llama.cpp", "ik_llama.cpp", "ktransformers"), 12 * GIB),
+    "deepseek-v4-flash-151G--seed-rtxpro6000-2x6548y": (
+        "deepseek-v4-flash", {"size": "151G"},
+        Placement(cpu_moe_layers=tuple(range(18)), n_ctx=65536, n_threads=64, n_ubatch=2048, n_batch=2048,
+                  numa="distribute"),
+        ("llama.cpp",), 96 * GIB),
+    "qwen3-235b-a22b--8xH100": (
+        "qwen3-235b-a22b", {"quant": "native"},
+        Placement(backend="vllm", n_ctx=65536, n_seq=16, n_gpus=8),
+        ("vllm", "sglang"), 80 * GIB),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BUNDLED))
+def test_golden_bundled(case):
+    from moeplan.probes.models import resolve_model
+
+    name, args, placement, backends, vram = BUNDLED[case]
+    m = resolve_model(name, quant=args.get("quant"), size=args.get("size"))
+    # the plan's predicted VRAM drives KTransformers' memory fraction: pin it at 80% of the GPU
+    plan = make_plan(m, placement, replace(ESTIMATE, vram_bytes=int(0.8 * vram), vram_required_bytes=int(0.8 * vram) + GIB))
+    files = {}
+    for backend in backends:
+        launch = emit_launch(plan, m, backend, gpu_vram_bytes=vram)
+        for fname, text, _exe in render_files(plan, m, launch):
+            if fname != "plan.json":
+                files[(backend, fname)] = normalise(text)
+    folder = GOLDEN / "bundled" / case
+    if UPDATE:
+        for (backend, fname), text in files.items():
+            p = folder / backend / fname
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+    on_disk = {(p.parent.name, p.name) for p in folder.glob("*/*")}
+    assert on_disk == set(files), "golden files differ in name: regenerate and review"
+    for (backend, fname), text in files.items():
+        assert (folder / backend / fname).read_text() == text, f"{case}/{backend}/{fname} changed"
+    for p in folder.glob("*/*.sh"):
         r = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True)
         assert r.returncode == 0, (p, r.stderr)
