@@ -35,16 +35,10 @@ def main_options(
 
 
 def _register() -> None:
-    from moeplan.commands import model
+    # each module only defines its commands; the heavy imports happen inside them
+    from moeplan.commands import bench, hardware, launch, model, plan, tuner
 
-    model.register(app)
-    for name in ("hardware", "plan", "launch", "bench", "tuner"):
-        try:
-            mod = __import__(f"moeplan.commands.{name}", fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"moeplan.commands.{name}":
-                raise
-            continue
+    for mod in (hardware, model, plan, launch, bench, tuner):
         mod.register(app)
 
 
