@@ -76,28 +76,3 @@ def parse_ctx(text: str | int) -> int:
         raise InputError(f"cannot read context length {text!r}", "for example 4096, 32k or 131072")
     n = int(m.group(1)) * (1024 if m.group(2) else 1)
     return n
-
-
-def gib(n_bytes: float) -> float:
-    return n_bytes / GIB
-
-
-def fmt_gib(n_bytes: float, digits: int = 2) -> str:
-    return f"{n_bytes / GIB:.{digits}f} GiB"
-
-
-def fmt_gb(n_bytes: float, digits: int = 2) -> str:
-    return f"{n_bytes / 1e9:.{digits}f} GB"
-
-
-def fmt_bytes(n_bytes: float) -> str:
-    """Binary units, labelled as such (KiB, MiB, GiB)."""
-    n = float(n_bytes)
-    for unit, mult in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= mult:
-            return f"{n / mult:.2f} {unit}"
-    return f"{int(n)} B"
-
-
-def fmt_rate(bytes_per_s: float) -> str:
-    return f"{bytes_per_s / 1e9:.1f} GB/s"

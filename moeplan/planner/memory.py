@@ -159,11 +159,16 @@ def kv_cells(comp: KvComponent, n_ctx: int, n_seq: int, n_ubatch: int, swa_full:
     raise ValueError(f"unknown KV cell rule {comp.cells!r}")
 
 
+def kv_row_bytes(comp: KvComponent, type_k: str, type_v: str) -> int:
+    """Bytes of one cell of a cache component: the user's -ctk/-ctv type, or its fixed type."""
+    dtype = type_k if comp.dtype == "k" else type_v if comp.dtype == "v" else comp.dtype
+    return row_bytes(canonical_type(dtype), comp.n_embd)
+
+
 def kv_component_bytes(comp: KvComponent, n_ctx: int, type_k: str, type_v: str, n_seq: int = 1,
                        n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
-    dtype = type_k if comp.dtype == "k" else type_v if comp.dtype == "v" else comp.dtype
-    return row_bytes(canonical_type(dtype), comp.n_embd) * kv_cells(comp, n_ctx, n_seq, n_ubatch, swa_full,
-                                                                    kv_unified=kv_unified)
+    return kv_row_bytes(comp, type_k, type_v) * kv_cells(comp, n_ctx, n_seq, n_ubatch, swa_full,
+                                                          kv_unified=kv_unified)
 
 
 def kv_layer_bytes(layer: LayerSpec, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
@@ -193,14 +198,14 @@ def kv_cache_bytes(model: ModelSpec, n_ctx: int, type_k: str = "f16", type_v: st
 
 
 def kv_bytes_per_token(model: ModelSpec, type_k: str = "f16", type_v: str = "f16") -> int:
-    """Bytes one more token of context adds to the caches that grow with context."""
-    total = 0
-    for layer in model.trunk_layers:
-        for c in layer.kv:
-            if c.cells == "ctx":
-                dtype = type_k if c.dtype == "k" else type_v if c.dtype == "v" else c.dtype
-                total += row_bytes(canonical_type(dtype), c.n_embd)
-    return total
+    """Bytes one more token of context adds to the full-context caches of the trunk."""
+    return sum(kv_row_bytes(c, type_k, type_v) for layer in model.trunk_layers for c in layer.kv if c.cells == "ctx")
+
+
+def kv_layer_bytes_per_token(layer: LayerSpec, type_k: str = "f16", type_v: str = "f16") -> int:
+    """Bytes one token adds to a layer's full-context and sliding-window caches (the row of
+    one cell; a sliding window stops growing at its size, compressed caches add 1/ratio)."""
+    return sum(kv_row_bytes(c, type_k, type_v) for c in layer.kv if c.cells in ("ctx", "swa", "swa-seq"))
 
 
 def kv_read_bytes(model: ModelSpec, depth: int, type_k: str = "f16", type_v: str = "f16",
@@ -209,8 +214,7 @@ def kv_read_bytes(model: ModelSpec, depth: int, type_k: str = "f16", type_v: str
     total = 0
     for layer in model.trunk_layers:
         for c in layer.kv:
-            dtype = type_k if c.dtype == "k" else type_v if c.dtype == "v" else c.dtype
-            row = row_bytes(canonical_type(dtype), c.n_embd)
+            row = kv_row_bytes(c, type_k, type_v)
             if c.cells == "ctx":
                 total += row * depth
             elif c.cells in ("swa", "swa-seq"):

@@ -85,12 +85,6 @@ class Placement:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-def layers_from_first(moe_indices: tuple[int, ...], n_cpu: int) -> tuple[int, ...]:
-    """Mainline llama.cpp --n-cpu-moe N: the experts of block indices 0..N-1 go to the CPU,
-    so leading dense blocks (DeepSeek's first 3) 'use up' part of N."""
-    return tuple(i for i in moe_indices if i < n_cpu)
-
-
 def layers_from_last(moe_indices: tuple[int, ...], n_cpu: int) -> tuple[int, ...]:
     """ik_llama.cpp -ncmoe N and llama.cpp --fit: the last N MoE layers spill to the CPU."""
     if n_cpu <= 0:

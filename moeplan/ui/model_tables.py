@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
-from moeplan.planner.memory import kv_cache_bytes, kv_layer_bytes
+from moeplan.planner.memory import kv_cache_bytes, kv_layer_bytes, kv_layer_bytes_per_token
 from moeplan.planner.model import ModelSpec
 from moeplan.units import GIB, MIB
 
@@ -23,7 +23,6 @@ def inspect_data(m: ModelSpec, n_ctx: int, kv_type: str) -> dict:
     type_v = kv_type
     layers = []
     for layer in m.layers:
-        per_tok = kv_layer_bytes(layer, 1 if layer.kv else 0, type_k, type_v) if layer.kv else 0
         layers.append({
             "index": layer.index,
             "kind": layer.kind,
@@ -31,11 +30,10 @@ def inspect_data(m: ModelSpec, n_ctx: int, kv_type: str) -> dict:
             "dense_bytes": layer.resident_bytes,
             "expert_bytes": layer.expert_bytes,
             "expert_types": list(layer.expert_types),
-            "kv_bytes_per_token": _kv_per_token(layer, type_k, type_v),
+            "kv_bytes_per_token": kv_layer_bytes_per_token(layer, type_k, type_v),
             "kv_bytes_at_ctx": kv_layer_bytes(layer, n_ctx, type_k, type_v) if layer.kind != "nextn" else 0,
             "groups": layer.bytes_by_group(),
         })
-        del per_tok
     totals = {
         "file_bytes": m.file_bytes,
         "tensor_bytes": m.tensor_bytes,
@@ -51,18 +49,6 @@ def inspect_data(m: ModelSpec, n_ctx: int, kv_type: str) -> dict:
     }
     return {"model": m.summary_dict(), "totals": totals, "groups": m.bytes_by_group(),
             "layers": layers, "notes": list(m.notes)}
-
-
-def _kv_per_token(layer, type_k: str, type_v: str) -> int:
-    """KV bytes one token adds to this layer (caches that grow with context only)."""
-    from moeplan.planner.ggml import canonical_type, row_bytes
-
-    total = 0
-    for c in layer.kv:
-        if c.cells in ("ctx", "swa", "swa-seq"):
-            dtype = type_k if c.dtype == "k" else type_v if c.dtype == "v" else c.dtype
-            total += row_bytes(canonical_type(dtype), c.n_embd)
-    return total
 
 
 def inspect_tables(data: dict) -> list[Table]:
