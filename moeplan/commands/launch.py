@@ -42,12 +42,9 @@ def read_plan_model(plan: Plan, model_path: str | None) -> tuple[ModelSpec, bool
     try:
         if model_path:
             spec = resolve_model(model_path)
-        elif ref.source == "profile":
-            # a profile's quant label is the --quant it was read with ('native (FP8)' for native)
-            quant = "native" if ref.quant.startswith("native") else (ref.quant or None)
-            spec = resolve_model(ref.path, quant=quant, size=ref.size_arg or None)
         else:
-            spec = resolve_model(ref.path)
+            path, quant, size = ref.reopen_args()
+            spec = resolve_model(path, quant=quant, size=size)
     except ModelFormatError as err:
         raise ModelFormatError(err.message, "the plan's model moved? pass --model PATH to read it from there") from None
     now = spec.digest()

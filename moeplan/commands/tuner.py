@@ -58,12 +58,13 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"{path}: {len(ok)} successful runs; calibration needs at least 2",
                              "run tune --validate with more --trials or a longer --budget")
         profile = load_hardware(hw)
-        ref = plan.model
-        model = resolve_model(ref.path, quant=None if ref.source != "profile" or ref.size_arg else ref.quant.split(" ")[0],
-                              size=ref.size_arg or None)
+        path_, quant, size = plan.model.reopen_args()
+        model = resolve_model(path_, quant=quant, size=size)
         runner = ok[0].runner
+        # the runs say where and in which dtype the executor held the weights
         device = str(ok[0].extra.get("device") or "cpu")
-        view = runner_view(runner, model, profile, read_priors(plan.placement.backend), device, "bf16")
+        dtype = str(ok[0].extra.get("dtype") or "bf16")
+        view = runner_view(runner, model, profile, read_priors(plan.placement.backend), device, dtype)
         res = calibrate(view.model, view.hw, view.pr, ok, method_note=f"from {path}")
         cal = res.calibration
         if view.stand_in:

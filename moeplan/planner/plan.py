@@ -60,6 +60,13 @@ class ModelRef:
     file_bytes: int
     size_arg: str = ""  # --size given for a profile
 
+    def reopen_args(self) -> tuple[str, str | None, str | None]:
+        """(MODEL, --quant, --size) that read the same model again. A profile's quant label
+        starts with the recipe it was read with: 'Q4_K_M', 'native (FP8)', 'MXFP4 scaled to ...'."""
+        if self.source != "profile":
+            return self.path, None, None
+        return self.path, (self.quant.split(" ")[0] or None), (self.size_arg or None)
+
 
 @dataclass(frozen=True)
 class Alternative:

@@ -41,14 +41,8 @@ class RunSettings:
 
 
 def _model_arg(plan: Plan) -> list[str]:
-    ref = plan.model
-    args = [ref.path]
-    if ref.source == "profile":
-        if ref.size_arg:
-            args += ["--size", ref.size_arg]
-        elif ref.quant and not ref.quant.startswith("MXFP4 scaled"):
-            args += ["--quant", ref.quant.split(" ")[0]]
-    return args
+    path, quant, size = plan.model.reopen_args()
+    return [path] + (["--quant", quant] if quant else []) + (["--size", size] if size else [])
 
 
 def _tail(text: str, n: int = 300) -> str:
@@ -90,7 +84,9 @@ def run_executor(plan: Plan, label: str, s: RunSettings) -> Trial:
                  measured_prefill_tok_s=doc.get("prefill_tok_s") or None,
                  measured_vram_bytes=doc.get("peak_vram_bytes") or None,
                  predicted_decode_tok_s=plan.estimate.decode_tok_s, predicted_prefill_tok_s=plan.estimate.prefill_tok_s,
-                 wall_s=wall, extra={k: doc[k] for k in ("sampled_layers", "extrapolated", "device") if k in doc})
+                 wall_s=wall, extra={"sampled_layers": doc.get("sampled_layers"), "extrapolated": doc.get("extrapolated"),
+                                     "device": doc.get("executor", {}).get("device", ""),
+                                     "dtype": doc.get("executor", {}).get("dtype", s.dtype)})
 
 
 def run_llama_bench(plan: Plan, model: ModelSpec, label: str, s: RunSettings) -> Trial:
