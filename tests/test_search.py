@@ -70,7 +70,7 @@ def test_one_more_layer_on_the_gpu_never_slows_decode(n_cpu, numa):
 
 
 def test_identical_inputs_give_identical_json():
-    from moeplan.commands.plan import build_plan
+    from moeplan.planner.search import build_plan
 
     hw = toy_hw(vram_gib=4.0)
     a = build_plan(MODEL, hw, choose_plan(MODEL, hw, PRIORS, FAST), "decode", "").to_json()

@@ -32,16 +32,6 @@ def _hardware(hw: str | None, vram: str | None = None, ram: str | None = None):
                            ram_bytes=parse_size(ram, "--ram") if ram else None)
 
 
-def _default_threads(profile, numa: str) -> int:
-    from moeplan.planner.cost import cpu_nodes
-
-    nodes = cpu_nodes(profile)
-    if numa == "bind":
-        gpu_node = profile.gpus[0].numa_node if profile.gpus else None
-        nodes = [n for n in nodes if n.id == gpu_node] or nodes[:1]
-    return max(1, sum(n.n_physical_cores for n in nodes) or profile.cpu.n_cores)
-
-
 def register(app: typer.Typer) -> None:
     @app.command("estimate")
     @command
@@ -56,7 +46,8 @@ def register(app: typer.Typer) -> None:
         experts_used: ExpertsUsedOpt = None, cpu_only: CpuOnlyOpt = False, vram: VramOpt = None, ram: RamOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
-        from moeplan.planner.cost import estimate
+        from moeplan.planner.cost import estimate, physical_cores
+        from moeplan.planner.placement import Placement
         from moeplan.probes.models import resolve_model
         from moeplan.probes.priors import read_priors
         from moeplan.ui.console import emit_json, stdout_console
@@ -66,7 +57,7 @@ def register(app: typer.Typer) -> None:
         profile = _hardware(hw, vram, ram)
         p = resolve_placement(spec, backend=backend, cpu_moe_layers=cpu_moe_layers, cpu_layers=cpu_layers,
                               all_cpu_moe=all_cpu_moe, ctx=ctx, kv_type=kv_type, threads=threads,
-                              default_threads=_default_threads(profile, numa), ubatch=ubatch, numa=numa,
+                              default_threads=physical_cores(profile, Placement(numa=numa)), ubatch=ubatch, numa=numa,
                               no_op_offload=no_op_offload, gpu_expert_cache=gpu_expert_cache, draft=draft,
                               accept=accept, no_mmap=no_mmap, experts_used=experts_used)
         if depth < 0 or prompt < 1:
@@ -101,7 +92,8 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Search every sensible placement, recommend the fastest that fits, and say why."""
-        from moeplan.planner.search import Request, choose_plan
+        from moeplan import __version__
+        from moeplan.planner.search import Request, build_plan, choose_plan
         from moeplan.probes.models import resolve_model
         from moeplan.probes.priors import read_priors
         from moeplan.units import parse_ctx
@@ -114,7 +106,7 @@ def register(app: typer.Typer) -> None:
         req = Request(backend=backend, objective=objective, n_ctx=parse_ctx(ctx) if ctx else None,
                       min_ctx=parse_ctx(min_ctx), depth=depth, n_prompt=prompt, threads=threads)
         result = choose_plan(spec, profile, priors, req)
-        plan = build_plan(spec, profile, result, objective, size or "")
+        plan = build_plan(spec, profile, result, objective, size or "", moeplan_version=__version__)
         if validate:
             from moeplan.tuner.validate import validate_plan
 
@@ -122,18 +114,6 @@ def register(app: typer.Typer) -> None:
                                  binary=binary, quiet=as_json)
         _write_outputs(plan, spec, emit, plot, out, backend, binary)
         _render_tune(plan, spec, as_json, emit, explain)
-
-
-def build_plan(spec, profile, result, objective: str, size_arg: str):
-    from moeplan import __version__
-    from moeplan.planner.plan import Plan, digest_of, model_ref
-    from moeplan.planner.search import to_alternative
-
-    notes = tuple(result.why) + ((f"one more GiB of VRAM: {result.one_more_gib}",) if result.one_more_gib else ())
-    return Plan(model=model_ref(spec, size_arg), hardware_name=profile.name, hardware_digest=digest_of(profile),
-                placement=result.best.placement, estimate=result.best.estimate, objective=objective,
-                alternatives=tuple(to_alternative(c) for c in result.alternatives), pareto=result.pareto,
-                notes=notes + (f"{result.n_evaluated} placements evaluated",), moeplan_version=__version__)
 
 
 def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path | None, backend: str,

@@ -173,6 +173,12 @@ def used_nodes(hw: HardwareProfile, p: Placement) -> tuple[NumaNode, ...]:
     return nodes
 
 
+def physical_cores(hw: HardwareProfile, p: Placement) -> int:
+    """Physical cores of the nodes placement p runs on: llama.cpp's sensible thread count
+    (hyperthreads add no memory bandwidth)."""
+    return max(1, sum(n.n_physical_cores for n in used_nodes(hw, p)) or hw.cpu.n_cores)
+
+
 def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Factors:
     """Turn the profile's figures, calibration and backend priors into the model's rates."""
     cpu_only = not hw.gpus or p.n_gpus == 0

@@ -37,7 +37,6 @@ class BackendPriors:
     op_offload: 'mainline' (copy used experts when ubatch >= 32), 'ik' (when ubatch*k >=
         32*n_experts), 'never' (CPU computes its experts in prefill too), 'weights' (vLLM's
         --cpu-offload-gb: offloaded weights cross PCIe in every forward pass, decode too).
-    expert_cache: the backend has a GPU cache of hot experts of CPU layers.
     zipf_s: skew of expert popularity used for cache hit rates (0 = uniform).
     rel_err: relative uncertainty of each prior (1 sigma), by name.
     """
@@ -59,7 +58,6 @@ class BackendPriors:
     cpu_mm_eff: dict[str, float] = field(default_factory=dict)
     numa_aware: bool = False
     op_offload: str = "mainline"
-    expert_cache: bool = False
     zipf_s: float = 0.5
     rel_err: dict[str, float] = field(default_factory=dict)
     sources: tuple[str, ...] = ()

@@ -4,14 +4,14 @@ The search builds its table first and ranks it second (no mutation of inputs):
 
   for each KV type (legal ones: a quantized V cache needs flash attention, MLA needs the
   K and V types to match), ubatch in 512..4096 with and without op-offload, NUMA policy (when
-  the machine has several nodes), thread count (physical cores of the used nodes) and GPU
-  expert-cache size (where the backend has one):
+  the machine has several nodes) and thread count (physical cores of the used nodes):
       the fewest CPU-expert layers that fit the VRAM budget (memory grows monotonically
       with the number of GPU-resident expert layers, so this is a binary search), because
       every layer moved to the GPU makes decode (and offloaded prefill) faster;
       prune by host RAM (anonymous memory must fit; page cache may spill to NVMe at a
       modelled cost) and by per-node RAM when bound to nodes;
-  then rank by the objective; the Pareto front of VRAM against decode speed varies the
+  then rank by the objective (a GPU expert cache is not searched: mainline llama.cpp has
+  none; `estimate --gpu-expert-cache` models one); the Pareto front of VRAM against decode speed varies the
   number of CPU layers for the best settings.
 
 Which layers go to the CPU for a count c: the ones whose experts cost the CPU least per byte
@@ -24,12 +24,12 @@ import math
 from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError
-from moeplan.planner.cost import dot_elements, estimate, used_nodes
+from moeplan.planner.cost import dot_elements, estimate, physical_cores, used_nodes
 from moeplan.planner.hardware import HardwareProfile
 from moeplan.planner.memory import MemoryConstants, estimate_memory, kv_cache_bytes
 from moeplan.planner.model import ModelSpec
 from moeplan.planner.placement import Placement
-from moeplan.planner.plan import Alternative, Estimate
+from moeplan.planner.plan import Alternative, Estimate, Plan, digest_of, model_ref
 from moeplan.planner.priors import BackendPriors
 
 GIB = 1024**3
@@ -145,14 +145,6 @@ def _numa_options(hw: HardwareProfile, req: Request, pr: BackendPriors) -> tuple
     return tuple(out)
 
 
-def _threads_for(hw: HardwareProfile, p: Placement, req: Request) -> int:
-    if req.threads:
-        return req.threads
-    nodes = used_nodes(hw, p)
-    cores = sum(n.n_physical_cores for n in nodes)
-    return max(1, cores or hw.cpu.n_cores)
-
-
 def _min_cpu_layers(model: ModelSpec, base: Placement, order: tuple[int, ...], hw: HardwareProfile,
                     vram: int, ram: int, consts: MemoryConstants, pr: BackendPriors) -> int | None:
     """Fewest CPU layers (in `order`) that fit; None if even all-on-CPU does not fit."""
@@ -197,7 +189,6 @@ def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: R
     candidates: list[Candidate] = []
     shortfalls: list[str] = []
     n_eval = 0
-    cache_options = (0,)
     # flash attention stays on (llama.cpp's default on CUDA): it is what makes a quantized V
     # cache legal, and K = V types keeps MLA's latent cache legal too
     # a quantized cache can only buy speed by freeing room for one more layer's experts: when
@@ -215,7 +206,7 @@ def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: R
                     base = Placement(backend=pr.name, n_ctx=ctx0, cache_type_k=kv, cache_type_v=kv,
                                      flash_attn=True, n_ubatch=ub, n_batch=max(2048, ub), numa=numa,
                                      numa_nodes=nodes, op_offload=op, n_gpus=n_gpus)
-                    base = base.with_(n_threads=_threads_for(hw, base, req))
+                    base = base.with_(n_threads=req.threads or physical_cores(hw, base))
                     if not has_gpu:
                         p = base.with_(cpu_moe_layers=model.moe_layer_indices)
                         short = shortfall(model, p, hw, vram, ram, consts, pr)
@@ -229,11 +220,9 @@ def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: R
                                                    vram, ram, consts, pr))
                             continue
                         p = base.with_(cpu_moe_layers=tuple(sorted(order[:c])))
-                    for cache in cache_options:
-                        q = p.with_(gpu_expert_cache_bytes=cache)
-                        e = estimate(model, q, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
-                        n_eval += 1
-                        candidates.append(Candidate(q, e, _score(e, req.objective, kv)))
+                    e = estimate(model, p, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
+                    n_eval += 1
+                    candidates.append(Candidate(p, e, _score(e, req.objective, kv)))
     if not candidates:
         raise infeasible(model, hw, pr, req, vram, ram, consts, shortfalls)
     # deterministic ranking: the objective, then the other speed (a decode tie goes to the
@@ -279,6 +268,16 @@ def _distinct_alternatives(cands: list[Candidate], best: Candidate, n: int = 5) 
 def _label(p: Placement) -> str:
     return (f"{len(p.cpu_moe_layers)} CPU layers, KV {p.cache_type_k}, ub {p.n_ubatch}"
             f"{'' if p.op_offload else ', no op-offload'}, numa {p.numa}")
+
+
+def build_plan(model: ModelSpec, hw: HardwareProfile, result: SearchResult, objective: str, size_arg: str = "",
+               moeplan_version: str = "") -> Plan:
+    """The Plan of a search result: the chosen placement, why, the alternatives and the front."""
+    notes = tuple(result.why) + ((f"one more GiB of VRAM: {result.one_more_gib}",) if result.one_more_gib else ())
+    return Plan(model=model_ref(model, size_arg), hardware_name=hw.name, hardware_digest=digest_of(hw),
+                placement=result.best.placement, estimate=result.best.estimate, objective=objective,
+                alternatives=tuple(to_alternative(c) for c in result.alternatives), pareto=result.pareto,
+                notes=notes + (f"{result.n_evaluated} placements evaluated",), moeplan_version=moeplan_version)
 
 
 def to_alternative(c: Candidate) -> Alternative:
@@ -356,8 +355,7 @@ def infeasible(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Re
                consts: MemoryConstants, shortfalls: list[str]) -> InfeasibleError:
     """Say what is short by how much, and what would make it fit."""
     ctx = req.n_ctx or req.min_ctx
-    p = Placement(backend=pr.name, n_ctx=ctx, cache_type_k="q4_0" if not model.mla else "q4_0",
-                  cache_type_v="q4_0", cpu_moe_layers=model.moe_layer_indices, n_gpus=1 if hw.gpus else 0)
+    p = Placement(backend=pr.name, n_ctx=ctx, cache_type_k="q4_0", cache_type_v="q4_0", cpu_moe_layers=model.moe_layer_indices, n_gpus=1 if hw.gpus else 0)
     mem = estimate_memory(model, p, consts)
     parts = []
     if hw.gpus and mem.vram_required_bytes > vram:

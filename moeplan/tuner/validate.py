@@ -195,8 +195,8 @@ STAND_IN_ONLY = ("eta_gpu", "pi_h2d", "gpu_mfu")
 def calibrate_and_replan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request,
                          report: ValidationReport, view: RunnerView) -> tuple[Plan, HardwareProfile, str, str]:
     """Fit the factors to the runs (in the runner's view), store them in the profile, search again."""
-    from moeplan.commands.plan import build_plan
-    from moeplan.planner.search import choose_plan
+    from moeplan import __version__
+    from moeplan.planner.search import build_plan, choose_plan
 
     ok = [t for t in report.trials if t.ok]
     if len(ok) < 2:
@@ -219,7 +219,7 @@ def calibrate_and_replan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: 
         replanned = (f"the choice changed: {len(new.best.placement.cpu_moe_layers)} CPU layers, "
                      f"ubatch {new.best.placement.n_ubatch}, numa {new.best.placement.numa}: "
                      f"{after.decode_tok_s:.1f} tok/s against {before.decode_tok_s:.1f} ({gain:+.0%})")
-    new_plan = build_plan(model, new_hw, new, plan.objective, plan.model.size_arg)
+    new_plan = build_plan(model, new_hw, new, plan.objective, plan.model.size_arg, moeplan_version=__version__)
     new_plan = replace(new_plan, notes=new_plan.notes + (summary, replanned))
     return new_plan, new_hw, summary, replanned
 
