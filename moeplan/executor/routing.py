@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,16 +112,9 @@ def read_trace(path: str) -> Trace:
 
 def write_trace(path: str, trace: Trace) -> None:
     """Write atomically (temp file in the same folder, then rename)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(trace.to_json())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from moeplan.probes.files import write_text_atomic
+
+    write_text_atomic(path, trace.to_json())
 
 
 def _seed(seed: int, layer: int) -> int:

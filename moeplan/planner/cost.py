@@ -321,16 +321,6 @@ def non_expert_params(model: ModelSpec) -> float:
     return float(n)
 
 
-def dense_read_bytes(model: ModelSpec) -> float:
-    """R_dense: non-expert weight bytes read per token (one embedding row, not the table)."""
-    total = 0.0
-    for t in model.globals:
-        total += t.n_bytes / max(1, model.n_vocab) if t.group == "embed" else t.n_bytes
-    for layer in model.trunk_layers:
-        total += layer.resident_bytes
-    return total
-
-
 def attention_flops_per_token(model: ModelSpec, depth: int) -> float:
     """Score and value products of one token at context depth `depth`:
     4 * cells attended * n_head * d_k per attention layer (d_k = GGUF attention.key_length;
@@ -385,7 +375,7 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
         hit = cache_hit_rate(per_layer, n, pr.zipf_s)
     terms: list[Term] = []
     errs: dict[str, float] = {}
-    r_dense = dense_read_bytes(model)
+    r_dense = model.dense_bytes_read_per_token
     kv_bytes = kv_read_bytes(model, depth + n_step - 1, p.cache_type_k, p.cache_type_v) if depth or n_step else 0
     gpu_exp = sum(layer.expert_bytes for layer in model.moe_layers if layer.index not in cpu) * touched
     cpu_exp = [layer for layer in model.moe_layers if layer.index in cpu]
@@ -514,7 +504,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
         gpu_params = p_dense + exp_params(moe_gpu) + (exp_params(moe_cpu) if offload else 0.0)
         flops = u * (2 * gpu_params + attn)
         t_c = flops / max(1.0, f.gpu_flop_per_s.value)
-        r = dense_read_bytes(model) + sum(layer.expert_bytes for layer in moe_gpu) * share
+        r = model.dense_bytes_read_per_token + sum(layer.expert_bytes for layer in moe_gpu) * share
         t_r = r / max(1.0, f.bw_gpu_bytes_per_s.value)
         terms.append(Term("gpu_matmul", max(t_c, t_r) * scale, "gpu-compute",
                           f"max({flops / 1e12:.2f} TFLOP / {f.gpu_flop_per_s.value / 1e12:.0f} TFLOP/s, "

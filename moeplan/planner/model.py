@@ -249,21 +249,19 @@ class ModelSpec:
             return 0.0
         return sum(layer.expert_elements for layer in moe) / len(moe) / self.n_experts
 
+    @cached_property
+    def dense_bytes_read_per_token(self) -> int:
+        """R_dense: non-expert weight bytes read per decoded token: every resident weight of
+        the trunk and the output, and one row of the embedding table."""
+        total = sum(t.n_bytes // max(1, self.n_vocab) if t.group == "embed" else t.n_bytes for t in self.globals)
+        return total + sum(layer.resident_bytes for layer in self.trunk_layers)
+
     def bytes_read_per_token(self) -> int:
-        """Weight bytes touched to decode one token: all resident weights of the trunk
-        (minus the embedding table, of which one row is read) plus k routed experts per
-        MoE layer. KV reads are extra and grow with depth (see cost.py)."""
-        total = 0
-        for t in self.globals:
-            if t.group == "embed":
-                total += t.n_bytes // max(1, self.n_vocab)
-            else:
-                total += t.n_bytes
-        for layer in self.trunk_layers:
-            total += layer.resident_bytes
-            if layer.kind == "moe" and self.n_experts:
-                total += layer.expert_bytes * self.n_experts_used // self.n_experts
-        return total
+        """Weight bytes touched to decode one token: R_dense plus k routed experts per MoE
+        layer. KV reads are extra and grow with depth (see cost.py)."""
+        experts = sum(layer.expert_bytes * self.n_experts_used // self.n_experts
+                      for layer in self.trunk_layers if layer.kind == "moe" and self.n_experts)
+        return self.dense_bytes_read_per_token + experts
 
     def digest(self) -> str:
         """Short content hash of everything that decides memory and speed."""

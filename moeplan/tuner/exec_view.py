@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from moeplan.planner.cost import REF_CLOCK_HZ
 from moeplan.planner.hardware import Figure, Gpu, HardwareProfile
 from moeplan.planner.model import ModelSpec
-from moeplan.planner.priors import BackendPriors
 
 DTYPE_GGML = {"fp32": ("F32", 4), "bf16": ("BF16", 2), "fp16": ("F16", 2)}
 
@@ -30,8 +30,7 @@ def retype(model: ModelSpec, dtype: str) -> ModelSpec:
     return replace(model, layers=layers, globals=tuple(conv(t) for t in model.globals), quant=name)
 
 
-def executor_hardware(hw: HardwareProfile, device: str, pr: BackendPriors, dtype: str,
-                      threads: int | None = None) -> HardwareProfile:
+def executor_hardware(hw: HardwareProfile, device: str, threads: int | None = None) -> HardwareProfile:
     """The profile the executor runs on: unchanged on CUDA. With the CPU standing in for the
     GPU (`--device cpu`), a stand-in device made of the host's own figures for `threads`
     threads: its memory is DRAM read by those threads (min(T x per-core read, node read)),
@@ -52,7 +51,7 @@ def executor_hardware(hw: HardwareProfile, device: str, pr: BackendPriors, dtype
     per_core = core.effective if core else 2.5 * node_read / cores
     read = min(t * per_core, node_read)
     flop = hw.cpu.core_flop_per_s
-    flops = t * (flop.effective if flop else (hw.cpu.base_clock_hz or 2.1e9) * 32)
+    flops = t * (flop.effective if flop else (hw.cpu.base_clock_hz or REF_CLOCK_HZ) * 32)
     stand_in = Gpu(index=0, name="cpu (stand-in for the GPU tier)", vram_bytes=hw.ram_bytes,
                    mem_bw_bytes_per_s=Figure(read, src, f"host DRAM read by {t} threads"),
                    fp16_flop_per_s=Figure(flops, flop.source if flop else "prior",

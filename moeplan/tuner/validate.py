@@ -169,7 +169,7 @@ class RunnerView:
             return self.base_hw
         from moeplan.tuner.exec_view import executor_hardware
 
-        return executor_hardware(self.base_hw, "cpu", self.pr, self.dtype, p.n_threads)
+        return executor_hardware(self.base_hw, "cpu", p.n_threads)
 
     def predict(self, p: Placement, n_prompt: int):
         return estimate(self.model, p, self.hw(p), self.pr, n_prompt=n_prompt)
