@@ -16,9 +16,8 @@ from moeplan.errors import InputError
 from moeplan.launch.flags import FlagSet, missing_flags
 from moeplan.planner.model import ModelSpec
 from moeplan.planner.plan import Plan
+from moeplan.units import GIB, MIB
 
-GIB = 1024**3
-MIB = 1024**2
 _VAR_RE = re.compile(r"^\$\{([A-Z][A-Z0-9_]*)\}([A-Za-z0-9_.:/@+-]*)$")
 
 

@@ -22,8 +22,8 @@ from moeplan.launch.common import EmitContext, refuse_experts_override
 from moeplan.planner.memory import kv_cache_bytes
 from moeplan.planner.model import ModelSpec
 from moeplan.planner.placement import Placement
+from moeplan.units import GIB
 
-GIB = 1024**3
 OVERHEAD_BYTES = 2 * GIB
 HF_BYTES_PER_PARAM = 2.0
 MAX_NODES_HINT = 64

@@ -30,9 +30,8 @@ from moeplan.planner import compute_buffer as cb
 from moeplan.planner.ggml import canonical_type, row_bytes
 from moeplan.planner.model import KvComponent, LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
+from moeplan.units import GIB, MIB
 
-GIB = 1024**3
-MIB = 1024**2
 
 # llama.cpp --fit keeps this much free on each GPU (common/fit: fit_target default 1024 MiB)
 FIT_MARGIN_BYTES = 1 * GIB

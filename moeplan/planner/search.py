@@ -31,8 +31,8 @@ from moeplan.planner.model import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Alternative, Estimate, Plan, digest_of, model_ref
 from moeplan.planner.priors import BackendPriors
+from moeplan.units import GIB
 
-GIB = 1024**3
 UBATCHES = (512, 1024, 2048, 4096)
 KV_TYPES = ("f16", "q8_0", "q4_0")
 # a quantized KV cache costs quality: take it only when it buys this much decode speed

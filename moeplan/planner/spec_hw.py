@@ -19,8 +19,8 @@ from moeplan.errors import InputError
 from moeplan.planner.hardware import (Cpu, Figure, Gpu, HardwareProfile, NumaNode, Storage, System,
                                       format_cpulist, pcie_bytes_per_s, profile_warnings)
 from moeplan.planner.serde import to_jsonable
+from moeplan.units import GIB
 
-GIB = 1024**3
 
 
 @dataclass(frozen=True)

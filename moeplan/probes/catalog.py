@@ -15,9 +15,8 @@ from moeplan.errors import InputError, ProbeError
 from moeplan.planner.hardware import HardwareProfile
 from moeplan.planner.serde import from_jsonable
 from moeplan.planner.spec_hw import CpuPart, Efficiency, GpuPart, SpecRequest, build_spec_profile
+from moeplan.units import GIB, MIB
 
-GIB = 1024**3
-MIB = 1024**2
 _NOISE = re.compile(r"\(r\)|\(tm\)|®|™|\bnvidia\b|\bgeforce\b|\bamd\b|\bintel\b|\bprocessor\b|\bcpu\b"
                     r"|\b\d+-core\b|\bwith radeon graphics\b")
 

@@ -9,8 +9,8 @@ import os
 import threading
 import time
 from typing import Any, Callable
+from moeplan.units import MIB
 
-MIB = 1024**2
 
 
 def torch_cuda() -> Any | None:

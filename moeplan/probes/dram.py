@@ -26,9 +26,9 @@ from moeplan.probes.cpu import Topology
 from moeplan.probes.numa_alloc import Libnuma, placement_share
 from moeplan.probes.numa import nearest_cpu_node
 from moeplan.probes.timing import measured_figure, summarise_rates
+from moeplan.units import MIB
 
 KERNEL = "numpy uint64 max() reduction"
-MIB = 1024**2
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from moeplan.probes.load import sample_load
 from moeplan.probes.numa import read_numa_nodes
 from moeplan.probes.system import read_system
 from moeplan.probes.timing import measured_figure, summarise_rates
+from moeplan.units import MIB
 
-MIB = 1024**2
 
 
 @dataclass(frozen=True)

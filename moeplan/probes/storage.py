@@ -20,9 +20,9 @@ from moeplan.errors import InputError
 from moeplan.planner.hardware import Storage
 from moeplan.probes.fsread import read_int, read_text, under
 from moeplan.probes.timing import measured_figure, summarise_rates, windows
+from moeplan.units import MIB
 
 ALIGN = 4096
-MIB = 1024**2
 
 
 @dataclass(frozen=True)

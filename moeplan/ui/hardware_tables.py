@@ -9,8 +9,8 @@ from __future__ import annotations
 from rich.table import Table
 
 from moeplan.planner.hardware import Figure, HardwareProfile, format_cpulist
+from moeplan.units import GIB
 
-GIB = 1024**3
 
 
 def _gib(n: float | None) -> str:
