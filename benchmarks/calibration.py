@@ -26,12 +26,12 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from gguf_fixtures import write_qwen3moe  # noqa: E402
 
-from moeplan.planner.hardware import HardwareProfile  # noqa: E402
+from moeplan.planner.hardware.profile import HardwareProfile  # noqa: E402
 from moeplan.planner.placement import Placement  # noqa: E402
 from moeplan.planner.plan import Plan, model_ref  # noqa: E402
 from moeplan.probes.gguf_model import read_gguf_model  # noqa: E402
 from moeplan.probes.hwprofile import load_hardware  # noqa: E402
-from moeplan.probes.priors import read_priors  # noqa: E402
+from moeplan.profiles.backends import read_priors  # noqa: E402
 from moeplan.tuner.calibrate import calibrate, prediction_errors  # noqa: E402
 from moeplan.tuner.runners import RunSettings, run_executor  # noqa: E402
 from moeplan.tuner.validate import runner_view  # noqa: E402

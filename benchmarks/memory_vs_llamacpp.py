@@ -33,7 +33,7 @@ from llama_fixtures import LLAMA_FIXTURES, write_fixture  # noqa: E402
 from llama_memlog import (build_alloc_shim, cases_for, compare_run, llama_build_info,  # noqa: E402
                           parse_llama_log, run_llama)
 
-from moeplan.planner.memory import CPU_REPACK_TYPES_X86_AVX512  # noqa: E402
+from moeplan.planner.memory.accounting import CPU_REPACK_TYPES_X86_AVX512  # noqa: E402
 from moeplan.probes.gguf_model import read_gguf_model  # noqa: E402
 
 QUICK = {"n_ctx": 4096}

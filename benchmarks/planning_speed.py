@@ -13,8 +13,8 @@ import time
 from moeplan.planner.search import Request, choose_plan
 from moeplan.probes.hwprofile import load_hardware
 from moeplan.probes.models import resolve_model
-from moeplan.probes.priors import read_priors
-from moeplan.probes.profiles import list_profiles
+from moeplan.profiles.backends import read_priors
+from moeplan.profiles.model_profiles import list_profiles
 
 
 def main(argv: list[str] | None = None) -> int:

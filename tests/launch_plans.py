@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gguf_fixtures import write_deepseek2, write_gptoss, write_qwen3moe
 
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, ModelRef, Plan
 from moeplan.probes.models import resolve_model

@@ -340,7 +340,7 @@ def case_placement(case: LlamaCase):
 def predict_buffers(model, case: LlamaCase, repack_types: tuple[str, ...]) -> dict[str, int]:
     """moeplan's figures for the buffers a CPU-only llama.cpp allocates for `case`: the
     CPU-only breakdown of estimate_memory (Placement.n_gpus == 0)."""
-    from moeplan.planner.memory import estimate_memory
+    from moeplan.planner.memory.accounting import estimate_memory
 
     est = estimate_memory(model, case_placement(case).with_(n_gpus=0), repack_types=repack_types)
     # the CPU buffer places each tensor at a 32-byte boundary (ggml_backend_alloc_ctx_tensors)

@@ -21,7 +21,7 @@ def _w(root: Path, path: str, text: str) -> None:
 
 
 def _cpulist(cpus) -> str:
-    from moeplan.planner.hardware import format_cpulist
+    from moeplan.planner.hardware.profile import format_cpulist
 
     return format_cpulist(list(cpus))
 

@@ -6,8 +6,8 @@ import random
 import pytest
 
 from model_builders import toy_hw, toy_model, unit_priors
-from moeplan.planner.cost import estimate
-from moeplan.planner.hardware import Calibration
+from moeplan.planner.cost.estimate import estimate
+from moeplan.planner.hardware.profile import Calibration
 from moeplan.planner.placement import Placement
 from moeplan.tuner.calibrate import Trial, calibrate, store_calibration
 

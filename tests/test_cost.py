@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from model_builders import toy_hw, toy_model, unit_priors
-from moeplan.planner.cost import cache_hit_rate, distinct_experts, estimate
+from moeplan.planner.cost.estimate import cache_hit_rate, distinct_experts, estimate
 from moeplan.planner.placement import Placement
 
 # toy_model(): 8 MoE layers, 8 experts, k=2, n_embd=n_ff_exp=1024, F16 experts.

@@ -1,11 +1,11 @@
-"""The shape-only ggml graph mirror and its ggml-alloc replay (moeplan/planner/ggml_graph.py).
+"""The shape-only ggml graph mirror and its ggml-alloc replay (moeplan/planner/memory/ggml_graph.py).
 
 The replay is held to llama.cpp's own buffer sizes in test_memory_llamacpp.py; these tests pin
 the allocator rules it mirrors on graphs small enough to follow by hand.
 """
 from __future__ import annotations
 
-from moeplan.planner.ggml_graph import F32, I32, BestFit, Graph, allocate
+from moeplan.planner.memory.ggml_graph import F32, I32, BestFit, Graph, allocate
 
 MIB = 1 << 20
 

@@ -5,7 +5,7 @@ import pytest
 
 from gguf_fixtures import nbytes, split_gguf, write_deepseek2, write_gptoss, write_qwen3moe
 from moeplan.errors import ModelFormatError
-from moeplan.planner.memory import kv_cache_bytes
+from moeplan.planner.memory.accounting import kv_cache_bytes
 from moeplan.probes.gguf_model import read_gguf_model
 
 

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from moeplan.cli import app
-from moeplan.planner.hardware import HardwareProfile
+from moeplan.planner.hardware.profile import HardwareProfile
 from probe_trees import listing
 
 GIB = 1024**3

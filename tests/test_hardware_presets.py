@@ -7,7 +7,7 @@ import json
 import pytest
 
 from moeplan.errors import InputError
-from moeplan.probes import catalog
+from moeplan.profiles import catalog
 
 PRESETS = ["seed-rtxpro6000-2x6548y", "desktop-4090-ddr5", "desktop-5080-ddr5", "desktop-3060-ddr4",
            "epyc-genoa-2s-4090"]

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from moeplan.errors import InputError, ProbeError
-from moeplan.planner.hardware import SCHEMA_VERSION, HardwareProfile
-from moeplan.probes import catalog
+from moeplan.planner.hardware.profile import SCHEMA_VERSION, HardwareProfile
+from moeplan.profiles import catalog
 from moeplan.probes.hwprofile import load_hardware, read_cached, save_cached, write_json_atomic
 from moeplan.probes.probe import read_machine
 from probe_trees import FakeNvml, gpu_dev, listing, server_tree

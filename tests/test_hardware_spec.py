@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from moeplan.errors import InputError
-from moeplan.planner.hardware import apply_overrides
-from moeplan.planner.spec_hw import SpecRequest
-from moeplan.probes import catalog
+from moeplan.planner.hardware.profile import apply_overrides
+from moeplan.planner.hardware.spec import SpecRequest
+from moeplan.profiles import catalog
 
 GIB = 1024**3
 

@@ -6,8 +6,8 @@ from io import StringIO
 
 from rich.console import Console
 
-from moeplan.planner.hardware import Figure, Load, profile_warnings
-from moeplan.probes import catalog
+from moeplan.planner.hardware.profile import Figure, Load, profile_warnings
+from moeplan.profiles import catalog
 from moeplan.probes.probe import read_machine
 from moeplan.ui.hardware_tables import hardware_tables
 from probe_trees import FakeNvml, gpu_dev, server_tree

@@ -11,9 +11,9 @@ from hf_fixtures import (DEEPSEEK_TINY, GPT_OSS_TINY, QWEN35_TINY, deepseek_fp8_
                          nbytes, qwen35_tensors, write_hf_folder)
 from moeplan.cli import app
 from moeplan.errors import ModelFormatError
-from moeplan.planner.memory import kv_bytes_per_token
+from moeplan.planner.memory.accounting import kv_bytes_per_token
 from moeplan.probes.hf import read_hf_model
-from moeplan.probes.profiles import spec_from_profile
+from moeplan.profiles.model_profiles import spec_from_profile
 
 
 def total(tensors) -> int:

@@ -30,11 +30,11 @@ import pytest
 from llama_fixtures import LLAMA_FIXTURES, write_fixture
 from llama_memlog import (LlamaCase, build_alloc_shim, case_placement, compare_run, measured_buffers,
                           parse_llama_log, predict_buffers, run_llama)
-from moeplan.planner import compute_buffer as cb
-from moeplan.planner.graph_buffers import GRAPH_ARCHS
-from moeplan.planner.memory import CPU_REPACK_TYPES_X86_AVX512, MemoryConstants, compute_buffer_terms
-from moeplan.planner.memory import kv_cells
-from moeplan.planner.model import NEXTN_PROBS_BIAS_LOADED, KvComponent
+from moeplan.planner.memory import compute_buffer as cb
+from moeplan.planner.memory.graph_buffers import GRAPH_ARCHS
+from moeplan.planner.memory.accounting import CPU_REPACK_TYPES_X86_AVX512, MemoryConstants, compute_buffer_terms
+from moeplan.planner.memory.accounting import kv_cells
+from moeplan.planner.model.spec import NEXTN_PROBS_BIAS_LOADED, KvComponent
 from moeplan.planner.placement import Placement
 from moeplan.probes.gguf_file import read_gguf_header
 from moeplan.probes.gguf_model import read_gguf_model

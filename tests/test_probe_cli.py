@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from moeplan.cli import app
-from moeplan.planner.hardware import SCHEMA_VERSION, HardwareProfile
+from moeplan.planner.hardware.profile import SCHEMA_VERSION, HardwareProfile
 from moeplan.probes import probe as probe_mod
 from moeplan.probes.dram import DramSettings
 from moeplan.probes.storage import StorageSettings

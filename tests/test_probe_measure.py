@@ -205,7 +205,7 @@ def test_copy_measurements_land_in_the_gpu_figures(tmp_path, monkeypatch):
 def test_cross_node_matrix_code_path():
     """Two 'nodes' of one CPU each (on this machine both are really node 0): the matrix is
     filled, its diagonal is the per-node figure, and placement is reported honestly."""
-    from moeplan.planner.hardware import NumaNode
+    from moeplan.planner.hardware.profile import NumaNode
     from moeplan.probes.cpu import Topology
 
     cpus = sorted(os.sched_getaffinity(0))[:2]

@@ -7,7 +7,7 @@ import os
 import pynvml
 import pytest
 
-from moeplan.planner.hardware import format_cpulist
+from moeplan.planner.hardware.profile import format_cpulist
 from moeplan.probes.cpu import read_cpu
 from moeplan.probes.dmi import parse_type17, read_dimms
 from moeplan.probes.fsread import parse_cpulist
@@ -69,7 +69,7 @@ def test_server_gpu_on_node1(tmp_path):
     # DMI: 4 populated DDR5 DIMMs running at 5200 (rated 5600); the empty slot is skipped
     assert (p.cpu.ram_type, p.cpu.ram_speed_mts, p.cpu.n_dimms, p.cpu.memory_source) == ("ddr5", 5200, 4, "dmi")
     assert p.cpu.memory_channels == 16  # Xeon Gold 6548Y+ spec sheet: 8 per socket
-    from moeplan.planner.hardware import profile_warnings
+    from moeplan.planner.hardware.profile import profile_warnings
 
     w = " | ".join(profile_warnings(p))
     assert "numa_balancing is on" in w
@@ -91,7 +91,7 @@ def test_vm_with_numa_node_minus_one(tmp_path):
     assert p.cpu.memory_channels == 12  # EPYC 9654 matched from "AMD EPYC 9654 96-Core Processor"
     assert p.cpu.memory_source == "spec-sheet"  # DMI not there: rated speed, said so in a note
     assert any("rated maximum" in n for n in m.notes)
-    from moeplan.planner.hardware import profile_warnings
+    from moeplan.planner.hardware.profile import profile_warnings
 
     w = " | ".join(profile_warnings(p))
     assert "running in a VM (QEMU" in w and "limited to 8.0 GiB by a cgroup" in w

@@ -14,7 +14,7 @@ from gguf_fixtures import write_qwen3moe
 from model_builders import toy_hw, toy_model, unit_priors
 from moeplan.cli import app
 from moeplan.errors import RunnerError
-from moeplan.planner.cost import estimate
+from moeplan.planner.cost.estimate import estimate
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Plan, model_ref
 from moeplan.probes.gguf_model import read_gguf_model

@@ -12,7 +12,7 @@ import typer
 
 from moeplan.commands.common import JsonOpt, command
 from moeplan.errors import InputError
-from moeplan.planner.hardware import HardwareProfile
+from moeplan.planner.hardware.profile import HardwareProfile
 from moeplan.units import parse_count, parse_rate, parse_size
 
 OutOpt = Annotated[Optional[str], typer.Option("--out", help="Write the profile JSON here (atomically).")]
@@ -138,8 +138,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Describe a machine you don't have yet (parts and numbers -> a spec-sheet profile)."""
         from moeplan import __version__
-        from moeplan.planner.spec_hw import SpecRequest
-        from moeplan.probes import catalog
+        from moeplan.planner.hardware.spec import SpecRequest
+        from moeplan.profiles import catalog
         from moeplan.ui.console import emit_json
 
         if list_parts:
@@ -194,7 +194,7 @@ def _positive(text: str | None, what: str) -> int | None:
 def _ram_type(text: str | None) -> str | None:
     if text is None:
         return None
-    from moeplan.probes.catalog import efficiency
+    from moeplan.profiles.catalog import efficiency
 
     t = text.strip().lower().replace("-", "")
     known = [k for k in efficiency().dram_read if k != "unknown"]
@@ -205,7 +205,7 @@ def _ram_type(text: str | None) -> str | None:
 
 def _list(as_json: bool) -> None:
     from moeplan.planner.serde import to_jsonable
-    from moeplan.probes import catalog
+    from moeplan.profiles import catalog
     from moeplan.ui.console import emit_json, stdout_console
     from moeplan.ui.hardware_tables import parts_tables, presets_table
 

@@ -9,7 +9,7 @@ import typer
 
 from moeplan.commands.common import JsonOpt, command
 from moeplan.errors import InputError, ModelFormatError
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.plan import Plan
 
 

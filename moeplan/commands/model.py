@@ -7,7 +7,7 @@ import typer
 
 from moeplan.commands.common import JsonOpt, command
 from moeplan.errors import InputError
-from moeplan.planner.ggml import KV_CACHE_TYPES
+from moeplan.planner.model.ggml import KV_CACHE_TYPES
 from moeplan.units import parse_ctx
 
 QuantOpt = Annotated[Optional[str], typer.Option("--quant", help="Quant of a bundled profile: Q4_K_M, Q8_0, IQ2_M, MXFP4, BF16, native ...")]
@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
     @command
     def models_cmd(as_json: JsonOpt = False) -> None:
         """List the bundled model profiles."""
-        from moeplan.probes.profiles import list_profiles
+        from moeplan.profiles.model_profiles import list_profiles
         from moeplan.ui.console import emit_json, stdout_console
         from moeplan.ui.model_tables import aliases_lines, models_table
 

@@ -6,8 +6,8 @@ from typing import Annotated, Optional
 import typer
 
 from moeplan.errors import InputError
-from moeplan.planner.ggml import KV_CACHE_TYPES
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.model.ggml import KV_CACHE_TYPES
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import BACKENDS, NUMA_POLICIES, Placement, layers_from_last, parse_layer_list
 from moeplan.units import parse_ctx, parse_size
 

@@ -23,7 +23,7 @@ OBJECTIVES = ("decode", "prefill", "balanced")
 
 
 def _hardware(hw: str | None, vram: str | None = None, ram: str | None = None):
-    from moeplan.planner.hardware import apply_overrides
+    from moeplan.planner.hardware.profile import apply_overrides
     from moeplan.probes.hwprofile import load_hardware
     from moeplan.units import parse_size
 
@@ -46,10 +46,10 @@ def register(app: typer.Typer) -> None:
         experts_used: ExpertsUsedOpt = None, cpu_only: CpuOnlyOpt = False, vram: VramOpt = None, ram: RamOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
-        from moeplan.planner.cost import estimate, physical_cores
+        from moeplan.planner.cost.estimate import estimate, physical_cores
         from moeplan.planner.placement import Placement
         from moeplan.probes.models import resolve_model
-        from moeplan.probes.priors import read_priors
+        from moeplan.profiles.backends import read_priors
         from moeplan.ui.console import emit_json, stdout_console
         from moeplan.ui.plan_tables import estimate_data, estimate_render
 
@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
         from moeplan import __version__
         from moeplan.planner.search import Request, build_plan, choose_plan
         from moeplan.probes.models import resolve_model
-        from moeplan.probes.priors import read_priors
+        from moeplan.profiles.backends import read_priors
         from moeplan.units import parse_ctx
 
         if objective not in OBJECTIVES:
@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
 
 def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path | None, backend: str,
                    binary: str | None) -> None:
-    from moeplan.probes.files import write_text_atomic
+    from moeplan.io import write_text_atomic
 
     if out:
         write_text_atomic(out, plan.to_json())

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         from moeplan.planner.plan import Plan
         from moeplan.probes.hwprofile import cache_dir, load_hardware, write_json_atomic
         from moeplan.probes.models import resolve_model
-        from moeplan.probes.priors import read_priors
+        from moeplan.profiles.backends import read_priors
         from moeplan.tuner.calibrate import calibrate, store_calibration
         from moeplan.tuner.runners import trial_from_dict
         from moeplan.tuner.validate import STAND_IN_ONLY, runner_view

@@ -21,9 +21,9 @@ import torch
 
 from moeplan.executor.layout import AttnLayout
 from moeplan.executor.ops import linear, project, rms_norm, rope, tile
-from moeplan.planner.ggml import canonical_type, row_bytes
-from moeplan.planner.memory import kv_cells
-from moeplan.planner.model import KvComponent
+from moeplan.planner.model.ggml import canonical_type, row_bytes
+from moeplan.planner.memory.accounting import kv_cells
+from moeplan.planner.model.spec import KvComponent
 
 
 class CacheGeometry:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from moeplan.errors import InfeasibleError, InputError
 from moeplan.executor.layout import LayerLayout, ModelLayout
 from moeplan.executor.sampling import choose_sample, classes_of, scale_factors
-from moeplan.planner.memory import kv_cells
-from moeplan.planner.model import KvComponent
+from moeplan.planner.memory.accounting import kv_cells
+from moeplan.planner.model.spec import KvComponent
 from moeplan.planner.placement import Placement
 from moeplan.units import GIB, MIB
 

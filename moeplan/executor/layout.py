@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from moeplan.planner.model import KvComponent, LayerSpec, ModelSpec, Tensor
+from moeplan.planner.model.spec import KvComponent, LayerSpec, ModelSpec, Tensor
 
 # llama.cpp's expert gating functions (LLAMA_EXPERT_GATING_FUNC_TYPE_*, src/llama-hparams.h)
 GATING_BY_ID = {1: "softmax", 2: "sigmoid", 3: "softmax_weight", 4: "sqrt_softplus"}

@@ -112,7 +112,7 @@ def read_trace(path: str) -> Trace:
 
 def write_trace(path: str, trace: Trace) -> None:
     """Write atomically (temp file in the same folder, then rename)."""
-    from moeplan.probes.files import write_text_atomic
+    from moeplan.io import write_text_atomic
 
     write_text_atomic(path, trace.to_json())
 

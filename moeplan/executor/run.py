@@ -23,7 +23,7 @@ from moeplan.executor.build import (ExecOptions, available_bytes, check_fits, pl
 from moeplan.executor.layout import model_layout
 from moeplan.executor.routing import RoutingSpec, make_routing, write_trace
 from moeplan.executor.sampling import extrapolate
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 
 TIME_TIERS = ("gpu", "cpu", "mmap", "transfer")

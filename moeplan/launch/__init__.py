@@ -26,7 +26,7 @@ from moeplan.launch.binaries import (HelpReader, Programs, find_llama_programs, 
                                      find_vllm_programs, read_help)
 from moeplan.launch.common import EmitContext, Launch, ShellVar
 from moeplan.launch.render import render_script
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.plan import Plan
 
 EMITTERS: dict[str, ModuleType] = {
@@ -143,7 +143,7 @@ def write_launch(plan: Plan, model: ModelSpec, out_dir: Path, backend: str | Non
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create {out}: {exc.strerror}", "choose a writable --out folder") from None
-    from moeplan.probes.files import write_text_atomic
+    from moeplan.io import write_text_atomic
 
     return launch, [write_text_atomic(out / fname, text, 0o755 if exe else 0o644) for fname, text, exe in files]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from moeplan.errors import InputError
 from moeplan.launch.flags import FlagSet, missing_flags
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.plan import Plan
 from moeplan.units import GIB, MIB
 

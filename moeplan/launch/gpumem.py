@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError, InputError
 from moeplan.launch.common import EmitContext, refuse_experts_override
-from moeplan.planner.memory import kv_cache_bytes
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.memory.accounting import kv_cache_bytes
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.units import GIB
 

@@ -17,7 +17,7 @@ import re
 from typing import Iterable
 
 from moeplan.errors import InputError, MoeplanError
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.model.spec import ModelSpec
 
 # The expert matrices llama.cpp names (src/llama-arch.cpp): ffn_{up,down,gate}_exps,
 # ffn_gate_up_exps (fused) and ffn_{up,down,gate}_chexps; the same alternation as mainline's

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from moeplan import __version__
 from moeplan.launch.common import GIB, Launch, Script, join, quote
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.plan import Plan
 
 

@@ -24,13 +24,13 @@ import math
 from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError
-from moeplan.planner.cost import dot_elements, estimate, physical_cores, used_nodes
-from moeplan.planner.hardware import HardwareProfile
-from moeplan.planner.memory import MemoryConstants, estimate_memory, kv_cache_bytes
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.cost.estimate import dot_elements, estimate, physical_cores, used_nodes
+from moeplan.planner.hardware.profile import HardwareProfile
+from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Alternative, Estimate, Plan, digest_of, model_ref
-from moeplan.planner.priors import BackendPriors
+from moeplan.planner.cost.priors import BackendPriors
 from moeplan.units import GIB
 
 UBATCHES = (512, 1024, 2048, 4096)
@@ -113,7 +113,7 @@ def shortfall(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ra
 def kv_type_legal(model: ModelSpec, kv: str) -> bool:
     """llama.cpp refuses a quantized cache whose block does not divide the head size
     (q8_0/q4_0 blocks are 32 wide): check d_k and d_v of the model."""
-    from moeplan.planner.ggml import TYPE_SIZES, canonical_type
+    from moeplan.planner.model.ggml import TYPE_SIZES, canonical_type
 
     block = TYPE_SIZES[canonical_type(kv)][0]
     extra = dict(model.extra)
@@ -330,7 +330,7 @@ def one_more_gib(model: ModelSpec, best: Placement, order: tuple[int, ...], hw: 
 
 
 def explain(best: Candidate, cands: list[Candidate], model: ModelSpec, hw: HardwareProfile) -> tuple[str, ...]:
-    from moeplan.planner.cost import BOTTLENECK_TEXT
+    from moeplan.planner.cost.estimate import BOTTLENECK_TEXT
 
     p, e = best.placement, best.estimate
     why = [f"bottleneck: {BOTTLENECK_TEXT.get(e.bottleneck, e.bottleneck)}"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from moeplan.planner.hardware import Cpu
+from moeplan.planner.hardware.profile import Cpu
 from moeplan.probes.fsread import list_dir, parse_cpulist, read_int, read_text
 
 # ISA extensions that decide which llama.cpp / KTransformers kernels run

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from moeplan.errors import ProbeError
-from moeplan.planner.hardware import Figure, NumaNode
+from moeplan.planner.hardware.profile import Figure, NumaNode
 from moeplan.probes.cpu import Topology
 from moeplan.probes.numa_alloc import Libnuma, placement_share
 from moeplan.probes.numa import nearest_cpu_node

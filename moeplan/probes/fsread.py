@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from moeplan.planner.hardware import format_cpulist  # noqa: F401  (re-exported)
+from moeplan.planner.hardware.profile import format_cpulist  # noqa: F401  (re-exported)
 
 
 def under(root: str, path: str) -> str:

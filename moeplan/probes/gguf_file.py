@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from moeplan.errors import ModelFormatError
-from moeplan.planner.ggml import TYPE_BY_ID, TYPE_SIZES
+from moeplan.planner.model.ggml import TYPE_BY_ID, TYPE_SIZES
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32

@@ -7,8 +7,8 @@ from typing import Any
 from gguf.constants import LlamaFileType
 
 from moeplan.errors import ModelFormatError
-from moeplan.planner import archs
-from moeplan.planner.model import LayerSpec, ModelSpec, Tensor, group_tensors, make_tensor
+from moeplan.planner.model import archs
+from moeplan.planner.model.spec import LayerSpec, ModelSpec, Tensor, group_tensors, make_tensor
 from moeplan.probes.gguf_file import ArrayInfo, GGUFHeader, read_gguf_set
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moeplan.planner.hardware import Figure, Gpu, pcie_bytes_per_s
+from moeplan.planner.hardware.profile import Figure, Gpu, pcie_bytes_per_s
 from moeplan.probes.fsread import parse_cpulist, read_int, read_text
 
 # nvmlGpuTopologyLevel_t -> the labels `nvidia-smi topo -m` prints

@@ -3,7 +3,7 @@
 Reads config.json (a VL container's text_config merged over it, as the converter does), then
 the 8-byte length and the JSON header of every safetensors shard (never tensor data): each
 tensor's dtype, shape and exact byte span. Checkpoint tensors are mapped to GGUF names
-(planner/hf_names.py): per-expert matrices summed into their layer's expert tensor, FP8 block
+(planner/model/hf_names.py): per-expert matrices summed into their layer's expert tensor, FP8 block
 scales and MXFP4 scales counted with the weight they scale, MTP modules as NextN blocks, and
 tensors llama.cpp does not use (vision towers) kept as model-level 'other' tensors under their
 own names, so the spec's tensor bytes equal the sum over the safetensors headers.
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from moeplan.errors import ModelFormatError
-from moeplan.planner.hf_names import gguf_name, mtp_blocks, scale_owner
-from moeplan.planner.model import ModelSpec, make_tensor
-from moeplan.planner.synth import arch_of_config, gguf_hparams, merged_config
+from moeplan.planner.model.hf_names import gguf_name, mtp_blocks, scale_owner
+from moeplan.planner.model.spec import ModelSpec, make_tensor
+from moeplan.planner.model.synth import arch_of_config, gguf_hparams, merged_config
 from moeplan.probes.gguf_model import build_model_spec
 
 # a safetensors header is JSON; anything this large is a corrupt length field

@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from moeplan.errors import InputError, ProbeError
-from moeplan.planner.hardware import SCHEMA_VERSION, HardwareProfile
-from moeplan.probes import catalog
-from moeplan.probes.files import write_text_atomic
+from moeplan.planner.hardware.profile import SCHEMA_VERSION, HardwareProfile
+from moeplan.profiles import catalog
+from moeplan.io import write_text_atomic
 
 CACHE_ENV = "MOEPLAN_CACHE_DIR"
 CACHE_FILE = "hardware-probe.json"

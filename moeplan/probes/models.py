@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 from moeplan.errors import InputError, ModelFormatError
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.units import parse_size
 
 
@@ -36,7 +36,7 @@ def resolve_model(arg: str, quant: str | None = None, size: str | None = None) -
         return read_gguf_model(p)
     if arg.endswith(".gguf") or os.sep in arg:
         raise ModelFormatError(f"{arg}: no such file", "check the path; for a split model give any shard")
-    from moeplan.probes.profiles import load_profile
+    from moeplan.profiles.model_profiles import load_profile
 
     size_bytes = parse_size(size, "--size") if size else None
     return load_profile(arg, quant=quant, size_bytes=size_bytes)

@@ -1,7 +1,7 @@
 """NUMA nodes from /sys/devices/system/node: CPUs, memory, distances, memory-only nodes."""
 from __future__ import annotations
 
-from moeplan.planner.hardware import NumaNode
+from moeplan.planner.hardware.profile import NumaNode
 from moeplan.probes.cpu import Topology
 from moeplan.probes.fsread import kib_field, list_dir, parse_cpulist, parse_kv_lines, read_text
 

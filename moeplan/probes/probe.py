@@ -12,8 +12,9 @@ from typing import Any, Callable
 
 from moeplan import __version__
 from moeplan.errors import MoeplanError
-from moeplan.planner.hardware import Cpu, Figure, Gpu, HardwareProfile, Load, profile_warnings
-from moeplan.probes import catalog, dram, storage
+from moeplan.planner.hardware.profile import Cpu, Figure, Gpu, HardwareProfile, Load, profile_warnings
+from moeplan.probes import dram, storage
+from moeplan.profiles import catalog
 from moeplan.probes.cpu import Topology, py_cpuinfo_fallback, read_cpu
 from moeplan.probes.dmi import read_dimms
 from moeplan.probes.flops import blas_name, measure_matmul

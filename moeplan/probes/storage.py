@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from moeplan.errors import InputError
-from moeplan.planner.hardware import Storage
+from moeplan.planner.hardware.profile import Storage
 from moeplan.probes.fsread import read_int, read_text, under
 from moeplan.probes.timing import measured_figure, summarise_rates, windows
 from moeplan.units import MIB

@@ -5,7 +5,7 @@ import ctypes.util
 import shutil
 from typing import Callable
 
-from moeplan.planner.hardware import System
+from moeplan.planner.hardware.profile import System
 from moeplan.probes.fsread import kib_field, parse_kv_lines, read_int, read_text
 
 # a cgroup v1 "no limit" is PAGE_COUNTER_MAX rounded to pages: anything this large is unlimited

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from moeplan.planner.hardware import Figure
+from moeplan.planner.hardware.profile import Figure
 
 
 @dataclass(frozen=True)

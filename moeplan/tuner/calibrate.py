@@ -19,11 +19,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from moeplan.planner.cost import estimate
-from moeplan.planner.hardware import Calibration, HardwareProfile
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.cost.estimate import estimate
+from moeplan.planner.hardware.profile import Calibration, HardwareProfile
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
-from moeplan.planner.priors import BackendPriors
+from moeplan.planner.cost.priors import BackendPriors
 
 # factor -> (lower, upper) physical bounds
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -90,7 +90,7 @@ def _median_abs(errs) -> float:
 
 def prior_value(pr: BackendPriors, hw: HardwareProfile, name: str) -> float:
     if name == "cpu_mm_eff":
-        from moeplan.planner.cost import cpu_isa_class
+        from moeplan.planner.cost.estimate import cpu_isa_class
 
         return pr.cpu_mm_eff.get(cpu_isa_class(hw)) or max(pr.cpu_mm_eff.values(), default=1.0)
     return float(getattr(pr, name))

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from moeplan.planner.cost import REF_CLOCK_HZ
-from moeplan.planner.hardware import Figure, Gpu, HardwareProfile
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.cost.estimate import REF_CLOCK_HZ
+from moeplan.planner.hardware.profile import Figure, Gpu, HardwareProfile
+from moeplan.planner.model.spec import ModelSpec
 
 DTYPE_GGML = {"fp32": ("F32", 4), "bf16": ("BF16", 2), "fp16": ("F16", 2)}
 

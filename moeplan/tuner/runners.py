@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moeplan.errors import MoeplanError, RunnerError
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.plan import Plan
 from moeplan.tuner.calibrate import Trial
 

@@ -22,12 +22,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from moeplan.errors import InputError
-from moeplan.planner.cost import estimate
-from moeplan.planner.hardware import HardwareProfile
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.cost.estimate import estimate
+from moeplan.planner.hardware.profile import HardwareProfile
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Plan
-from moeplan.planner.priors import BackendPriors
+from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.search import Request, shortfall
 from moeplan.tuner.calibrate import Trial, calibrate, store_calibration
 
@@ -46,7 +46,7 @@ def parse_budget(text: str) -> float:
 def neighbours(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
                vram: int, ram: int) -> list[tuple[str, Placement]]:
     """The plan and the placements around it, most informative first (all must fit RAM)."""
-    from moeplan.planner.memory import MemoryConstants
+    from moeplan.planner.memory.accounting import MemoryConstants
     from moeplan.planner.search import cpu_layer_order
 
     order = cpu_layer_order(model, pr)
@@ -94,7 +94,7 @@ def _err(pred: float | None, meas: float | None) -> float | None:
 
 
 def _write_results(path: Path, plan: Plan, trials: list[Trial], stopped: str) -> None:
-    from moeplan.probes.files import write_text_atomic
+    from moeplan.io import write_text_atomic
     from moeplan.tuner.runners import trial_to_dict
 
     doc = {"plan": plan.to_dict(), "trials": [trial_to_dict(t) for t in trials], "stopped": stopped}
@@ -179,7 +179,7 @@ def runner_view(runner: str, model: ModelSpec, hw: HardwareProfile, pr: BackendP
                 dtype: str) -> RunnerView:
     if runner == "llama-bench":
         return RunnerView(model, hw, pr)
-    from moeplan.probes.priors import read_priors
+    from moeplan.profiles.backends import read_priors
     from moeplan.tuner.exec_view import retype
 
     ex = read_priors("executor")

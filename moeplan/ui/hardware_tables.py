@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from moeplan.planner.hardware import Figure, HardwareProfile, format_cpulist
+from moeplan.planner.hardware.profile import Figure, HardwareProfile, format_cpulist
 from moeplan.units import GIB
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
-from moeplan.planner.memory import kv_cache_bytes, kv_layer_bytes, kv_layer_bytes_per_token
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.memory.accounting import kv_cache_bytes, kv_layer_bytes, kv_layer_bytes_per_token
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.units import GIB, MIB
 
 

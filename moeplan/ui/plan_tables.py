@@ -5,8 +5,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from moeplan.planner.cost import BOTTLENECK_TEXT
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.cost.estimate import BOTTLENECK_TEXT
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, Plan
 from moeplan.planner.serde import to_jsonable

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from moeplan.errors import InputError
 from moeplan.planner.plan import Plan
-from moeplan.probes.files import write_bytes_atomic
+from moeplan.io import write_bytes_atomic
 from moeplan.units import GIB
 
 

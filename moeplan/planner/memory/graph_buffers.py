@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from moeplan.planner.ggml import canonical_type
-from moeplan.planner.ggml_graph import (
+from moeplan.planner.model.ggml import canonical_type
+from moeplan.planner.memory.ggml_graph import (
     CPU_ALIGNMENT,
     CUDA_ALIGNMENT,
     Aff,
@@ -41,9 +41,9 @@ from moeplan.planner.ggml_graph import (
     plan_allocation,
     replay,
 )
-from moeplan.planner.graph_dsv4 import Dsv4Dims, Dsv4Shape, build_dsv4_graph
-from moeplan.planner.graph_glm_dsa import GlmDsaDims, GlmDsaShape, build_glm_dsa_graph
-from moeplan.planner.model import ModelSpec
+from moeplan.planner.memory.graph_dsv4 import Dsv4Dims, Dsv4Shape, build_dsv4_graph
+from moeplan.planner.memory.graph_glm_dsa import GlmDsaDims, GlmDsaShape, build_glm_dsa_graph
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 
 GRAPH_ARCHS = frozenset({"deepseek4", "glm-dsa"})

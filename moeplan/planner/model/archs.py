@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moeplan.planner.model import KvComponent
+from moeplan.planner.model.spec import KvComponent
 
 # architectures that llama.cpp builds with the MLA latent cache when the GGUF has the
 # *_mla keys (DeepSeek V2/V3/R1, Kimi K2, GLM-4.7-Flash, GLM-5 via glm-dsa, Mistral Large 3)
@@ -121,7 +121,7 @@ def head_dims(hp: dict[str, Any], il: int) -> tuple[int, int, int]:
 def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvComponent, ...]]:
     """Attention label and cache components of trunk layer `il`."""
     if arch == "deepseek4":
-        from moeplan.planner.archs_dsv4 import dsv4_layer_kv
+        from moeplan.planner.model.archs_dsv4 import dsv4_layer_kv
 
         return dsv4_layer_kv(hp, il)
     if is_recurrent_layer(arch, hp, il):
@@ -160,7 +160,7 @@ def nextn_layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[KvComponent,
     compressed caches its compress ratio asks for (0 in DeepSeek-V4-Flash's config).
     Measured: an MTP block adds a ninth layer to an 8-block fixture's raw cache."""
     if arch == "deepseek4":
-        from moeplan.planner.archs_dsv4 import dsv4_layer_kv
+        from moeplan.planner.model.archs_dsv4 import dsv4_layer_kv
 
         return dsv4_layer_kv(hp, il)[1]
     return ()

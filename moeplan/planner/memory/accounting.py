@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.planner import compute_buffer as cb
-from moeplan.planner.ggml import canonical_type, row_bytes
-from moeplan.planner.model import KvComponent, LayerSpec, ModelSpec
+from moeplan.planner.memory import compute_buffer as cb
+from moeplan.planner.model.ggml import canonical_type, row_bytes
+from moeplan.planner.model.spec import KvComponent, LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.units import GIB, MIB
 
@@ -232,7 +232,7 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
 
     gpu=True: the buffer of the device that runs the layers (every op but the token
       embedding lookup): the largest of the attention, MoE and output phases of
-      moeplan.planner.compute_buffer (formulas there), the MoE phase including `staging`,
+      moeplan.planner.memory.compute_buffer (formulas there), the MoE phase including `staging`,
       the full-size GPU copy of one host-resident expert weight tensor under op-offload
       (n_ubatch >= GGML_OP_OFFLOAD_MIN_BATCH). On a CPU-only build this is the CPU buffer.
     gpu=False: the CPU buffer of a GPU run: the graph inputs (ggml_backend_sched puts every

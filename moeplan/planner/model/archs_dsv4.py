@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moeplan.planner.model import KvComponent
+from moeplan.planner.model.spec import KvComponent
 
 CSA_RATIO = 4
 HCA_RATIO = 128

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from moeplan.planner.synth import TensorSpec
+from moeplan.planner.model.synth import TensorSpec
 
 
 class _Index:

@@ -2,8 +2,8 @@
 
 A profile holds a model's published Hugging Face config (the `[config]` table, keys verbatim)
 and where each value came from. Loading one runs the same pure pipeline as a Hugging Face
-folder: config -> GGUF hyper-parameters -> tensor index (planner/synth.py) -> per-tensor types
-of the chosen recipe (planner/quants.py) -> build_model_spec.
+folder: config -> GGUF hyper-parameters -> tensor index (planner/model/synth.py) -> per-tensor types
+of the chosen recipe (planner/model/quants.py) -> build_model_spec.
 """
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from moeplan.errors import InputError, ModelFormatError
-from moeplan.planner.model import ModelSpec, make_tensor
-from moeplan.planner.native import NativeFormat
-from moeplan.planner.quants import QUANTS, apply_recipe, canonical_quant, scale_to_size
-from moeplan.planner.synth import gguf_hparams, layout_options, merged_config, tensor_specs
+from moeplan.planner.model.spec import ModelSpec, make_tensor
+from moeplan.planner.model.native import NativeFormat
+from moeplan.planner.model.quants import QUANTS, apply_recipe, canonical_quant, scale_to_size
+from moeplan.planner.model.synth import gguf_hparams, layout_options, merged_config, tensor_specs
 from moeplan.probes.gguf_model import build_model_spec
 
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles" / "models"
+PROFILE_DIR = Path(__file__).resolve().parent / "models"
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,6 +1,6 @@
 """Spec-only hardware profiles: a machine described by its parts and numbers (pure).
 
-`moeplan hardware` resolves part names in the catalog (probes/catalog.py) and calls
+`moeplan hardware` resolves part names in the catalog (profiles/catalog.py) and calls
 `build_spec_profile`, which turns spec-sheet peaks into Figures that carry the achievable
 fraction (moeplan/profiles/parts/efficiency.toml), so the planner never mistakes a peak for a
 measurement. Numbers given on the command line win over the catalog and are marked 'user'.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from moeplan.errors import InputError
-from moeplan.planner.hardware import (Cpu, Figure, Gpu, HardwareProfile, NumaNode, Storage, System,
+from moeplan.planner.hardware.profile import (Cpu, Figure, Gpu, HardwareProfile, NumaNode, Storage, System,
                                       format_cpulist, pcie_bytes_per_s, profile_warnings)
 from moeplan.planner.serde import to_jsonable
 from moeplan.units import GIB

@@ -6,7 +6,7 @@ from functools import lru_cache
 from importlib import resources
 
 from moeplan.errors import InputError
-from moeplan.planner.priors import BackendPriors
+from moeplan.planner.cost.priors import BackendPriors
 
 _KEYS = {"llama.cpp": "llama_cpp", "ik_llama.cpp": "ik_llama_cpp", "ktransformers": "ktransformers",
          "vllm": "vllm", "sglang": "sglang", "executor": "executor"}

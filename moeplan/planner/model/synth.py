@@ -315,6 +315,6 @@ def tensor_specs(arch: str, hp: dict[str, Any], *, n_vocab: int,
     shared_head_head and shared_head_norm optional; DeepSeek V3 carries all four, GLM 4.6+
     not the first two). options: see layout_options.
     """
-    from moeplan.planner import synth_tensors
+    from moeplan.planner.model import synth_tensors
 
     return synth_tensors.build(arch, hp, n_vocab, mtp_tensors, options)

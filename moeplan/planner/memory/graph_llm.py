@@ -5,7 +5,7 @@ that the ops, their sources and their order are the same: what ggml-alloc's repl
 """
 from __future__ import annotations
 
-from moeplan.planner.ggml_graph import F32, Graph, Tensor
+from moeplan.planner.memory.ggml_graph import F32, Graph, Tensor
 
 
 def build_norm(g: Graph, x: Tensor, op: str = "RMS_NORM", bias: bool = False) -> Tensor:

@@ -40,12 +40,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from moeplan.planner.hardware import Figure, HardwareProfile, NumaNode
-from moeplan.planner.memory import (MemoryConstants, estimate_memory, kv_read_bytes)
-from moeplan.planner.model import LayerSpec, ModelSpec
+from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode
+from moeplan.planner.memory.accounting import (MemoryConstants, estimate_memory, kv_read_bytes)
+from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, Term
-from moeplan.planner.priors import BackendPriors
+from moeplan.planner.cost.priors import BackendPriors
 
 # nominal clock of the machine the batch-1 dot-product anchor was measured on (DESIGN.md §4:
 # Q8_0 experts at 18.7 GB/s with 2 threads, a Sapphire Rapids-class VM reporting 2100 MHz);

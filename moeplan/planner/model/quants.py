@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from moeplan.planner.ggml import TYPE_SIZES, row_bytes
-from moeplan.planner.synth import TensorSpec
+from moeplan.planner.model.ggml import TYPE_SIZES, row_bytes
+from moeplan.planner.model.synth import TensorSpec
 
 # llama-quantize ftype -> default ggml type (llama_ftype_get_default_type)
 FTYPE_DEFAULT: dict[str, str] = {
@@ -294,7 +294,7 @@ def apply_recipe(specs: list[TensorSpec], hp: dict[str, Any], quant: str, native
     `native` is a native.NativeFormat: the checkpoint dtype of each tensor, which the
     converter keeps for some models (`keeps`, see converter_type) and which
     `quant == 'native'` reports."""
-    from moeplan.planner.native import native_bytes
+    from moeplan.planner.model.native import native_bytes
 
     by_name = {t.name: t for t in specs}
     if quant == "native":

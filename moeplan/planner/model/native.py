@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from moeplan.planner.synth import TensorSpec
+from moeplan.planner.model.synth import TensorSpec
 
 FP8 = "F8_E4M3"
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from moeplan.planner.ggml import row_bytes
+from moeplan.planner.model.ggml import row_bytes
 
 F32, F16, I32, I64 = "F32", "F16", "I32", "I64"
 

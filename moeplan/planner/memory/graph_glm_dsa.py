@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.planner.ggml_graph import F16, F32, I32, I64, Graph, Tensor
-from moeplan.planner.graph_llm import build_ffn, build_moe_experts, build_norm
+from moeplan.planner.memory.ggml_graph import F16, F32, I32, I64, Graph, Tensor
+from moeplan.planner.memory.graph_llm import build_ffn, build_moe_experts, build_norm
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""The machine as the planner sees it: profiles, spec-sheet profiles, the parts catalog."""

@@ -1,0 +1,1 @@
+"""Memory accounting: weights, KV, compute buffers and the mirrored ggml graphs (pure)."""

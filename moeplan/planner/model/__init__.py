@@ -1,0 +1,1 @@
+"""Reading a model's structure: hyper-parameters, tensor index, quant recipes (pure)."""
