@@ -1,7 +1,6 @@
 """`moeplan bench`: run the bundled torch executor under a placement and measure it."""
 from __future__ import annotations
 
-import json
 import os
 from typing import Annotated, Optional
 
@@ -16,20 +15,11 @@ from moeplan.errors import InputError
 
 def read_plan_placement(path: str, model):
     """Placement of a plan.json written by `moeplan tune` (and a note if it is for another model)."""
-    from moeplan.planner.plan import Plan
+    from moeplan.planfile import read_plan
+    from moeplan.planner.limits import check_placement
 
-    try:
-        with open(os.path.expanduser(path), encoding="utf-8") as f:
-            data = json.load(f)
-        if isinstance(data, dict) and isinstance(data.get("plan"), dict):
-            data = data["plan"]  # `tune --json` output wraps the plan
-        if not isinstance(data, dict) or "placement" not in data or "model" not in data:
-            raise ValueError("no model or placement")
-        plan = Plan.from_dict(data)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such plan file", "write one with moeplan tune MODEL --json > plan.json") from None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        raise InputError(f"{path}: not a moeplan plan", "give the plan.json that moeplan tune wrote") from None
+    plan = read_plan(path)
+    check_placement(plan.placement, where=path, model=model, logical_cpus=os.cpu_count())
     notes = []
     if plan.model.digest and plan.model.digest != model.digest():
         notes.append(f"the plan is for {plan.model.name} (digest {plan.model.digest}), not this model "
@@ -142,7 +132,8 @@ def register(app: typer.Typer) -> None:
                 spec, backend=backend, cpu_moe_layers=cpu_moe_layers, cpu_layers=cpu_layers,
                 all_cpu_moe=all_cpu_moe, ctx=ctx, kv_type=kv_type, threads=threads,
                 default_threads=_default_threads(), ubatch=ubatch, numa=numa, no_op_offload=no_op_offload,
-                gpu_expert_cache=gpu_expert_cache, draft=draft, accept=accept, no_mmap=no_mmap)
+                gpu_expert_cache=gpu_expert_cache, draft=draft, accept=accept, no_mmap=no_mmap,
+                logical_cpus=os.cpu_count())
             estimate = None
         opt = ExecOptions(
             device=dev, dtype=dt, weights=weights, seed=seed, expert_source=expert_source, mmap_cold=mmap_cold,

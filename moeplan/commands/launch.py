@@ -1,7 +1,6 @@
 """`moeplan emit`: write the launch scripts and config files of a saved plan."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,24 +9,8 @@ import typer
 from moeplan.commands.common import JsonOpt, command
 from moeplan.errors import InputError, ModelFormatError
 from moeplan.planner.model.spec import ModelSpec
+from moeplan.planfile import read_plan  # noqa: F401  (re-exported for callers)
 from moeplan.planner.plan import Plan
-
-
-def read_plan(path: Path) -> Plan:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such plan file", "write one with `moeplan tune MODEL --emit DIR`") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}", "check the path and its permissions") from None
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict) or "placement" not in data or "model" not in data:
-            raise ValueError("no placement or model")
-        return Plan.from_dict(data)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise InputError(f"{path} is not a moeplan plan ({exc})",
-                         "give the plan.json that `moeplan tune` wrote") from None
 
 
 def read_plan_model(plan: Plan, model_path: str | None) -> tuple[ModelSpec, bool, str]:
@@ -80,7 +63,10 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Write launch.sh, bench.sh and the backend's config files for a saved plan."""
+        from moeplan.io import check_out_dir
         from moeplan.launch import backend_of, find_programs, write_launch
+        from moeplan.planner.limits import check_placement
+        from moeplan.probes.numa import check_numa_nodes_here
         from moeplan.ui.console import emit_json, progress, stderr_console, stdout_console
         from moeplan.ui.launch_tables import launch_data, launch_table
         from moeplan.units import parse_size
@@ -89,11 +75,14 @@ def register(app: typer.Typer) -> None:
         name = backend_of(plan, backend)
         vram = parse_size(gpu_vram, "--gpu-vram") if gpu_vram else None
         spec, same_model, model_note = read_plan_model(plan, model)
+        check_placement(plan.placement, where=str(plan_file), model=spec, logical_cpus=None)
+        check_numa_nodes_here(plan.placement, str(plan_file))
+        out_dir = out or Path(f"launch-{name}")
+        check_out_dir(out_dir, "--out")
         if not same_model and not as_json:
             stderr_console().print(f"warning: {model_note}", markup=False)
         with progress(f"reading the flags of the {name} programs", enabled=not as_json):
             programs = find_programs(name, binary)
-        out_dir = out or Path(f"launch-{name}")
         launch, paths = write_launch(plan, spec, out_dir, name, binary, n_nodes=nodes, gpu_vram_bytes=vram,
                                      programs=programs, notes=() if same_model else (model_note,))
         if as_json:

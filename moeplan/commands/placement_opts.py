@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from moeplan.errors import InputError
+from moeplan.planner.limits import check_ctx, check_placement, check_threads
 from moeplan.planner.model.ggml import KV_CACHE_TYPES
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import BACKENDS, NUMA_POLICIES, Placement, layers_from_last, parse_layer_list
@@ -38,8 +39,12 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                       kv_type: str = "f16", threads: int | None = None, default_threads: int = 1,
                       ubatch: int = 512, numa: str = "none", numa_nodes: tuple[int, ...] = (),
                       no_op_offload: bool = False, gpu_expert_cache: str | None = None, draft: int = 0,
-                      accept: float = 0.0, no_mmap: bool = False, experts_used: int | None = None) -> Placement:
-    """Turn the flags into a Placement; raises InputError with a hint on bad values."""
+                      accept: float = 0.0, no_mmap: bool = False, experts_used: int | None = None,
+                      logical_cpus: int | None = None) -> Placement:
+    """Turn the flags into a Placement; raises InputError with a hint on bad values.
+
+    The ranges are planner/limits.py's, shared with tune and with plan files; `logical_cpus`
+    bounds --threads (the profile's CPUs for estimate, this machine's for bench)."""
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}", "use one of " + ", ".join(BACKENDS))
     if numa not in NUMA_POLICIES:
@@ -88,11 +93,18 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                          f"{model.name} has {model.n_experts} experts, {model.n_experts_used} used by default")
     cache_bytes = parse_size(gpu_expert_cache, "--gpu-expert-cache") if gpu_expert_cache else 0
     n_threads = threads or default_threads
-    return Placement(
-        backend=backend, cpu_moe_layers=tuple(cpu), n_ctx=parse_ctx(ctx), cache_type_k=kv, cache_type_v=kv,
+    n_ctx = check_ctx(parse_ctx(ctx), "--ctx", model.name, model.n_ctx_train)
+    if threads is not None:
+        check_threads(threads, logical_cpus)
+    if logical_cpus:
+        n_threads = min(n_threads, logical_cpus)  # a default never exceeds the machine
+    p = Placement(
+        backend=backend, cpu_moe_layers=tuple(cpu), n_ctx=n_ctx, cache_type_k=kv, cache_type_v=kv,
         flash_attn=True, n_ubatch=ubatch, n_batch=max(2048, ubatch), n_threads=n_threads,
         numa=numa, numa_nodes=numa_nodes, op_offload=not no_op_offload,
         gpu_expert_cache_bytes=cache_bytes, load_mode="no-mmap" if no_mmap else "mmap",
         n_draft=draft, draft_accept=accept, n_experts_used=experts_used or 0,
     )
+    check_placement(p, model=model, logical_cpus=logical_cpus)
+    return p
 

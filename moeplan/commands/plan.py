@@ -47,22 +47,24 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
         from moeplan.planner.cost.estimate import estimate, physical_cores
+        from moeplan.planner.limits import check_placement, check_run_shape
         from moeplan.planner.placement import Placement
         from moeplan.probes.models import resolve_model
         from moeplan.profiles.backends import read_priors
         from moeplan.ui.console import emit_json, stdout_console
         from moeplan.ui.plan_tables import estimate_data, estimate_render
 
+        check_run_shape(depth, prompt)
         spec = resolve_model(model, quant=quant, size=size)
         profile = _hardware(hw, vram, ram)
         p = resolve_placement(spec, backend=backend, cpu_moe_layers=cpu_moe_layers, cpu_layers=cpu_layers,
                               all_cpu_moe=all_cpu_moe, ctx=ctx, kv_type=kv_type, threads=threads,
                               default_threads=physical_cores(profile, Placement(numa=numa)), ubatch=ubatch, numa=numa,
                               no_op_offload=no_op_offload, gpu_expert_cache=gpu_expert_cache, draft=draft,
-                              accept=accept, no_mmap=no_mmap, experts_used=experts_used)
-        if depth < 0 or prompt < 1:
-            raise InputError("--depth must be >= 0 and --prompt >= 1", "for example --depth 8192 --prompt 512")
+                              accept=accept, no_mmap=no_mmap, experts_used=experts_used,
+                              logical_cpus=profile.cpu.n_threads)
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
+        check_placement(p, model=spec, profile=profile)
         e = estimate(spec, p, profile, read_priors(backend), depth=depth, n_prompt=prompt)
         if as_json:
             emit_json(estimate_data(spec, p, e, profile.name))
@@ -93,18 +95,39 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Search every sensible placement, recommend the fastest that fits, and say why."""
         from moeplan import __version__
+        from moeplan.planner.limits import check_ctx, check_run_shape, check_threads
+        from moeplan.planner.placement import BACKENDS
         from moeplan.planner.search import Request, build_plan, choose_plan
         from moeplan.probes.models import resolve_model
         from moeplan.profiles.backends import read_priors
         from moeplan.units import parse_ctx
 
+        # every input is checked before the first model byte is read or file written
         if objective not in OBJECTIVES:
             raise InputError(f"unknown objective {objective!r}", "use decode, prefill or balanced")
+        if backend not in BACKENDS:
+            raise InputError(f"unknown backend {backend!r}", "use one of " + ", ".join(BACKENDS))
+        check_run_shape(depth, prompt)
+        n_ctx = parse_ctx(ctx) if ctx else None
+        n_min_ctx = parse_ctx(min_ctx)
+        if validate:
+            from moeplan.tuner.validate import parse_budget, require_runner
+
+            require_runner(runner)
+            parse_budget(budget)
+            if trials < 1:
+                raise InputError(f"--trials {trials} must be at least 1", "for example --trials 6")
+        check_outputs(emit, plot, out)
         spec = resolve_model(model, quant=quant, size=size)
+        for flag, n in (("--ctx", n_ctx), ("--min-ctx", n_min_ctx)):
+            if n is not None:
+                check_ctx(n, flag, spec.name, spec.n_ctx_train)
         profile = _hardware(hw, vram, ram)
+        if threads is not None:
+            check_threads(threads, profile.cpu.n_threads)
         priors = read_priors(backend)
-        req = Request(backend=backend, objective=objective, n_ctx=parse_ctx(ctx) if ctx else None,
-                      min_ctx=parse_ctx(min_ctx), depth=depth, n_prompt=prompt, threads=threads)
+        req = Request(backend=backend, objective=objective, n_ctx=n_ctx,
+                      min_ctx=n_min_ctx, depth=depth, n_prompt=prompt, threads=threads)
         result = choose_plan(spec, profile, priors, req)
         plan = build_plan(spec, profile, result, objective, size or "", moeplan_version=__version__)
         if validate:
@@ -114,6 +137,21 @@ def register(app: typer.Typer) -> None:
                                  binary=binary, quiet=as_json)
         _write_outputs(plan, spec, emit, plot, out, backend, binary)
         _render_tune(plan, spec, as_json, emit, explain)
+
+
+def check_outputs(emit: Path | None, plot: Path | None, out: Path | None) -> None:
+    """Every output the user named can be written (and --plot's format drawn) before any work."""
+    from moeplan.io import check_out_dir, check_out_file
+
+    if out:
+        check_out_file(out, "--out")
+    if emit:
+        check_out_dir(emit, "--emit")
+    if plot:
+        from moeplan.ui.plot import check_plot_path
+
+        check_out_file(plot, "--plot")
+        check_plot_path(plot)
 
 
 def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path | None, backend: str,

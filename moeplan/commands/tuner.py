@@ -30,10 +30,11 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Fit efficiency factors (GPU/CPU bandwidth, sync, compute, PCIe, NUMA) to measured runs."""
-        import json
         from dataclasses import asdict, replace
 
-        from moeplan.planner.plan import Plan
+        from moeplan.io import PRIVATE, check_out_file
+        from moeplan.planfile import read_json_file
+        from moeplan.planner.plan import plan_from_doc
         from moeplan.probes.hwprofile import cache_dir, load_hardware, write_json_atomic
         from moeplan.probes.models import resolve_model
         from moeplan.profiles.backends import read_priors
@@ -43,14 +44,17 @@ def register(app: typer.Typer) -> None:
         from moeplan.ui.console import emit_json, stdout_console
         from moeplan.ui.tuner_tables import calibration_table, trials_table
 
+        if out is not None:
+            check_out_file(out, "--out")
         path = from_ or _latest_results()
+        doc = read_json_file(path, "results")
+        if not isinstance(doc, dict) or "plan" not in doc:
+            raise InputError(f"{path}: not a moeplan results file (no plan)",
+                             "pass the results-*.json that tune --validate wrote")
+        plan = plan_from_doc(doc["plan"], f"{path}: plan")
         try:
-            doc = json.loads(Path(path).read_text())
-            plan = Plan.from_dict(doc["plan"])
             trials = [trial_from_dict(t) for t in doc["trials"]]
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such file", "pass the results file tune --validate wrote") from None
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"{path}: not a moeplan results file ({exc})",
                              "pass the results-*.json that tune --validate wrote") from None
         ok = [t for t in trials if t.ok]
@@ -70,9 +74,11 @@ def register(app: typer.Typer) -> None:
         if view.stand_in:
             cal = replace(cal, priors={k: v for k, v in cal.priors.items() if k not in STAND_IN_ONLY})
         new_hw = store_calibration(profile, cal)
+        mode = None
         if out is None:
             out = Path(hw) if hw and Path(hw).is_file() else Path(cache_dir()) / "hardware-calibrated.json"
-        write_json_atomic(str(out), new_hw.to_dict())
+            mode = None if hw and Path(hw).is_file() else PRIVATE
+        write_json_atomic(str(out), new_hw.to_dict(), mode)
         if as_json:
             emit_json({"calibration": asdict(cal), "profile_path": str(out),
                        "errors_before": dict(res.errors_before), "errors_after": dict(res.errors_after)})

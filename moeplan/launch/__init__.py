@@ -124,8 +124,9 @@ def write_launch(plan: Plan, model: ModelSpec, out_dir: Path, backend: str | Non
                  programs: Programs | None = None, notes: tuple[str, ...] = ()) -> tuple[Launch, list[Path]]:
     """Emit the plan for `backend` (default: the plan's) into `out_dir`: the Launch and the paths.
 
-    Everything is rendered before the first file is written, and each file is written
-    atomically, so an error leaves no half-written script behind.
+    Everything is rendered before the first file is written; the set is written into a
+    temporary folder and renamed into place under a lock (moeplan/io.py write_file_set), so an
+    error leaves no half-written script and concurrent writers never mix their files.
     """
     name = backend_of(plan, backend)
     progs = programs or find_programs(name, binary)
@@ -136,16 +137,10 @@ def write_launch(plan: Plan, model: ModelSpec, out_dir: Path, backend: str | Non
         mp = os.path.abspath(mp)  # scripts run from anywhere
     launch = emit_launch(plan, model, name, progs, n_nodes=n_nodes, gpu_vram_bytes=gpu_vram_bytes, model_path=mp)
     files = render_files(plan, model, launch)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{out} is a file", "give --out a folder (it is created if missing)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"cannot create {out}: {exc.strerror}", "choose a writable --out folder") from None
-    from moeplan.io import write_text_atomic
+    from moeplan.io import write_file_set
 
-    return launch, [write_text_atomic(out / fname, text, 0o755 if exe else 0o644) for fname, text, exe in files]
+    # staged in a temporary folder, then renamed into place under the folder's lock
+    return launch, write_file_set(Path(out_dir), files)
 
 
 def write_launch_files(plan: Plan, model: ModelSpec, out_dir: Path, backend: str | None = None,

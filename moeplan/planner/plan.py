@@ -121,3 +121,45 @@ def model_ref(model, size_arg: str = "") -> ModelRef:
     path = model.path if model.source != "profile" else model.name
     return ModelRef(name=model.name, arch=model.arch, source=model.source, path=path, quant=model.quant,
                     digest=model.digest(), file_bytes=model.file_bytes, size_arg=size_arg)
+
+
+PLAN_HINT = "give the plan.json that `moeplan tune --emit DIR` or `--out FILE` wrote, or what `tune --json` printed"
+
+
+def plan_from_doc(data, where: str) -> Plan:
+    """A Plan from a decoded JSON document, checked (pure): a plan.json, or the document
+    `moeplan tune --json` prints ({"plan": {...}, "moeplan_version": ...}). Refuses a schema
+    newer than this moeplan reads, fields of the wrong type and placements out of range
+    (InputError naming the field)."""
+    from moeplan.errors import InputError
+    from moeplan.planner.limits import check_placement
+    from moeplan.planner.serde import SchemaError, check_types
+
+    if isinstance(data, dict) and "placement" not in data and isinstance(data.get("plan"), dict):
+        data = data["plan"]  # `tune --json` wraps the plan
+    if isinstance(data, dict) and "error" in data and "placement" not in data:
+        raise InputError(f"{where} holds an error report, not a plan", "rerun the command that wrote it")
+    if not isinstance(data, dict) or not isinstance(data.get("placement"), dict) or not isinstance(data.get("model"), dict):
+        raise InputError(f"{where} is not a moeplan plan (no model or placement)", PLAN_HINT)
+    version = data.get("schema_version", PLAN_SCHEMA_VERSION)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InputError(f"{where}: schema_version = {version!r} is not a whole number", PLAN_HINT)
+    if version > PLAN_SCHEMA_VERSION:
+        raise InputError(f"{where}: plan schema_version = {version}; this moeplan reads up to {PLAN_SCHEMA_VERSION}",
+                         "upgrade moeplan (pip install -U moeplan), or re-plan with this one")
+    if version < 1:
+        raise InputError(f"{where}: plan schema_version = {version} is unknown (1..{PLAN_SCHEMA_VERSION})", PLAN_HINT)
+    try:
+        # the model and placement are what emit, bench and calibrate act on; the estimate is
+        # only shown (its NaN figures are written as null)
+        check_types(ModelRef, data["model"], "model")
+        check_types(Placement, data["placement"], "placement")
+        if not isinstance(data.get("estimate"), dict):
+            raise SchemaError("estimate", data.get("estimate"), "an object")
+        plan = Plan.from_dict(data)
+    except SchemaError as exc:
+        raise InputError(f"{where}: {exc}", PLAN_HINT) from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise InputError(f"{where} is not a moeplan plan ({type(exc).__name__}: {exc})", PLAN_HINT) from None
+    check_placement(plan.placement, where=where)
+    return plan

@@ -367,4 +367,7 @@ def infeasible(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Re
     if not parts:
         parts = sorted(set(shortfalls))[:2] or ["no placement fits"]
     hint = "a smaller quant (--quant), a shorter --ctx, more VRAM (--vram) or RAM (--ram)"
+    if model.n_ctx_train and ctx > model.n_ctx_train:
+        parts.append(f"--ctx {ctx:,} is above the model's maximum context of {model.n_ctx_train:,} tokens")
+        hint = f"--ctx {model.n_ctx_train:,} or less (the model's maximum context)"
     return InfeasibleError(f"{model.name}: no placement fits: " + "; ".join(parts), f"try {hint}")

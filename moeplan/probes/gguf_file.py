@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from moeplan.errors import ModelFormatError
+from moeplan.planner.limits import MAX_ALIGNMENT, MAX_GGUF_ARRAY_DEPTH, MAX_TENSOR_DIM, MAX_TENSOR_ELEMENTS
 from moeplan.planner.model.ggml import TYPE_BY_ID, TYPE_SIZES
 
 GGUF_MAGIC = b"GGUF"
@@ -69,7 +70,24 @@ class _Reader:
     def __init__(self, f: BinaryIO, path: str, size: int) -> None:
         self.f, self.path, self.size = f, path, size
 
+    def corrupt(self, what: str) -> ModelFormatError:
+        return ModelFormatError(f"{self.path}: corrupt GGUF header ({what})",
+                                "the header is damaged or this is not a GGUF file; downloading the same "
+                                "file again will not help unless its checksum differs")
+
+    def remaining(self) -> int:
+        return self.size - self.f.tell()
+
     def read(self, n: int) -> bytes:
+        # never ask for more than the file holds: a corrupt count must not allocate gigabytes
+        if n > self.size:
+            raise self.corrupt(f"a field of {n:,} bytes in a file of {self.size:,}")
+        if n > self.remaining():
+            raise ModelFormatError(
+                f"{self.path}: truncated GGUF header (wanted {n} bytes at offset {self.f.tell()}, "
+                f"the file ends at {self.size})",
+                "the download is incomplete; check its size against the source and download it again",
+            )
         b = self.f.read(n)
         if len(b) != n:
             raise ModelFormatError(
@@ -91,7 +109,9 @@ class _Reader:
                                    "the file is damaged or not a GGUF file")
         return self.read(n).decode("utf-8", errors="replace")
 
-    def value(self, vtype: int) -> Any:
+    def value(self, vtype: int, depth: int = 0) -> Any:
+        if depth > MAX_GGUF_ARRAY_DEPTH:
+            raise self.corrupt(f"arrays nested more than {MAX_GGUF_ARRAY_DEPTH} deep")
         if vtype in _SCALAR:
             fmt, n = _SCALAR[vtype]
             return struct.unpack(fmt, self.read(n))[0]
@@ -100,9 +120,9 @@ class _Reader:
         if vtype == _T_ARRAY:
             itype = self.u32()
             count = self.u64()
-            if count > 1 << 31:
-                raise ModelFormatError(f"{self.path}: corrupt GGUF header (array of {count} items)",
-                                       "the file is damaged or not a GGUF file")
+            min_item = _SCALAR[itype][1] if itype in _SCALAR else 8 if itype == _T_STRING else 12
+            if count > 1 << 31 or count * min_item > self.remaining():
+                raise self.corrupt(f"array of {count:,} items with {self.remaining():,} bytes left in the file")
             if itype in _SCALAR:
                 fmt, n = _SCALAR[itype]
                 raw = self.read(n * count)
@@ -122,7 +142,7 @@ class _Reader:
                         items.append(b.decode("utf-8", errors="replace"))
                 return items if keep else ArrayInfo(itype, count)
             if itype == _T_ARRAY:
-                return [self.value(_T_ARRAY) for _ in range(count)]
+                return [self.value(_T_ARRAY, depth + 1) for _ in range(count)]
             raise ModelFormatError(f"{self.path}: corrupt GGUF header (array item type {itype})",
                                    "the file is damaged or not a GGUF file")
         raise ModelFormatError(f"{self.path}: corrupt GGUF header (value type {vtype})",
@@ -170,7 +190,8 @@ def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
             raise ModelFormatError(f"{p}: GGUF version {version} is not supported (2 and 3 are)",
                                    "re-convert the model with a current llama.cpp")
         n_tensors, n_kv = r.u64(), r.u64()
-        if n_tensors > 1 << 24 or n_kv > 1 << 20:
+        # each key takes >= 13 bytes (name length, type, a 1-byte value), each tensor >= 24
+        if n_tensors > 1 << 24 or n_kv > 1 << 20 or n_kv * 13 + n_tensors * 24 > r.remaining():
             raise ModelFormatError(f"{p}: corrupt GGUF header ({n_tensors} tensors, {n_kv} keys)",
                                    "the file is damaged or not a GGUF file")
         meta: dict[str, Any] = {}
@@ -185,10 +206,19 @@ def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
                 raise ModelFormatError(f"{p}: corrupt tensor info for {name!r} ({n_dims} dims)",
                                        "the file is damaged")
             shape = tuple(r.u64() for _ in range(n_dims))
+            n_elements = 1
+            for d in shape:
+                n_elements *= d
+            if any(d > MAX_TENSOR_DIM for d in shape) or n_elements > MAX_TENSOR_ELEMENTS:
+                raise r.corrupt(f"tensor {name!r} has shape {list(shape)}, above the limit of "
+                                f"{MAX_TENSOR_ELEMENTS:.3g} elements")
             type_id = r.u32()
             offset = r.u64()
             raw.append((name, shape, type_id, offset))
-        align = int(meta.get("general.alignment", DEFAULT_ALIGNMENT) or DEFAULT_ALIGNMENT)
+        align = meta.get("general.alignment", DEFAULT_ALIGNMENT)
+        if (isinstance(align, bool) or not isinstance(align, int) or not 1 <= align <= MAX_ALIGNMENT
+                or align & (align - 1)):
+            raise r.corrupt(f"general.alignment = {align!r} is not a power of two up to {MAX_ALIGNMENT}")
         pos = f.tell()
         data_offset = -(-pos // align) * align
 
@@ -205,6 +235,11 @@ def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
             # unknown type (e.g. an ik_llama.cpp quant): size is the gap to the next tensor
             end = next_offset.get(i, data_bytes)
             nbytes = end - offset
+        if nbytes > size:
+            raise ModelFormatError(
+                f"{p}: corrupt GGUF header: tensor {name!r} of shape {list(shape)} ({type_name}) would take "
+                f"{nbytes:,} bytes, more than the whole file ({size:,})",
+                "the header is damaged (not an incomplete download); re-convert or fetch a good copy")
         if offset + nbytes > data_bytes:
             raise ModelFormatError(
                 f"{p}: truncated: tensor {name!r} ends at byte {data_offset + offset + nbytes:,} "
@@ -221,7 +256,10 @@ def find_shards(path: str | os.PathLike) -> list[Path]:
     m = SHARD_RE.match(p.name)
     if not m:
         return [p]
-    count = int(m.group("count"))
+    count, no = int(m.group("count")), int(m.group("no"))
+    if count < 1 or not 1 <= no <= count:
+        raise ModelFormatError(f"{p.name}: shard {no} of {count} is not a valid split-file name",
+                               "split files are named NAME-00001-of-0000N.gguf; rename it or give the first shard")
     prefix = m.group("prefix")
     shards = [p.parent / f"{prefix}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
     missing = [s.name for s in shards if not s.exists()]
@@ -239,10 +277,14 @@ def read_gguf_set(path: str | os.PathLike) -> list[GGUFHeader]:
     headers = [read_gguf_header(s) for s in find_shards(path)]
     first = headers[0].metadata
     count = first.get("split.count")
+    expected = first.get("split.tensors.count")
+    for key, v in (("split.count", count), ("split.tensors.count", expected)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ModelFormatError(f"{path}: {key} = {v!r} is not a whole number",
+                                   "the header is damaged; re-convert or fetch a good copy")
     if count is not None and int(count) != len(headers):
         raise ModelFormatError(f"{path}: header says split.count={count} but {len(headers)} files were found",
                                "download every shard into the same folder")
-    expected = first.get("split.tensors.count")
     got = sum(len(h.tensors) for h in headers)
     if expected is not None and int(expected) != got:
         raise ModelFormatError(f"{path}: the shards hold {got} tensors, the header promises {expected}",

@@ -7,6 +7,7 @@ from typing import Any
 from gguf.constants import LlamaFileType
 
 from moeplan.errors import ModelFormatError
+from moeplan.planner.limits import check_hparams
 from moeplan.planner.model import archs
 from moeplan.planner.model.spec import LayerSpec, ModelSpec, Tensor, group_tensors, make_tensor
 from moeplan.probes.gguf_file import ArrayInfo, GGUFHeader, read_gguf_set
@@ -24,7 +25,7 @@ def file_type_label(meta: dict[str, Any]) -> str:
         return "unknown"
     try:
         name = LlamaFileType(int(ft)).name
-    except ValueError:
+    except (ValueError, TypeError, OverflowError):
         return f"ftype{ft}"
     for pre in ("MOSTLY_", "ALL_"):
         if name.startswith(pre):
@@ -57,6 +58,8 @@ def build_model_spec(arch: str, hp: dict[str, Any], tensors: list[Tensor], *, na
     if "block_count" not in hp or "embedding_length" not in hp:
         raise ModelFormatError(f"{where}: {arch}.block_count / {arch}.embedding_length missing from the header",
                                "the file was not written by llama.cpp's converter; re-convert it")
+    # before anything loops over layers or experts (a block_count of 10^9 must not hang)
+    check_hparams(hp, where, prefix="" if source == "hf" else f"{arch}.")
     globals_, per_layer = group_tensors(tensors)
     n_blocks = int(hp["block_count"])
     trunk = archs.n_trunk(hp)
@@ -114,6 +117,7 @@ def model_from_headers(headers: list[GGUFHeader]) -> ModelSpec:
         raise ModelFormatError(f"{path}: general.architecture missing from the header",
                                "the file was not written by llama.cpp's converter; re-convert it")
     hp = arch_hparams(meta, arch)
+    check_hparams(hp, path, prefix=f"{arch}.")
     tensors = [make_tensor(t.name, t.shape, t.type_name, t.n_bytes) for h in headers for t in h.tensors]
     names = [t.name for t in tensors]
     if len(set(names)) != len(names):

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from moeplan.errors import ModelFormatError
+from moeplan.planner.limits import check_hf_config
 from moeplan.planner.model.hf_names import gguf_name, mtp_blocks, scale_owner
 from moeplan.planner.model.spec import ModelSpec, make_tensor
 from moeplan.planner.model.synth import arch_of_config, gguf_hparams, merged_config
@@ -127,6 +128,7 @@ def read_hf_model(folder: str | os.PathLike) -> ModelSpec:
     folder = Path(folder)
     config = read_config(folder)
     cfg = merged_config(config)
+    check_hf_config(cfg, f"{folder}/config.json")
     try:
         arch, _ = arch_of_config(cfg)
     except KeyError as exc:

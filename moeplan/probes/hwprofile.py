@@ -11,16 +11,17 @@ from typing import Any, Callable
 from moeplan.errors import InputError, ProbeError
 from moeplan.planner.hardware.profile import SCHEMA_VERSION, HardwareProfile
 from moeplan.profiles import catalog
-from moeplan.io import write_text_atomic
+from moeplan.io import PRIVATE, write_text_atomic
 
 CACHE_ENV = "MOEPLAN_CACHE_DIR"
 CACHE_FILE = "hardware-probe.json"
 WEEK_S = 7 * 24 * 3600
 
 
-def write_json_atomic(path: str, data: dict[str, Any]) -> None:
-    """Stable JSON (sorted keys) written atomically: readers see the old file or the new one."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+def write_json_atomic(path: str, data: dict[str, Any], mode: int | None = None) -> None:
+    """Stable JSON (sorted keys) written atomically: readers see the old file or the new one.
+    mode None: a file the user asked for (0666 less the umask); PRIVATE (0600) for the cache."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode)
 
 
 def profile_json(p: HardwareProfile) -> dict[str, Any]:
@@ -40,14 +41,28 @@ def parse_profile(data: Any, where: str) -> HardwareProfile:
                          "upgrade moeplan (pip install -U moeplan)")
     if version < 1:
         raise ProbeError(f"{where}: unknown hardware schema {version}", hint)
+    from moeplan.planner.limits import check_hardware
+    from moeplan.planner.serde import SchemaError, check_types
+
     try:
-        return HardwareProfile.from_dict(data)
+        check_types(HardwareProfile, data)
+        profile = HardwareProfile.from_dict(data)
+    except SchemaError as exc:
+        raise ProbeError(f"{where}: {exc}", hint) from None
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
         raise ProbeError(f"{where}: malformed hardware profile ({type(exc).__name__}: {exc})", hint) from None
+    check_hardware(profile, where)
+    return profile
+
+
+MAX_PROFILE_BYTES = 64 * 1024 * 1024  # a probed profile is ~10 kB
 
 
 def read_profile(path: str) -> HardwareProfile:
     try:
+        if os.path.getsize(path) > MAX_PROFILE_BYTES:
+            raise ProbeError(f"{path}: {os.path.getsize(path):,} bytes is above the limit {MAX_PROFILE_BYTES:,} "
+                             "for a hardware profile", "give a profile written by `moeplan probe --out`")
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except json.JSONDecodeError as exc:
@@ -55,6 +70,8 @@ def read_profile(path: str) -> HardwareProfile:
                          "give a profile written by `moeplan probe --out` or `moeplan hardware --out`") from None
     except UnicodeDecodeError:
         raise ProbeError(f"{path} is not a text JSON file", "give a hardware profile JSON") from None
+    except (ValueError, RecursionError) as exc:  # NaN/number limits, nesting beyond the parser's depth
+        raise ProbeError(f"{path} is not valid JSON ({str(exc)[:80]})", "give a hardware profile JSON") from None
     except OSError as exc:
         raise ProbeError(f"cannot read {path}: {exc.strerror}", "check the path and its permissions") from None
     return parse_profile(data, path)
@@ -79,7 +96,7 @@ def save_cached(p: HardwareProfile) -> tuple[str | None, str | None]:
     """(path written, None) or (None, warning) when the cache folder is not writable."""
     path = cache_path()
     try:
-        write_json_atomic(path, profile_json(p))
+        write_json_atomic(path, profile_json(p), PRIVATE)
     except (OSError, InputError) as exc:
         why = exc.message if isinstance(exc, InputError) else (exc.strerror or str(exc))
         return None, f"could not cache the probe in {os.path.dirname(path)} ({why}); " \

@@ -61,3 +61,23 @@ def nearest_cpu_node(nodes: tuple[NumaNode, ...], node_id: int) -> NumaNode | No
         return me.distances[pos] if pos < len(me.distances) else 10**6
 
     return min(with_cpus, key=lambda n: (dist(n), n.id))
+
+
+def node_ids_here(root: str = "/") -> tuple[int, ...]:
+    """NUMA node ids of this machine ((0,) on a kernel without NUMA folders)."""
+    ids = sorted(int(n[4:]) for n in list_dir(root, NODE_DIR) if n.startswith("node") and n[4:].isdigit())
+    return tuple(ids) or (0,)
+
+
+def check_numa_nodes_here(p, where: str, root: str = "/") -> None:
+    """`emit` writes numactl bindings for this machine: every node the placement binds must exist."""
+    from moeplan.errors import InputError
+
+    if not p.numa_nodes or p.numa == "none":
+        return
+    ids = node_ids_here(root)
+    bad = [n for n in p.numa_nodes if n not in ids]
+    if bad:
+        raise InputError(f"{where}: placement.numa_nodes names NUMA node {bad[0]}, which this machine does not have "
+                         f"(nodes: {', '.join(map(str, ids))})",
+                         "emit on the machine that runs the plan, or re-plan with `moeplan tune`")

@@ -94,11 +94,12 @@ def _err(pred: float | None, meas: float | None) -> float | None:
 
 
 def _write_results(path: Path, plan: Plan, trials: list[Trial], stopped: str) -> None:
-    from moeplan.io import write_text_atomic
+    from moeplan.io import PRIVATE, write_text_atomic
     from moeplan.tuner.runners import trial_to_dict
 
     doc = {"plan": plan.to_dict(), "trials": [trial_to_dict(t) for t in trials], "stopped": stopped}
-    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    # results live in the cache (0600) unless tune --validate was given a folder
+    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=True) + "\n", PRIVATE)
 
 
 def run_trials(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, *, runner: str,
@@ -262,7 +263,7 @@ def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: Backend
     if replanned:
         con.print(replanned)
         prof_path = folder / f"hardware-calibrated-{stamp}.json"
-        write_json_atomic(str(prof_path), new_hw.to_dict())
+        write_json_atomic(str(prof_path), new_hw.to_dict(), None if out_dir else PRIVATE)
         con.print(f"calibrated hardware profile: {prof_path} (use it with --hw)")
     return new_plan
 

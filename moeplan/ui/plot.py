@@ -10,7 +10,23 @@ from moeplan.io import write_bytes_atomic
 from moeplan.units import GIB
 
 
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+def check_plot_path(path: Path) -> str:
+    """The picture format of `path` (from its suffix), and matplotlib present; before any work."""
+    import importlib.util
+
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    if fmt not in PLOT_FORMATS:
+        raise InputError(f"--plot {path}: cannot write a {fmt!r} picture", "name the file .png, .svg or .pdf")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise InputError("--plot needs matplotlib", "pip install 'moeplan[plot]'")
+    return fmt
+
+
 def write_pareto_plot(plan: Plan, path: Path) -> Path:
+    check_plot_path(path)
     try:
         import matplotlib
 
