@@ -9,6 +9,28 @@ import typer
 from moeplan import __version__
 from moeplan.commands.common import DEBUG_ENV
 
+def _quiet_flag_types() -> None:
+    """typer >= 0.25 labels every on/off flag `<bool>` in --help, though a flag takes no value.
+    An option that takes no value shows no type (what click and older typer print)."""
+    try:
+        from typer.core import TyperOption
+    except ImportError:  # pragma: no cover - typer without its own option class
+        return
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_moeplan_quiet", False):
+        return
+
+    def display_type_rich(self, ctx):
+        if getattr(self, "is_flag", False) and not getattr(self, "count", False):
+            return None
+        return shown(self, ctx)
+
+    display_type_rich._moeplan_quiet = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_quiet_flag_types()
+
 app = typer.Typer(
     name="moeplan",
     help="Plan, predict and verify how to run a huge Mixture-of-Experts LLM on the machine you have.",

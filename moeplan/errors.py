@@ -2,7 +2,8 @@
 
 Exit codes (documented in the README):
   0 ok, 1 unexpected internal error, 2 bad input (arguments, sizes, names),
-  3 model file format, 4 probe / hardware, 5 infeasible plan, 6 runner failed.
+  3 model file format, 4 probe / hardware, 5 infeasible plan, 6 runner failed,
+  130 interrupted (Ctrl-C, 128 + SIGINT as shells report it).
 """
 from __future__ import annotations
 
@@ -56,3 +57,10 @@ class RunnerError(MoeplanError):
 
     exit_code = 6
     kind = "runner"
+
+
+class Interrupted(MoeplanError):
+    """The user pressed Ctrl-C (SIGINT): exit 130 as a shell reports a process killed by it."""
+
+    exit_code = 130
+    kind = "interrupted"

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Callable
 
 import typer
 
-from moeplan.errors import MoeplanError
+from moeplan.errors import Interrupted, MoeplanError
 from moeplan.ui.console import print_error
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")]
@@ -30,8 +30,9 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
             print_error(err, as_json)
             raise typer.Exit(err.exit_code) from None
         except KeyboardInterrupt:
-            print_error(MoeplanError("interrupted", "partial results, if any, were kept"), as_json)
-            raise typer.Exit(130) from None
+            err = Interrupted("interrupted (Ctrl-C)", "files are written whole or not at all; rerun the command")
+            print_error(err, as_json)
+            raise typer.Exit(err.exit_code) from None
         except Exception as exc:  # a bug: say so in one line unless debugging
             if os.environ.get(DEBUG_ENV):
                 raise

@@ -180,6 +180,6 @@ def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = F
     from moeplan.launch import preview_command
 
     cmd = preview_command(plan, spec)
-    stdout_console().print(tune_render(spec, plan, cmd, explain))
+    stdout_console().print(tune_render(spec, plan, cmd, explain), crop=False)
     if emit:
         stdout_console().print(f"wrote launch files to {emit}")

@@ -87,14 +87,16 @@ def _b(v) -> str:
 
 def models_table(rows: list[dict]) -> Table:
     t = Table(title="bundled model profiles (params in billions, as model cards print them)",
-              box=box.SIMPLE_HEAD, pad_edge=False)
+              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     cells = [[r["name"], r["arch"], _b(r.get("total_params_b")), _b(r.get("active_params_b")),
               f"{r.get('n_experts_used', '?')}/{r.get('n_experts', '?')}", str(r.get("n_layers", "?")),
               str(r.get("default_quant", "")), str(r.get("status", "")).split(" ")[0]] for r in rows]
     for i, col in enumerate(("name", "arch", "total", "active", "k/N", "layers", "quant", "status")):
         width = max([len(col)] + [len(c[i]) for c in cells])
-        # the name folds when the terminal is narrow; the short columns keep their width
-        t.add_column(col, min_width=None if i == 0 else width, overflow="fold" if i == 0 else "ellipsis")
+        # names are copied into commands: never broken; the short columns keep their width
+        # (the arch column gives way first: the name says the family)
+        t.add_column(col, min_width=None if i == 1 else width, no_wrap=i == 0,
+                     overflow="ellipsis")
     for c in cells:
         t.add_row(*c)
     return t

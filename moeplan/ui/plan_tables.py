@@ -171,7 +171,9 @@ def tune_render(model: ModelSpec, plan: Plan, command: str = "", explain: bool =
                   style="bold"),
              speed_line(e)]
     if command:
-        parts += [Text("run it:", style="bold"), Text(command)]
+        # one line, never wrapped inside an argument: it is copied into a shell (print the
+        # group with crop=False so a line wider than the terminal overflows instead of being cut)
+        parts += [Text("run it:", style="bold"), Text(command, no_wrap=True, overflow="ignore")]
     parts += [placement_table(model, plan.placement), memory_table(e, explain),
               terms_table("decode: where the time goes (per token)", e.decode_terms, "per token", explain)]
     if explain:
