@@ -16,7 +16,6 @@ from typing import Iterator
 from moeplan.errors import InputError
 
 PRIVATE = 0o600
-LOCK_NAME = ".moeplan.lock"
 
 
 def current_umask() -> int:
@@ -91,10 +90,13 @@ def check_out_dir(path: str | os.PathLike, option: str) -> Path:
 
 @contextlib.contextmanager
 def folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive fcntl.flock on FOLDER/.moeplan.lock: writers of one folder take turns."""
+    """An exclusive fcntl.flock on the folder itself: writers of one folder take turns.
+
+    Locking the folder's own descriptor (Linux and the BSDs allow flock on a directory) leaves
+    no lock file behind, and cannot race with a lock file being removed and re-created."""
     import fcntl
 
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, default_mode())
+    fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -13,13 +13,16 @@ from moeplan.commands.placement_opts import (AllCpuMoeOpt, BackendOpt, CacheOpt,
                                              NumaOpt, ThreadsOpt, UbatchOpt, resolve_placement)
 from moeplan.errors import InputError
 
-def read_plan_placement(path: str, model):
-    """Placement of a plan.json written by `moeplan tune` (and a note if it is for another model)."""
+def read_plan_placement(path: str, model, plan=None):
+    """Placement of a plan.json written by `moeplan tune` (and a note if it is for another model).
+
+    The plan's thread count is for the machine it was made for (a preset, another host), so
+    only its range is checked, not this machine's CPUs."""
     from moeplan.planfile import read_plan
     from moeplan.planner.limits import check_placement
 
-    plan = read_plan(path)
-    check_placement(plan.placement, where=path, model=model, logical_cpus=os.cpu_count())
+    plan = plan or read_plan(path)
+    check_placement(plan.placement, where=path, model=model)
     notes = []
     if plan.model.digest and plan.model.digest != model.digest():
         notes.append(f"the plan is for {plan.model.name} (digest {plan.model.digest}), not this model "
@@ -80,6 +83,11 @@ def register(app: typer.Typer) -> None:
         measure decode and prefill speed, time and bytes per tier, cache hits and memory."""
         from moeplan.executor.run import import_torch
 
+        plan_doc = None
+        if plan is not None:
+            from moeplan.planfile import read_plan
+
+            plan_doc = read_plan(plan)  # a bad plan file is refused before the slow imports
         import_torch()  # a clean 'needs torch' error before any module that imports it
         from moeplan.executor.build import ExecOptions
         from moeplan.executor.cache import POLICIES
@@ -124,7 +132,7 @@ def register(app: typer.Typer) -> None:
             if given:
                 raise InputError(f"give either --plan or placement flags, not both ({given[0]})",
                                  "the plan already says where every layer goes")
-            the_plan, notes = read_plan_placement(plan, spec)
+            the_plan, notes = read_plan_placement(plan, spec, plan_doc)
             placement = the_plan.placement
             estimate = {"decode_tok_s": the_plan.estimate.decode_tok_s, "prefill_tok_s": the_plan.estimate.prefill_tok_s}
         else:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from moeplan.commands.common import JsonOpt, command
-from moeplan.errors import InputError, ModelFormatError
+from moeplan.errors import ModelFormatError
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planfile import read_plan  # noqa: F401  (re-exported for callers)
 from moeplan.planner.plan import Plan

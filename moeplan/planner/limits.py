@@ -91,7 +91,8 @@ def check_int(value: Any, field: str, limit: Limit, err: type[MoeplanError], hin
     if n < lo:
         raise err(f"{field} = {n} is below the minimum {int(lo)}", hint)
     if n > hi:
-        raise err(f"{field} = {n} is above the limit {int(hi)} ({limit.reason})", hint)
+        # the limit's reason is in docs/input-limits.md; the message stays one short line
+        raise err(f"{field} = {n} is above the limit {int(hi)}", hint)
     return n
 
 
@@ -254,8 +255,12 @@ def max_threads(logical_cpus: int | None) -> int:
 
 def check_threads(threads: int, logical_cpus: int | None, field: str = "--threads") -> int:
     hi = max_threads(logical_cpus)
-    return check_int(threads, field, Limit(1, hi, f"the machine has {hi} logical CPUs"), InputError,
-                     f"give 1..{hi} (the machine's logical CPUs)")
+    n = as_int(threads, field, InputError, "for example --threads 16")
+    if not 1 <= n <= hi:
+        raise InputError(f"{field} = {n} is outside 1..{hi}"
+                         + (f" (the machine's {hi} logical CPUs)" if logical_cpus else ""),
+                         f"give 1..{hi} threads, for example the number of physical cores")
+    return n
 
 
 def check_ctx(n_ctx: int, field: str = "--ctx", model_name: str = "", model_ctx: int = 0) -> int:
@@ -263,12 +268,13 @@ def check_ctx(n_ctx: int, field: str = "--ctx", model_name: str = "", model_ctx:
     n = as_int(n_ctx, field, InputError, "for example --ctx 32k")
     if 1 <= n <= MAX_CTX:
         return n
-    trained = f"{model_name} was trained for {model_ctx:,} tokens; " if model_ctx else ""
     if n < 1:
         raise InputError(f"{field} = {n} must be at least 1", "for example --ctx 4096 or 32k")
-    raise InputError(f"{field} = {n:,} is above the limit {MAX_CTX:,} tokens ({trained}{CTX.reason})",
-                     f"give at most the model's maximum context{f' ({model_ctx:,})' if model_ctx else ''}, "
-                     "for example --ctx 32k")
+    if model_ctx:
+        raise InputError(f"{field} = {n:,} is above {model_name or 'the model'}'s maximum context of "
+                         f"{model_ctx:,} tokens (and moeplan's limit of {MAX_CTX:,})",
+                         f"give --ctx {model_ctx:,} or less")
+    raise InputError(f"{field} = {n:,} is above the limit of {MAX_CTX:,} tokens", "for example --ctx 32k")
 
 
 def check_run_shape(depth: int, prompt: int, model_name: str = "", model_ctx: int = 0) -> None:

@@ -230,6 +230,7 @@ def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: Backend
                   quiet: bool = False, out_dir: Path | None = None, device: str = "", dtype: str = "bf16",
                   tokens: int = 16, prompt: int = 256) -> Plan:
     """`tune --validate`: runs, comparison table, calibration, re-plan; returns the new Plan."""
+    from moeplan.io import PRIVATE
     from moeplan.probes.hwprofile import cache_dir, write_json_atomic
     from moeplan.tuner.runners import RunSettings
     from moeplan.ui.console import stderr_console, stdout_console
