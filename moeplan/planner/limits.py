@@ -234,6 +234,12 @@ HF_LIMITS: dict[str, Limit] = {
 def check_hf_config(cfg: dict[str, Any], where: str) -> None:
     """Range-check a (merged) config.json. Raises ModelFormatError naming the key."""
     hint = "config.json is corrupt or not a real model's; download it again"
+    archs = cfg.get("architectures")
+    if archs is not None and (not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)):
+        raise ModelFormatError(f"{where}: architectures = {describe(archs)} is not a list of names", hint)
+    for key in ("model_type", "_name_or_path"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], str):
+            raise ModelFormatError(f"{where}: {key} = {describe(cfg[key])} is not a string", hint)
     for key, limit in HF_LIMITS.items():
         if key in cfg and cfg[key] is not None:
             check_int(cfg[key], f"{where}: {key}", limit, ModelFormatError, hint)

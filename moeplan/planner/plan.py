@@ -150,10 +150,7 @@ def plan_from_doc(data, where: str) -> Plan:
     if version < 1:
         raise InputError(f"{where}: plan schema_version = {version} is unknown (1..{PLAN_SCHEMA_VERSION})", PLAN_HINT)
     try:
-        # the model and placement are what emit, bench and calibrate act on; the estimate is
-        # only shown (its NaN figures are written as null)
-        check_types(ModelRef, data["model"], "model")
-        check_types(Placement, data["placement"], "placement")
+        check_types(Plan, data)
         if not isinstance(data.get("estimate"), dict):
             raise SchemaError("estimate", data.get("estimate"), "an object")
         plan = Plan.from_dict(data)

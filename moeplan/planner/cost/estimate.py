@@ -189,6 +189,11 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     g = _fig(gpu.mem_bw_bytes_per_s) if gpu else None
     if g:
         bw_g = Rate(g[0] * eta_g, f"{g[1]} x {eta_src} eta_gpu={eta_g:.2f}", math.hypot(g[2], eta_err))
+    elif not cpu_only:
+        from moeplan.errors import ProbeError
+
+        raise ProbeError(f"{hw.name}: gpus[0].mem_bw_bytes_per_s is missing; the cost model needs the GPU's "
+                         "memory bandwidth", "add it (moeplan hardware --gpu-bw 1008GB/s ...), or plan with --cpu-only")
     else:
         bw_g = Rate(0.0, "none", 0.0, "no GPU")
     mfu, mfu_src, mfu_err = _factor("gpu_mfu", pr.gpu_mfu, pr, hw)
