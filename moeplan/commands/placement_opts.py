@@ -80,14 +80,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
             cpu = moe[:cpu_moe_layers]
     else:
         cpu = ()
-    if threads is not None and threads < 1:
-        raise InputError("--threads must be at least 1", "for example --threads 32")
-    if ubatch < 1 or ubatch > 65536:
-        raise InputError(f"--ubatch {ubatch} is out of range", "typical values: 512, 1024, 2048, 4096")
-    if not 0.0 <= accept <= 1.0:
-        raise InputError(f"--accept {accept} is not a rate", "give the acceptance rate between 0 and 1")
-    if draft < 0:
-        raise InputError("--draft must not be negative", "for example --draft 4")
+    # ranges of --threads, --ubatch, --accept, --draft: planner/limits.py (check_placement below)
     if experts_used is not None and not 1 <= experts_used <= model.n_experts:
         raise InputError(f"--experts-used {experts_used} is out of range",
                          f"{model.name} has {model.n_experts} experts, {model.n_experts_used} used by default")

@@ -289,6 +289,13 @@ def check_run_shape(depth: int, prompt: int, model_name: str = "", model_ctx: in
     check_int(prompt, "--prompt", Limit(1, MAX_PROMPT, CTX.reason), InputError, "for example --prompt 512")
 
 
+# the flag that sets each Placement field (messages about flags name the flag)
+FLAG_OF = {"backend": "--backend", "numa": "--numa", "cache_type_k": "--kv-type", "cache_type_v": "--kv-type",
+           "n_ctx": "--ctx", "n_ubatch": "--ubatch", "n_threads": "--threads", "n_draft": "--draft",
+           "draft_accept": "--accept", "gpu_expert_cache_bytes": "--gpu-expert-cache",
+           "n_experts_used": "--experts-used", "cpu_moe_layers": "--cpu-layers", "load_mode": "--no-mmap"}
+
+
 def check_placement(p: Any, *, where: str = "", model: Any = None, profile: Any = None,
                     logical_cpus: int | None = None) -> None:
     """Every field of a Placement within range; with a model, its layers and experts; with a
@@ -301,7 +308,7 @@ def check_placement(p: Any, *, where: str = "", model: Any = None, profile: Any 
     hint = "re-plan with `moeplan tune`, or fix the value by hand" if where else "see `moeplan tune --help`"
 
     def f(name: str) -> str:
-        return pre + name
+        return pre + name if where else FLAG_OF.get(name, name)
 
     for name, allowed in (("backend", BACKENDS), ("numa", NUMA_POLICIES), ("load_mode", LOAD_MODES),
                           ("cache_type_k", KV_CACHE_TYPES), ("cache_type_v", KV_CACHE_TYPES)):
@@ -316,17 +323,17 @@ def check_placement(p: Any, *, where: str = "", model: Any = None, profile: Any 
     check_int(p.n_batch, f("n_batch"), Limit(1, MAX_BATCH, "llama.cpp's logical batch"), InputError, hint)
     check_int(p.n_seq, f("n_seq"), Limit(1, MAX_SEQ, "parallel sequences"), InputError, hint)
     cpus = logical_cpus or (profile.cpu.n_threads if profile is not None else None)
-    check_threads(p.n_threads, cpus, f("n_threads") if where else "--threads")
+    check_threads(p.n_threads, cpus, f("n_threads"))
     if p.n_threads_batch:
         check_threads(p.n_threads_batch, cpus, f("n_threads_batch"))
-    check_int(p.n_draft, f("n_draft") if where else "--draft", Limit(0, MAX_DRAFT, "drafted tokens per step"),
+    check_int(p.n_draft, f("n_draft"), Limit(0, MAX_DRAFT, "drafted tokens per step"),
               InputError, "for example --draft 4")
-    check_number(p.draft_accept, f("draft_accept") if where else "--accept", 0.0, 1.0, InputError,
+    check_number(p.draft_accept, f("draft_accept"), 0.0, 1.0, InputError,
                  "give the acceptance rate between 0 and 1")
     check_int(p.gpu_expert_cache_bytes, f("gpu_expert_cache_bytes"), Limit(0, MAX_BYTES, "bytes"), InputError, hint)
     check_int(p.n_gpus, f("n_gpus"), Limit(0, MAX_GPUS, "GPUs of one machine"), InputError, hint)
     check_int(p.n_outputs_max, f("n_outputs_max"), Limit(0, MAX_BATCH, "rows of logits"), InputError, hint)
-    check_int(p.n_experts_used, f("n_experts_used") if where else "--experts-used", EXPERTS, InputError, hint)
+    check_int(p.n_experts_used, f("n_experts_used"), EXPERTS, InputError, hint)
     for i, layer in enumerate(p.cpu_moe_layers):
         check_int(layer, f"{f('cpu_moe_layers')}[{i}]", Limit(0, MAX_LAYERS - 1, LAYERS.reason), InputError, hint)
     for i, node in enumerate(p.numa_nodes):
@@ -339,7 +346,7 @@ def check_placement(p: Any, *, where: str = "", model: Any = None, profile: Any 
             raise InputError(f"{f('cpu_moe_layers')} names block {bad[0]}, which has no routed experts",
                              f"MoE blocks of {model.name}: {min(moe) if moe else '-'}-{max(moe) if moe else '-'}")
         if p.n_experts_used > model.n_experts:
-            raise InputError(f"{f('n_experts_used') if where else '--experts-used'} = {p.n_experts_used} is above "
+            raise InputError(f"{f('n_experts_used')} = {p.n_experts_used} is above "
                              f"the {model.n_experts} experts of {model.name}",
                              f"{model.n_experts_used} are used by default")
     if profile is not None and p.numa_nodes:
