@@ -1,6 +1,6 @@
 """Accuracy of `moeplan estimate` on public measurements.
 
-For each row of shared/calibration/measurements.jsonl: build a hardware profile with
+For each row of benchmarks/data/measurements.jsonl: build a hardware profile with
 `moeplan hardware` from the row's published figures (the row's own numbers, the spec-sheet
 `lookup_*` fields where the row is silent), run `moeplan estimate` with the row's model,
 file size, quant, placement, threads, experts per token, context and backend, and print
@@ -11,7 +11,7 @@ Nothing here corrects a row: the model is the cost model with its per-backend pr
 (moeplan/profiles/backends.toml). Rows without a figure the model can be run on are listed
 as skipped, with why.
 
-    python benchmarks/accuracy.py [--data shared/calibration/measurements.jsonl] [--json]
+    python benchmarks/accuracy.py [--data benchmarks/data/measurements.jsonl] [--json]
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 from moeplan.cli import app
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_DATA = HERE.parent.parent / "shared" / "calibration" / "measurements.jsonl"
+DEFAULT_DATA = HERE / "data" / "measurements.jsonl"
 OUTLIER = 0.35
 ASSUMED_CPU = "CPU not stated: assumed an 8-core dual-channel DDR5-5600 desktop (speeds not counted)"  # |predicted/measured - 1| beyond this is flagged and explained
 GIB = 1024**3

@@ -4,7 +4,7 @@ Let C / G be the MoE layers whose routed experts are in host RAM / on the GPU, N
 layer, k used per token, E_l the expert bytes of layer l and W_l its expert weights
 (elements), so one expert is S_exp = E_l / N bytes and P_exp = W_l / N weights.
 
-Decode, seconds per token (DESIGN.md §5):
+Decode, seconds per token (docs/design.md §5):
   t_tok = t_gpu_weights + t_kv + t_launch + t_cpu_read + t_cpu_compute_excess + t_sync
           + t_nvme + t_token
   t_gpu_weights = (R_dense + sum_G k/N * E_l) / BW_g          BW_g = eta_gpu * BW_gpu
@@ -47,7 +47,7 @@ from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, Term
 from moeplan.planner.cost.priors import BackendPriors
 
-# nominal clock of the machine the batch-1 dot-product anchor was measured on (DESIGN.md §4:
+# nominal clock of the machine the batch-1 dot-product anchor was measured on (docs/design.md §4:
 # Q8_0 experts at 18.7 GB/s with 2 threads, a Sapphire Rapids-class VM reporting 2100 MHz);
 # also the clock assumed when a profile gives none
 REF_CLOCK_HZ = 2.1e9
