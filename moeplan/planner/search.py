@@ -108,7 +108,8 @@ def shortfall(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ra
         return f"RAM short by {(anon - ram + OS_RESERVE_BYTES) / GIB:.2f} GiB"
     if p.numa == "bind" and hw.numa_nodes:
         nodes = used_nodes(hw, p)
-        node_mem = sum(n.mem_total_bytes for n in nodes)
+        # Windows reports only a node's available memory (mem_total_bytes 0): use that
+        node_mem = sum(n.mem_total_bytes or (n.mem_free_bytes or 0) for n in nodes)
         if node_mem and mem.ram_bytes > node_mem - OS_RESERVE_BYTES // 2:
             return f"bound NUMA node RAM short by {(mem.ram_bytes - node_mem) / GIB:.2f} GiB"
     return ""

@@ -153,7 +153,7 @@ class Cpu:
     memory_channels: int | None = None  # populated channels, all sockets
     ram_type: str = ""  # ddr4 / ddr5 / lpddr5x ...
     ram_speed_mts: int | None = None
-    source: str = "procfs"  # of model, counts and ISA: procfs / sysfs / spec-sheet / user
+    source: str = "procfs"  # of model, counts and ISA: procfs / sysfs / py-cpuinfo / win32 / spec-sheet / user
     # of memory_channels / ram_type / ram_speed_mts: dmi / spec-sheet / user; "" = unknown
     memory_source: str = ""
     n_dimms: int | None = None  # populated DIMMs (DMI type 17), when readable
