@@ -16,7 +16,8 @@ Decode, seconds per token (docs/design.md §5):
   t_sync        = |C| * (s_sync + n_ops * s_barrier * T * x_sockets)
   t_nvme        = m * sum_C k/N * E_l / BW_nvme    (m: share of CPU expert pages not resident)
   BW_c = min(T * b_core, eta_cpu * sum_{memory nodes} BW_node), then the remote share f
-         (NUMA policy) gives 1/BW_c' = (1-f)/BW_c + f/(rho * BW_c)
+         (NUMA policy) gives 1/BW_c' = (1-f)/BW_c + f/(rho * BW_c); on Windows every policy
+         but a bind (`start /NODE`) is the OS default, pages spread over n nodes: f = 1 - 1/n
   h = GPU expert-cache hit rate = (c/N)^(1 - s) for c cached experts per CPU layer (Zipf s)
 
 Speculative decoding with n drafted tokens and acceptance a: one verification step reads
@@ -231,6 +232,13 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 0.0
         note = "node-local pools" if pr.numa_aware and len(nodes) > 1 else f"node {nodes[0].id}"
+    elif hw.os == "windows":
+        # no numactl and a no-op --numa on Windows (planner/hardware/windows.py): any policy but
+        # a `start /NODE` bind leaves threads on every node and pages spread over the nodes
+        mem_nodes_bw = sum(b[0] for b in bws)
+        f_remote = 1 - 1 / len(nodes)
+        note = (f"Windows default: threads on all nodes, pages spread over nodes {[n.id for n in nodes]}, "
+                f"{f_remote:.0%} of reads remote")
     elif p.numa == "interleave":
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 1 - 1 / len(nodes)
@@ -555,12 +563,14 @@ BOTTLENECK_TEXT = {
 
 def node_ram_split(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
                    host_bytes: int) -> tuple[tuple[int, int], ...]:
-    """Host RAM per NUMA node: bound nodes hold it all, interleave spreads it, KTransformers
-    copies the experts to every node, no policy puts it on the first node."""
+    """Host RAM per NUMA node: bound nodes hold it all, interleave spreads it (as Windows does
+    without a bind), KTransformers copies the experts to every node, no policy puts it on the
+    first node."""
     nodes = used_nodes(hw, p)
     if pr.numa_aware and len(nodes) > 1:
         return tuple((n.id, host_bytes) for n in nodes)
-    if p.numa in ("interleave", "distribute") and len(nodes) > 1:
+    spread = p.numa in ("interleave", "distribute") or (hw.os == "windows" and p.numa != "bind")
+    if spread and len(nodes) > 1:
         share = host_bytes // len(nodes)
         return tuple((n.id, share) for n in nodes)
     return ((nodes[0].id, host_bytes),)
