@@ -215,6 +215,8 @@ def _error_line(output: str) -> str:
 def _reason(msg: str) -> str:
     if re.search(r"unknown (CPU|GPU)|not in the parts catalog", msg):
         return "part not in catalog: " + msg
+    if "the CPU is unknown" in msg:
+        return "CPU not stated"
     if "unknown quant" in msg:
         return "unknown quant: " + msg
     return msg
