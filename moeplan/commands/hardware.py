@@ -202,6 +202,10 @@ def _ram_type(text: str | None) -> str | None:
     from moeplan.profiles.catalog import efficiency
 
     t = text.strip().lower().replace("-", "")
+    if t == "mrdimm":
+        # MRDIMM (DDR5 multiplexed-rank DIMM): a DDR5 channel at the stated MT/s (8800), the
+        # buffer interleaving two ranks; peak = MT/s x 8 B like any DDR5 channel
+        t = "ddr5"
     known = [k for k in efficiency().dram_read if k != "unknown"]
     if t not in known:
         raise InputError(f"unknown --ram-type {text!r}", "use one of " + ", ".join(known))

@@ -541,6 +541,39 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     return terms, errs
 
 
+# ---- fitted term-group scales and held-out ranges (docs/cost-model.md) -----------------------
+
+# the resource a term charges -> the group whose time scale is fitted (benchmarks/accuracy.py)
+TERM_GROUP = {"cpu-mem": "cpu", "cpu-compute": "cpu", "nvme": "cpu", "gpu-mem": "gpu", "gpu-compute": "gpu",
+              "pcie": "pcie", "sync": "fixed"}
+
+
+def fitted_term_scales(terms: list[Term], scales: dict[str, float]) -> list[Term]:
+    """Each term times its group's fitted scale (1 where none was fitted)."""
+    out = []
+    for t in terms:
+        x = scales.get(TERM_GROUP.get(t.resource, "fixed"), 1.0)
+        out.append(t if x == 1.0 else Term(t.name, t.seconds * x, t.resource,
+                                           f"{t.formula} x {x:.2f} (fitted {TERM_GROUP.get(t.resource, 'fixed')} scale)"))
+    return out
+
+
+def dominant_group(terms: list[Term]) -> str:
+    by: dict[str, float] = {}
+    for t in terms:
+        g = TERM_GROUP.get(t.resource, "fixed")
+        by[g] = by.get(g, 0.0) + t.seconds
+    return max(sorted(by), key=lambda g: by[g]) if by else "all"
+
+
+def held_out_range(value: float, terms: list[Term], widths: dict[str, float]) -> tuple[float, float] | None:
+    """value x exp(-/+ w), w the held-out 80% log half-width of the group dominating the terms."""
+    w = widths.get(dominant_group(terms), widths.get("all"))
+    if w is None:
+        return None
+    return value * math.exp(-w), value * math.exp(w)
+
+
 def _bottleneck(terms: list[Term]) -> str:
     if not terms:
         return "none"
@@ -587,10 +620,12 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
     other_host = mem.ram_bytes - mem.get("weights_experts_cpu")
     res_share = _resident_share(model, p, hw, other_host)
     dterms, derrs, per_step = estimate_decode_terms(model, p, hw, pr, f, depth, res_share)
+    dterms = fitted_term_scales(dterms, pr.term_scale.get("decode", {}))
     t_step = sum(t.seconds for t in dterms)
     decode = per_step / t_step if t_step > 0 else 0.0
     dr = _terms_range(dterms, derrs)
     pterms, perrs = estimate_prefill_terms(model, p, hw, pr, f, n_prompt)
+    pterms = fitted_term_scales(pterms, pr.term_scale.get("prefill", {}))
     t_pp = sum(t.seconds for t in pterms)
     prefill = 1.0 / t_pp if t_pp > 0 else 0.0
     prr = _terms_range(pterms, perrs)
@@ -605,11 +640,13 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
                      f"{per_step:.2f} tokens per step")
     if f.cpu_only:
         notes.append("no GPU layers: everything runs on the CPU")
+    d_range = held_out_range(decode, dterms, pr.term_range_log.get("decode", {}))
+    p_range = held_out_range(prefill, pterms, pr.term_range_log.get("prefill", {}))
     return Estimate(
         decode_tok_s=decode,
-        decode_tok_s_range=(decode / (1 + dr), decode / max(0.1, 1 - dr)),
+        decode_tok_s_range=d_range or (decode / (1 + dr), decode / max(0.1, 1 - dr)),
         prefill_tok_s=prefill,
-        prefill_tok_s_range=(prefill / (1 + prr), prefill / max(0.1, 1 - prr)),
+        prefill_tok_s_range=p_range or (prefill / (1 + prr), prefill / max(0.1, 1 - prr)),
         decode_terms=tuple(t if p.n_draft == 0 else Term(t.name, t.seconds / per_step, t.resource, t.formula)
                            for t in dterms),
         prefill_terms=tuple(pterms),
