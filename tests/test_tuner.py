@@ -175,7 +175,7 @@ def test_validate_loop_with_the_executor_end_to_end(tmp_path, monkeypatch):
     hw_path = tmp_path / "hw.json"
     hw = replace(toy_hw(vram_gib=2.0, ram_gib=16, cores=2), name="ci machine")
     hw_path.write_text(json.dumps(hw.to_dict()))
-    out = CliRunner().invoke(app, ["tune", str(path), "--hw", str(hw_path), "--validate", "--trials", "3",
+    out = CliRunner().invoke(app, ["tune", str(path), "--hw", str(hw_path), "--validate", "--trials", "2",
                                    "--budget", "3m", "--json"])
     assert out.exit_code == 0, out.output
     plan = json.loads(out.stdout)["plan"]
@@ -184,7 +184,7 @@ def test_validate_loop_with_the_executor_end_to_end(tmp_path, monkeypatch):
     doc = json.loads(results[0].read_text())["validations"][-1]
     assert len(doc["trials"]) >= 2
     ok = [t for t in doc["trials"] if not t["error"]]
-    assert ok and all(t["measured_decode_tok_s"] > 0 and t["n_repeats"] >= 2 for t in ok)
+    assert ok and all(t["measured_decode_tok_s"] > 0 and t["n_repeats"] >= 1 for t in ok)
     val = json.loads(out.stdout)["validation"]
     assert len(val["trials"]) == len(doc["trials"]) and isinstance(val["calibration_accepted"], bool)
     assert plan["placement"] == json.loads(out.stdout)["plan"]["placement"]
