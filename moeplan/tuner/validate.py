@@ -22,7 +22,6 @@ only when its leave-one-trial-out error beats the priors' (tuner/holdout.py).
 """
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field, replace
@@ -31,13 +30,12 @@ from pathlib import Path
 from moeplan.errors import InputError
 from moeplan.planner.cost import factors as F
 from moeplan.planner.cost.estimate import cpu_isa_class, estimate
-from moeplan.planner.hardware.profile import HardwareProfile
+from moeplan.planner.hardware.profile import Calibration, HardwareProfile
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Plan
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.search import Request, shortfall
-from moeplan.planner.hardware.profile import Calibration
 from moeplan.tuner.calibrate import CalibrationResult, store_calibration
 from moeplan.tuner.holdout import HoldoutResult
 from moeplan.tuner.trials import RunLoad, Trial
