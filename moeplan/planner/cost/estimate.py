@@ -46,6 +46,7 @@ from moeplan.planner.memory.accounting import (MemoryConstants, estimate_memory,
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, Term
+from moeplan.planner.cost import factors as F
 from moeplan.planner.cost.priors import BackendPriors
 
 # nominal clock of the machine the batch-1 dot-product anchor was measured on (docs/design.md §4:
@@ -109,27 +110,28 @@ def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
     return fig.effective, fig.source, err
 
 
-# factors that describe the machine more than the runtime's kernels: a calibration made with
-# one runner (the bundled executor) carries over to other backends only for these
-MACHINE_FACTORS = frozenset({"eta_cpu", "core_read_share", "rho_remote", "pi_h2d", "eta_gpu"})
+# factors that describe the machine more than the runtime's kernels (the table's "machine"
+# level): a calibration made with one runner (the bundled executor) carries over to other
+# backends only for these
+MACHINE_FACTORS = F.MACHINE_FACTORS
 
 
-def _factor(name: str, prior: float, pr: BackendPriors, hw: HardwareProfile,
-            err_key: str | None = None) -> tuple[float, str, float]:
+def _factor(spec: F.FactorSpec, prior: float, pr: BackendPriors, hw: HardwareProfile) -> tuple[float, str, float]:
     """A factor's value, source and 1-sigma relative error.
 
     A calibration of this backend wins. A calibration made with another runner (e.g. the
     bundled executor) says how this machine deviates from that runner's prior; the same
     ratio is applied to this backend's prior, with more uncertainty. Otherwise the prior.
     """
+    name, err_key = spec.name, spec.error_key
     own = hw.calibration_for(pr.name)
     if own and name in own.factors:
         return own.factors[name], "calibrated", max(0.03, own.rel_err.get(name, 0.08))
     for c in hw.calibration:
         if name in MACHINE_FACTORS and c.backend != pr.name and name in c.factors and c.priors.get(name):
             ratio = c.factors[name] / c.priors[name]
-            return prior * ratio, f"calibrated via {c.backend}", pr.err(err_key or name) * 0.5 + 0.1
-    return prior, "prior", pr.err(err_key or name)
+            return prior * ratio, f"calibrated via {c.backend}", pr.err(err_key) * 0.5 + 0.1
+    return prior, "prior", pr.err(err_key)
 
 
 def cpu_isa_class(hw: HardwareProfile) -> str:
@@ -186,13 +188,13 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     gpu = hw.gpus[0] if hw.gpus else None
 
     # GPU memory bandwidth and compute
-    eta_g, eta_src, eta_err = _factor("eta_gpu", pr.eta_gpu, pr, hw)
+    eta_g, eta_src, eta_err = _factor(F.ETA_GPU, pr.eta_gpu, pr, hw)
     g = _fig(gpu.mem_bw_bytes_per_s) if gpu else None
     if g:
         bw_g = Rate(g[0] * eta_g, f"{g[1]} x {eta_src} eta_gpu={eta_g:.2f}", math.hypot(g[2], eta_err))
     else:
         bw_g = Rate(0.0, "none", 0.0, "no GPU")
-    mfu, mfu_src, mfu_err = _factor("gpu_mfu", pr.gpu_mfu, pr, hw)
+    mfu, mfu_src, mfu_err = _factor(F.GPU_MFU, pr.gpu_mfu, pr, hw)
     gf = _fig(gpu.fp16_flop_per_s) if gpu else None
     if gf:
         f_gpu = Rate(gf[0] * mfu, f"{gf[1]} x {mfu_src} mfu={mfu:.2f}", math.hypot(gf[2], mfu_err))
@@ -201,7 +203,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
         f_gpu = Rate(g[0] * 100 * mfu, "prior (100 FLOP/B of bandwidth)", 0.5)
     else:
         f_gpu = Rate(0.0, "none", 0.0)
-    pi, pi_src, pi_err = _factor("pi_h2d", pr.pi_h2d, pr, hw)
+    pi, pi_src, pi_err = _factor(F.PI_H2D, pr.pi_h2d, pr, hw)
     h = _fig(gpu.h2d_bytes_per_s) if gpu else None
     if h:
         h2d = Rate(h[0] * pi, f"{h[1]} x {pi_src} pi={pi:.2f}", math.hypot(h[2], pi_err))
@@ -218,8 +220,8 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     n_nodes = len(all_nodes)
     T = max(1, p.n_threads)
     bws = [_node_bw(n, hw, n_nodes) for n in nodes]
-    eta_c, etac_src, etac_err = _factor("eta_cpu", pr.eta_cpu, pr, hw)
-    rho, rho_src, rho_err = _factor("rho_remote", pr.rho_remote, pr, hw)
+    eta_c, etac_src, etac_err = _factor(F.ETA_CPU, pr.eta_cpu, pr, hw)
+    rho, rho_src, rho_err = _factor(F.RHO_REMOTE, pr.rho_remote, pr, hw)
     if hw.numa_bw_matrix and len(nodes) > 1:
         m = hw.numa_bw_matrix
         try:
@@ -253,7 +255,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
         note = f"no NUMA policy: pages on one node, {f_remote:.0%} of reads remote"
     cores_per_node = max(1, sum(n.n_physical_cores or len(n.cpus) for n in nodes) // len(nodes))
     core_fig = _fig(hw.cpu.core_read_bytes_per_s)
-    share, share_src, share_err = _factor("core_read_share", pr.core_read_share, pr, hw, "eta_cpu")
+    share, share_src, share_err = _factor(F.CORE_READ_SHARE, pr.core_read_share, pr, hw)
     if core_fig and share_src == "prior":
         b_core = core_fig[0]
     else:
@@ -269,7 +271,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     bw_c = Rate(bw_val, how, err, note)
 
     clock = hw.cpu.base_clock_hz or REF_CLOCK_HZ
-    r_dot, rdot_src, rdot_err = _factor("cpu_dot_weights_per_cycle", pr.cpu_dot_weights_per_cycle, pr, hw, "cpu_dot")
+    r_dot, rdot_src, rdot_err = _factor(F.CPU_DOT, pr.cpu_dot_weights_per_cycle, pr, hw)
     if not hw.cpu.base_clock_hz:
         rdot_err = math.hypot(rdot_err, 0.3)
     dot = Rate(r_dot * clock * T, f"{rdot_src} ({r_dot:.1f} weights/cycle x {clock / 1e9:.2f} GHz)", rdot_err)
@@ -277,17 +279,17 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     core_peak = _fig(hw.cpu.core_flop_per_s)
     peak = core_peak[0] if core_peak else clock * (64 if "avx512f" in hw.cpu.isa else 32) * 0.85
     eff_prior = pr.cpu_mm_eff.get(isa_class) or max(pr.cpu_mm_eff.values(), default=0.0)
-    eff, eff_src, eff_err = _factor("cpu_mm_eff", eff_prior, pr, hw, "cpu_flop")
+    eff, eff_src, eff_err = _factor(F.CPU_MM_EFF, eff_prior, pr, hw)
     cpu_flop = Rate(eff * peak * max(1, p.threads_batch), f"{eff_src} ({isa_class}, {eff:.2f} of FP32 peak)",
                     math.hypot(eff_err, core_peak[2] if core_peak else 0.3))
 
     sockets_used = len(nodes) > 1 and hw.cpu.n_sockets > 1
     xs = 2.0 if sockets_used else 1.0
-    s_sync, ss_src, ss_err = _factor("s_sync_s", pr.s_sync_s, pr, hw)
+    s_sync, ss_src, ss_err = _factor(F.S_SYNC_S, pr.s_sync_s, pr, hw)
     barrier = pr.n_cpu_ops_per_layer * pr.s_barrier_s_per_thread * T * xs
     sync = Rate(s_sync + barrier, ss_src, ss_err)
-    sl, sl_src, sl_err = _factor("s_layer_gpu_s", pr.s_layer_gpu_s, pr, hw, "s_sync_s")
-    tt, tt_src, tt_err = _factor("t_token_s", pr.t_token_s, pr, hw, "s_sync_s")
+    sl, sl_src, sl_err = _factor(F.S_LAYER_GPU_S, pr.s_layer_gpu_s, pr, hw)
+    tt, tt_src, tt_err = _factor(F.T_TOKEN_S, pr.t_token_s, pr, hw)
     st = hw.storage[0].seq_read_bytes_per_s if hw.storage else None
     nv = _fig(st)
     nvme = Rate(nv[0], nv[1], nv[2]) if nv else Rate(2e9, "prior (a PCIe 3/4 NVMe)", 0.5)
