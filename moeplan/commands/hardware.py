@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Callable, Iterator, Optional
 
 import typer
 
-from moeplan.commands.common import JsonOpt, command
+from moeplan.commands.common import JsonOpt, ProgressOpt, command
 from moeplan.errors import InputError
 from moeplan.units import parse_count, parse_rate, parse_size
 
@@ -39,19 +39,29 @@ def parse_isa(text: str) -> tuple[str, ...]:
 
 
 @contextmanager
-def stderr_steps(enabled: bool = True) -> Iterator[Callable[[str], None]]:
-    """Progress for a multi-second probe: a spinner on a terminal, plain lines otherwise."""
-    from moeplan.ui.console import stderr_console
+def stderr_steps(enabled: bool = True, force: bool = False
+                 ) -> Iterator[tuple[Callable[[str], None], Callable[[int], None]]]:
+    """Progress of a multi-second probe on stderr: (on_step, on_total). On a terminal (or with
+    --progress) a bar with the step, elapsed time and ETA; otherwise one plain line per step;
+    nothing when disabled (--json without --progress)."""
+    from moeplan.ui.console import progress
 
-    if not enabled:
-        yield lambda msg: None
+    if not (enabled or force):
+        yield (lambda msg: None), (lambda n: None)
         return
-    con = stderr_console()
-    if sys.stderr.isatty():
-        with con.status("probing") as status:
-            yield lambda msg: status.update(f"probe: {msg}")
-    else:
-        yield lambda msg: print(f"probe: {msg}", file=sys.stderr, flush=True)
+    if not (sys.stderr.isatty() or force):
+        yield (lambda msg: print(f"probe: {msg}", file=sys.stderr, flush=True)), (lambda n: None)
+        return
+    with progress("probe", total=None, force=force) as bar:
+        started = [False]
+
+        def step(msg: str) -> None:
+            if started[0]:
+                bar.advance(1)
+            started[0] = True
+            bar.update(description=f"probe: {msg}")
+
+        yield step, (lambda n: bar.update(total=n))
 
 
 def show_profile(p: HardwareProfile) -> None:
@@ -88,6 +98,7 @@ def register(app: typer.Typer) -> None:
         model_path: Annotated[Optional[str], typer.Option("--model-path", help="Model file (or folder) whose disk to time; read only.")] = None,
         out: OutOpt = None,
         as_json: JsonOpt = False,
+        show_progress: ProgressOpt = False,
     ) -> None:
         """Measure this machine: GPUs, CPU, NUMA nodes, DRAM per node, host<->GPU copies, disk."""
         from moeplan.probes.hwprofile import save_cached
@@ -96,8 +107,8 @@ def register(app: typer.Typer) -> None:
 
         if quick and full:
             raise InputError("--quick and --full exclude each other", "pick one (--quick is the default)")
-        with stderr_steps() as step:
-            p = run_probe(FULL if full else QUICK, model_path=model_path, on_step=step)
+        with stderr_steps(enabled=not as_json, force=show_progress) as (step, total):
+            p = run_probe(FULL if full else QUICK, model_path=model_path, on_step=step, on_total=total)
         _, warning = save_cached(p)
         if warning:
             print(f"warning: {warning}", file=sys.stderr)

@@ -142,7 +142,10 @@ def _enrich_cpu(cpu: Cpu, root: str, dimms: tuple | None = None, source: str = "
 
 
 def run_probe(s: ProbeSettings = QUICK, model_path: str | None = None, root: str = "/", nvml: Any = None,
-              on_step: Callable[[str], None] = lambda msg: None) -> HardwareProfile:
+              on_step: Callable[[str], None] = lambda msg: None,
+              on_total: Callable[[int], None] = lambda n: None) -> HardwareProfile:
+    """on_step(msg) announces each step; on_total(n) says, once the machine has been read, how
+    many steps the whole probe announces at most (for a progress bar with an ETA)."""
     t_start = time.perf_counter()
     if model_path is not None:
         storage.resolve_model_file(model_path)  # a bad path fails before anything is measured
@@ -161,6 +164,7 @@ def run_probe(s: ProbeSettings = QUICK, model_path: str | None = None, root: str
         m = read_machine(root, nvml, cpu_fallback=py_cpuinfo_fallback)
         pin, allowed = dram.pin_linux, None
     p, notes = m.profile, list(m.notes)
+    on_total(expected_steps(p, model_path is not None and not win))
     from moeplan.probes.numa_alloc import Libnuma
 
     # libnuma only matters with 2+ nodes (memory-only nodes, cross-node placement)
@@ -189,6 +193,16 @@ def run_probe(s: ProbeSettings = QUICK, model_path: str | None = None, root: str
                 notes=tuple(notes), probe_mode=s.mode, probe_wall_s=round(time.perf_counter() - t_start, 2),
                 created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     return replace(p, warnings=profile_warnings(p))
+
+
+def expected_steps(p: HardwareProfile, measures_disk: bool) -> int:
+    """Most steps run_probe announces for this machine: load before, reading, one DRAM pass per
+    node with CPUs and per memory-only node, the cross-node pairs with 2+ nodes, the matmul, one
+    copy run per GPU, the disk, load after (a step that turns out impossible is skipped)."""
+    readers = len(p.cpu_nodes)
+    mem_only = sum(1 for n in p.numa_nodes if not n.cpus and n.mem_total_bytes > 0)
+    cross = readers * (len(p.numa_nodes) - 1) if readers >= 2 else 0
+    return 2 + max(1, readers) + mem_only + cross + 1 + len(p.gpus) + int(measures_disk) + 1
 
 
 def _guarded(notes: list[str], what: str, fn: Callable[[], HardwareProfile], p: HardwareProfile) -> HardwareProfile:

@@ -43,6 +43,40 @@ def print_error(err: MoeplanError, as_json: bool) -> None:
         con.print(f"hint: {err.hint}", markup=False, highlight=False, soft_wrap=True)
 
 
+class _Lines:
+    """The progress bar's information as plain stderr lines: step, count, elapsed time, ETA (from
+    the mean time per completed unit so far)."""
+
+    def __init__(self, description: str, total: float | None) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self._t0 = self._clock()
+        self.description, self.total, self.completed = description, total, 0.0
+
+    def _line(self) -> None:
+        elapsed = self._clock() - self._t0
+        count = eta = ""
+        if self.total:
+            count = f" [{self.completed:g}/{self.total:g}]"
+            if self.completed:
+                eta = f", ETA {max(0.0, elapsed / self.completed * (self.total - self.completed)):.0f} s"
+        print(f"{self.description}{count} {elapsed:.0f} s{eta}", file=sys.stderr, flush=True)
+
+    def advance(self, n: float = 1) -> None:
+        self.completed += n
+
+    def update(self, **kw: Any) -> None:
+        self.total = kw.get("total", self.total)
+        self.completed = kw.get("completed", self.completed)
+        if "description" in kw:
+            self.description = kw["description"]
+            self._line()
+
+    def print(self, text: Any) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+
 @contextmanager
 def progress(description: str, total: float | None = None, enabled: bool = True,
              force: bool = False) -> Iterator[Any]:
@@ -66,6 +100,9 @@ def progress(description: str, total: float | None = None, enabled: bool = True,
                 pass
 
         yield _Quiet()
+        return
+    if not sys.stderr.isatty():  # --progress into a pipe or a log: one plain line per change
+        yield _Lines(description, total)
         return
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   TextColumn("ETA"), TimeRemainingColumn(), console=stderr_console(), transient=True) as prog:
