@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from gguf_fixtures import write_qwen3moe
 from model_builders import toy_hw, toy_model, unit_priors
+from test_validate_loop import Meter
 from moeplan.cli import app
 from moeplan.errors import RunnerError
 from moeplan.planner.cost.estimate import estimate
@@ -67,7 +68,8 @@ def test_early_stop_when_predictions_hold(tmp_path):
     run_one, calls = _fake_trial(0.03)
     rep = run_trials(_plan(hw=hw), MODEL, hw, PR, runner="fake", trials=6, budget_s=60,
                      settings=RunSettings(), results_path=tmp_path / "r.json",
-                     predict=lambda p: estimate(MODEL, p, hw, PR), run_one=run_one)
+                     predict=lambda p: estimate(MODEL, p, hw, PR), run_one=run_one,
+                     load_meter=Meter(lambda i: 0.0))  # an idle machine: these tests are not about load
     # a warm-up, then three trials of two runs each
     assert len(calls) == 1 + 3 * 2 and len(rep.trials) == 3 and "held" in rep.stopped
     saved = json.loads((tmp_path / "r.json").read_text())["validations"][-1]
@@ -79,7 +81,8 @@ def test_no_early_stop_when_they_do_not(tmp_path):
     run_one, calls = _fake_trial(0.4)
     rep = run_trials(_plan(hw=hw), MODEL, hw, PR, runner="fake", trials=4, budget_s=60,
                      settings=RunSettings(), results_path=tmp_path / "r.json",
-                     predict=lambda p: estimate(MODEL, p, hw, PR), run_one=run_one)
+                     predict=lambda p: estimate(MODEL, p, hw, PR), run_one=run_one,
+                     load_meter=Meter(lambda i: 0.0))  # an idle machine: these tests are not about load
     assert len(calls) == 1 + 4 * 2 and len(rep.trials) == 4 and rep.stopped == "all planned runs done"
 
 
@@ -94,7 +97,8 @@ def test_interruption_keeps_the_runs_so_far(tmp_path):
 
     rep = run_trials(_plan(hw=hw), MODEL, hw, PR, runner="fake", trials=6, budget_s=60,
                      settings=RunSettings(), results_path=tmp_path / "r.json",
-                     predict=lambda p: estimate(MODEL, p, hw, PR), run_one=run_one)
+                     predict=lambda p: estimate(MODEL, p, hw, PR), run_one=run_one,
+                     load_meter=Meter(lambda i: 0.0))  # an idle machine: these tests are not about load
     assert len(rep.trials) == 2 and "interrupted" in rep.stopped
     assert len(json.loads((tmp_path / "r.json").read_text())["validations"][-1]["trials"]) == 2
 
