@@ -182,12 +182,17 @@ class ModelSpec:
     # ---- derived views (computed once per instance: the search asks for them thousands
     # of times; the dataclass is frozen, so they cannot go stale) -----------------------------
     @cached_property
-    def head_dim_k(self) -> int:
-        return kv_head_dims({"embedding_length": self.n_embd, **dict(self.extra)}, self.n_head)[0]
+    def head_dims(self) -> tuple[int, int]:
+        """(d_k, d_v) of the attention heads (kv_head_dims)."""
+        return kv_head_dims({"embedding_length": self.n_embd, **dict(self.extra)}, self.n_head)
 
-    @cached_property
+    @property
+    def head_dim_k(self) -> int:
+        return self.head_dims[0]
+
+    @property
     def head_dim_v(self) -> int:
-        return kv_head_dims({"embedding_length": self.n_embd, **dict(self.extra)}, self.n_head)[1]
+        return self.head_dims[1]
 
     @cached_property
     def memo(self) -> dict:
