@@ -1,334 +1,528 @@
-"""Accuracy of `moeplan estimate` on public measurements.
+"""Accuracy of `moeplan estimate` on the public measurement set, scored honestly.
 
-For each row of shared/calibration/measurements.jsonl: build a hardware profile with
-`moeplan hardware` from the row's published figures (the row's own numbers, the spec-sheet
-`lookup_*` fields where the row is silent), run `moeplan estimate` with the row's model,
-file size, quant, placement, threads, experts per token, context and backend, and print
-predicted against measured decode, prefill and VRAM, the median absolute percentage error
-per metric and per backend, and the rows flagged as outliers with the reason.
+Every row of benchmarks/data/measurements.jsonl is run the way a new user would run it: the
+machine is described with `moeplan hardware --cpu NAME --gpu NAME` (the parts catalog) plus the
+memory speed, channels, sockets and RAM the source states -- never the spec-sheet `lookup_*`
+fields -- and `moeplan estimate` gets the source's model, quant, file size, placement, threads,
+context and depth. A row whose CPU/GPU is not in the catalog, whose quant or placement is
+unknown, or whose model is not bundled is counted as *not estimable*, with the reason.
 
-Nothing here corrects a row: the model is the cost model with its per-backend priors
-(moeplan/profiles/backends.toml). Rows without a figure the model can be run on are listed
-as skipped, with why.
+The cost model's terms (moeplan/planner/cost/estimate.py) are grouped by the resource they
+charge (CPU, GPU, PCIe, fixed per-layer/per-token costs); a few machine factors -- one time
+scale per group (the CPU group per backend), shrunk towards 1 -- are fitted on the rows, and
+the prediction's range is the 80th percentile of the held-out log residuals of the group that
+dominates the row (docs/cost-model.md). Three figures are printed side by side:
 
-    python benchmarks/accuracy.py [--data shared/calibration/measurements.jsonl] [--json]
+  prior     the model with its mechanism priors alone (no fitted factor);
+  in-sample factors fitted on every row, scored on the same rows (what over-fitting looks like);
+  LOSO      leave-one-source-out: each row predicted from factors fitted without any row of its
+            source (same `source_url`), its range from other sources' held-out residuals.
+
+and two baselines: a roofline on the active bytes (dense + k/N of the experts, each read once
+at the peak bandwidth of the device holding it) and on all bytes (the whole file per token).
+
+    python benchmarks/accuracy.py [--data PATH] [--rows] [--json] [--write-fit]
+
+`--write-fit` stores the factors fitted on all rows and the held-out range widths in
+moeplan/profiles/fit.json, which `moeplan estimate` applies (see docs/cost-model.md).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import statistics
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from moeplan.cli import app
+from moeplan.profiles import backends as backends_mod
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_DATA = HERE.parent.parent / "shared" / "calibration" / "measurements.jsonl"
-OUTLIER = 0.35
-ASSUMED_CPU = "CPU not stated: assumed an 8-core dual-channel DDR5-5600 desktop (speeds not counted)"  # |predicted/measured - 1| beyond this is flagged and explained
+DEFAULT_DATA = HERE / "data" / "measurements.jsonl"
+FIT_PATH = HERE.parent / "moeplan" / "profiles" / "fit.json"
 GIB = 1024**3
+METRICS = ("decode", "prefill", "vram")
+TARGETS = {"decode": 0.15, "prefill": 0.25}
+COVERAGE_TARGET, HALF_WIDTH_TARGET = 0.80, 0.30
+# shrinkage of each fitted log-factor towards 0 (the prior), in rows' worth of evidence: a
+# group seen on two rows moves about two-thirds of the way to what those rows say
+SHRINK_ROWS = 1.0
+RANGE_QUANTILE = 0.80
 
 # model names as the rows write them -> bundled profile
 MODEL_MAP = [
-    (r"deepseek v4 flash", "deepseek-v4-flash"),
-    (r"glm 5\.2", "glm-5.2"),
-    (r"deepseek[- ]r1|deepseek-v3", "deepseek-v3"),
-    (r"qwen3\.5-35b|35b-a3b|~35b", "qwen3.5-35b-a3b"),
+    (r"deepseek[- ]v4[- ]flash", "deepseek-v4-flash"),
+    (r"glm[- ]5\.2", "glm-5.2"),
+    (r"glm-4\.7-flash", "glm-4.7-flash"),
+    (r"deepseek[- ]?r1|deepseek-v3(?!\.2)", "deepseek-v3"),
+    (r"qwen3\.[56]-35b", "qwen3.5-35b-a3b"),
     (r"qwen3-30b-a3b", "qwen3-30b-a3b"),
     (r"gpt-oss-120b", "gpt-oss-120b"),
     (r"gpt-oss-20b", "gpt-oss-20b"),
-    (r"glm-4\.7-flash", "glm-4.7-flash"),
-    (r"kimi-k2", "kimi-k2"),
+    (r"kimi-k2-instruct", "kimi-k2"),
     (r"deepseek-coder-v2-lite", "deepseek-coder-v2-lite"),
 ]
-# quant labels of the rows -> a recipe moeplan knows (and what the approximation is)
-QUANT_MAP = {
-    "Q4_K_M": ("Q4_K_M", ""), "MXFP4": ("MXFP4", ""), "IQ2_M": ("IQ2_M", ""), "Q8": (None, ""),
-    "Q6_K_L": ("Q6_K", "Q6_K_L approximated by the Q6_K recipe (L keeps embeddings/output at Q8_0)"),
-    "IQ5_K (ubergarm)": ("Q5_K_M", "ik_llama.cpp IQ5_K approximated by the Q5_K_M recipe (about 5.5 bpw)"),
-}
-BACKENDS = {"llama.cpp": "llama.cpp", "llama.cpp (llama-server)": "llama.cpp", "llama.cpp (llama-bench)": "llama.cpp",
-            "ik_llama.cpp": "ik_llama.cpp", "KTransformers": "ktransformers"}
+# the software as written -> backend; forks and wrappers are not the backend the priors describe
+BACKENDS = [(r"^ik_llama\.cpp", "ik_llama.cpp"), (r"^ktransformers", "ktransformers"),
+            (r"^llama\.cpp(?! fork)", "llama.cpp")]
+# term resource (estimate.py) -> fitted group
+GROUP = {"cpu-mem": "cpu", "cpu-compute": "cpu", "nvme": "cpu", "gpu-mem": "gpu", "gpu-compute": "gpu",
+         "pcie": "pcie", "sync": "fixed"}
 
+
+# ---- running one row -------------------------------------------------------------------------
 
 @dataclass
-class Result:
-    row_id: str
-    backend: str
-    predicted: dict = field(default_factory=dict)
-    measured: dict = field(default_factory=dict)
+class Row:
+    row: dict
+    backend: str = ""
+    measured: dict = field(default_factory=dict)  # metric -> value (tok/s, bytes)
+    skip: dict = field(default_factory=dict)  # metric -> reason it is not estimable
+    groups: dict = field(default_factory=dict)  # metric -> {group: seconds per token}
+    prior: dict = field(default_factory=dict)  # metric -> model prediction without fitted factors
+    prior_range: dict = field(default_factory=dict)
+    baseline: dict = field(default_factory=dict)  # 'active'/'all' -> decode tok/s
     notes: list = field(default_factory=list)
-    skipped: str = ""
-    terms: dict = field(default_factory=dict)
 
-    def errors(self) -> dict:
-        return {k: self.predicted[k] / self.measured[k] - 1 for k in self.measured
-                if self.measured[k] and self.predicted.get(k)}
+    @property
+    def source(self) -> str:
+        return self.row.get("source_url") or self.row["id"]
+
+    @property
+    def machine(self) -> str:
+        return self.row.get("machine_class") or "unknown"
 
 
 def _num(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _pcie(text: str | None) -> str | None:
-    m = re.search(r"PCIe\s*(\d)\.0\s*x(\d+)", text or "")
-    return f"{m.group(1)}x{m.group(2)}" if m else None
+def _backend(software: str | None) -> str | None:
+    s = (software or "").strip().lower()
+    for pat, b in BACKENDS:
+        if re.search(pat, s):
+            return b
+    return None
 
 
 def _prompt_len(r: dict) -> int:
-    """Prompt length of the prefill figure: 'pp512' -> 512, '3440-token prompt' -> 3440,
-    'over 30K+ tokens' -> 30000; unstated -> 4096."""
     m = re.search(r"(\d+)\s*([kK]?)", r.get("pp_test") or "")
-    if not m:
-        return 4096
-    return int(m.group(1)) * (1000 if m.group(2) else 1)
+    return int(m.group(1)) * (1000 if m.group(2) else 1) if m else 512
 
 
-def hardware_args(r: dict) -> tuple[list[str], list[str]]:
-    """`moeplan hardware` arguments from the row's figures; notes on what had to be assumed."""
-    args, notes = ["hardware", "--json", "--name", r["id"]], []
-    gpu_bw = _num(r.get("lookup_gpu_mem_bw_gbps"))
-    vram = _num(r.get("gpu_vram_gb_each")) or _num(r.get("lookup_gpu_vram_gb"))
-    cpu_only = (r.get("offload_method") or "").startswith("cpu-only") and not r.get("gpu_model")
-    if not cpu_only and gpu_bw and vram:
-        args += ["--gpu-vram", f"{vram}G", "--gpu-bw", f"{gpu_bw}GB/s", "--gpu-count", str(r.get("gpu_count") or 1)]
-        pcie = _pcie(r.get("lookup_gpu_pcie"))
-        if pcie:
-            args += ["--pcie", pcie]
-        if r.get("gpu_model"):
-            args += ["--gpu", r["gpu_model"]]
-    elif not cpu_only:
-        notes.append("GPU figures not stated")
-    cores = _num(r.get("lookup_cpu_cores_per_socket"))
+def _quant(r: dict) -> tuple[str | None, str]:
+    """The quant name as a user would pass it, or (None, reason)."""
+    q = (r.get("quant") or "").strip()
+    if not q:
+        return None, "quant not stated"
+    tok = q.split()[0]
+    if not re.fullmatch(r"[A-Za-z0-9_\-]+", tok) or "not stated" in q or "as written" in q or tok.lower() in (
+            "4bit", "q2", "q4", "q8", "native", "ud"):
+        return None, f"quant {q!r} is not a file type"
+    return tok.upper(), ""
+
+
+def hardware_args(r: dict) -> tuple[list[str] | None, str]:
+    """`moeplan hardware` arguments as a user would type them, or (None, reason)."""
+    args = ["hardware", "--json", "--name", r["id"]]
+    method = r.get("offload_method") or ""
+    gpu_used = bool(r.get("gpu_model")) and not method.startswith("cpu-only")
+    if gpu_used:
+        args += ["--gpu", r["gpu_model"], "--gpu-count", str(int(r.get("gpu_count") or 1))]
     sockets = int(r.get("cpu_sockets") or 1)
-    channels = _num(r.get("lookup_cpu_mem_channels_per_socket"))
-    if r.get("ram_channels_total"):
-        channels = r["ram_channels_total"] / sockets
-    speed = r.get("ram_speed_mts") or r.get("lookup_cpu_max_ram_speed_mts")
-    ram_type = r.get("ram_type") or r.get("lookup_cpu_ram_type")
     if r.get("cpu_model"):
-        args += ["--cpu", r["cpu_model"]]
-    if cores:
-        args += ["--cores", str(int(cores))]
-    if channels:
-        args += ["--channels", str(int(channels))]
-    if speed:
-        args += ["--ram-speed", str(int(speed))]
-    if ram_type:
-        args += ["--ram-type", ram_type.lower()]
-    args += ["--sockets", str(sockets)]
-    ram_is_requirement = "requirement" in (r.get("notes") or "") and "ram_total" in (r.get("notes") or "")
-    if r.get("ram_total_gb") and not ram_is_requirement:
-        args += ["--ram", f"{int(r['ram_total_gb'])}GB"]
-    else:
-        # not stated: assume the run fitted in RAM (the row was measured), so no NVMe term
-        args += ["--ram", f"{max(64, int((_num(r.get('file_size_gb')) or 0) * 1.5) or 1024)}GB"]
-        notes.append("RAM size not stated: assumed large enough")
-    if not (cores and channels and speed):
-        if not (cores or r.get("cpu_model")):
-            # the row does not say: a typical desktop of its time, so VRAM (which does not
-            # depend on the CPU) can still be compared; its speeds are reported apart
-            args += ["--cores", "8", "--channels", "2", "--ram-type", "ddr5", "--ram-speed", "5600"]
-            notes.append(ASSUMED_CPU)
-        else:
-            notes.append("CPU/DRAM figures not stated")
-    return args, notes
+        args += ["--cpu", r["cpu_model"], "--sockets", str(sockets)]
+    elif not gpu_used:
+        return None, "CPU not stated"
+    if r.get("ram_speed_mts"):
+        args += ["--ram-speed", str(int(r["ram_speed_mts"]))]
+    if r.get("ram_channels_total"):
+        args += ["--channels", str(max(1, int(r["ram_channels_total"]) // sockets))]
+    if r.get("ram_type"):
+        args += ["--ram-type", str(r["ram_type"]).lower().split()[0]]
+    ram = _num(r.get("ram_total_gb"))
+    if not ram or re.search(r"ram[^.]*requirement", (r.get("notes") or "").lower()):
+        ram = 4096.0  # not stated: the row ran, so its weights fitted in RAM
+    args += ["--ram", f"{int(ram)}GB"]
+    return args, ""
 
 
-def estimate_args(r: dict, hw_path: Path) -> tuple[list[str] | None, list[str], str]:
-    notes: list[str] = []
+def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | None, str]:
     name = (r.get("model_name") or "").lower()
     profile = next((p for pat, p in MODEL_MAP if re.search(pat, name)), None)
     if profile is None:
-        return None, notes, f"no bundled profile for {r.get('model_name')!r}"
-    if not r.get("software"):
-        notes.append("software not stated: assumed llama.cpp")
-    backend = BACKENDS.get(r.get("software") or "llama.cpp")
-    if backend is None:
-        return None, notes, f"software {r.get('software')!r} unknown"
+        return None, f"model {r.get('model_name')!r} not bundled"
     args = ["estimate", profile, "--hw", str(hw_path), "--backend", backend, "--json"]
-    quant = r.get("quant")
-    recipe, qnote = QUANT_MAP.get(quant, (quant, ""))
+    quant, why = _quant(r)
     size = _num(r.get("file_size_gb"))
-    if r["id"].startswith("seed-") and size:
-        args += ["--size", f"{size}G"]  # the seed's tools print binary units (see the issue)
-    elif size:
-        args += ["--size", f"{size}GB"]
-    if recipe:
-        args += ["--quant", recipe]
-    if qnote:
-        notes.append(qnote)
+    if quant:
+        args += ["--quant", quant]
+    elif not size:
+        return None, why
+    if size:
+        # the seed's tools print binary units (benchmarks/data/README.md, seed rows)
+        args += ["--size", f"{size}G" if r["id"].startswith("seed-") else f"{size}GB"]
     method = r.get("offload_method") or ""
     on_cpu = r.get("moe_layers_on_cpu")
     if method.startswith("cpu-only"):
-        args += ["--cpu-only"]  # -ngl 0 (or no GPU): every weight on the CPU
+        args += ["--cpu-only"]
     elif on_cpu == "all" or method in ("cpu-moe", "ktransformers"):
         args += ["--all-cpu-moe"]
-    elif isinstance(on_cpu, int):
+    elif isinstance(on_cpu, int) and not method.startswith("ngl"):
         args += ["--cpu-moe-layers", str(on_cpu)]
     elif method.startswith("none"):
         pass
     else:
-        return None, notes, f"placement not stated ({method})"
+        return None, f"placement not expressible ({method or 'not stated'})"
     if r.get("threads"):
-        args += ["--threads", str(r["threads"])]
+        args += ["--threads", str(int(r["threads"]))]
     if r.get("ctx_size"):
-        args += ["--ctx", str(r["ctx_size"])]
+        args += ["--ctx", str(int(r["ctx_size"]))]
     if r.get("kv_cache_type"):
-        args += ["--kv-type", r["kv_cache_type"]]
+        args += ["--kv-type", str(r["kv_cache_type"]).split("/")[0].strip().lower()]
     if r.get("kv_depth"):
-        args += ["--depth", str(r["kv_depth"])]
-    if r.get("n_experts_used") and profile in ("deepseek-v3",) and r["n_experts_used"] != 8:
-        args += ["--experts-used", str(r["n_experts_used"])]
-    if "numa" in (r.get("numa") or "").lower() and backend == "ktransformers":
-        pass  # KTransformers' own per-node pools are its model (numa_aware prior)
-    if r.get("batch_ubatch"):
-        args += ["--ubatch", str(r["batch_ubatch"]).split("/")[-1]]
+        args += ["--depth", str(int(r["kv_depth"]))]
+    k = r.get("n_experts_used")
+    if isinstance(k, int) and profile == "deepseek-v3" and k != 8:
+        args += ["--experts-used", str(k)]
+    numa = (r.get("numa") or "").lower()
+    if "interleave" in numa:
+        args += ["--numa", "interleave"]
+    elif "distribute" in numa:
+        args += ["--numa", "distribute"]
+    elif re.search(r"-n\s*0|--cpunodebind|membind|-m\s*0|isolate", numa):
+        args += ["--numa", "bind"]
+    ub = str(r.get("batch_ubatch") or "").split("/")[-1].strip()
+    if ub.isdigit():
+        args += ["--ubatch", ub]
     args += ["--prompt", str(_prompt_len(r))]
-    return args, notes, ""
+    return args, ""
 
 
 def _error_line(output: str) -> str:
     try:
         return json.loads(output)["error"]["message"]
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, TypeError):
         return output.strip().splitlines()[0] if output.strip() else "failed"
 
 
-def run_row(r: dict, runner: CliRunner, tmp: Path) -> Result:
-    res = Result(r["id"], BACKENDS.get(r.get("software") or "llama.cpp", r.get("software") or "?"))
-    if r.get("speculative"):
-        res.skipped = "speculative decoding with an unstated placement"
+def _reason(msg: str) -> str:
+    if re.search(r"unknown (CPU|GPU)|not in the parts catalog", msg):
+        return "part not in catalog: " + msg
+    if "the CPU is unknown" in msg:
+        return "CPU not stated"
+    if "unknown quant" in msg:
+        return "unknown quant: " + msg
+    return msg
+
+
+def _baselines(d: dict, hw: dict, r: dict) -> dict:
+    """Decode tok/s of the two rooflines, from the estimate's memory items and the profile's peaks."""
+    items = {(i["name"], i["device"]): i["bytes"] for i in d["memory"]["items"]}
+    model = d["model"]
+    k_over_n = model["n_experts_used"] / max(1, model["n_experts"])
+    if r.get("n_experts_used") and model["n_experts"]:
+        k_over_n = int(r["n_experts_used"]) / model["n_experts"]
+    dense = {dev: items.get(("weights_dense", dev), 0) for dev in ("gpu", "host")}
+    experts = {"gpu": items.get(("weights_experts", "gpu"), 0), "host": items.get(("weights_experts_cpu", "host"), 0)}
+    cpu_only = d["factors"]["cpu_only"]
+    if cpu_only:
+        dense = {"gpu": 0, "host": dense["gpu"] + dense["host"]}
+        experts = {"gpu": 0, "host": experts["gpu"] + experts["host"]}
+    cpu_bw = sum(n["dram_read_bytes_per_s"]["value"] for n in hw["numa_nodes"] if n.get("dram_read_bytes_per_s"))
+    gpus = hw.get("gpus") or []
+    gpu_bw = sum(g["mem_bw_bytes_per_s"]["value"] for g in gpus if g.get("mem_bw_bytes_per_s")) if gpus else 0
+    out = {}
+    for name, share in (("active", k_over_n), ("all", 1.0)):
+        t = (dense["host"] + experts["host"] * share) / max(1.0, cpu_bw)
+        if not cpu_only and gpu_bw:
+            t += (dense["gpu"] + experts["gpu"] * share) / gpu_bw
+        out[name] = 1.0 / t if t > 0 else None
+    return out
+
+
+def run_row(r: dict, runner: CliRunner, tmp: Path) -> Row:
+    res = Row(r)
+    if _num(r.get("tg_tps")):
+        res.measured["decode"] = float(r["tg_tps"])
+    if _num(r.get("pp_tps")):
+        res.measured["prefill"] = float(r["pp_tps"])
+    vram, notes = _num(r.get("vram_used_gb")), (r.get("notes") or "").lower()
+    if vram and "requirement" not in notes and "at least" not in notes:
+        # seed rows print GiB; llama.cpp users' "GB" are GiB too (nvidia-smi MiB)
+        res.measured["vram"] = vram * GIB
+
+    def skip_all(reason: str) -> Row:
+        for m in res.measured:
+            res.skip[m] = reason
         return res
-    for key, metric in (("tg_tps", "decode_tok_s"), ("pp_tps", "prefill_tok_s")):
-        if _num(r.get(key)):
-            res.measured[metric] = float(r[key])
-    vram = _num(r.get("vram_used_gb"))
-    if vram and "requirement" not in (r.get("notes") or "").lower() and "at least" not in (r.get("notes") or ""):
-        # the seed rows print GiB (see the issue); the others say GB, which llama.cpp users mean as GiB too
-        res.measured["vram_bytes"] = vram * GIB
+
     if not res.measured:
-        res.skipped = "no measured figure"
         return res
-    hargs, hnotes = hardware_args(r)
-    res.notes += hnotes
+    backend = _backend(r.get("software"))
+    res.backend = backend or str(r.get("software"))
+    if r.get("speculative"):
+        return skip_all("speculative decoding (draft acceptance not stated)")
+    if backend is None:
+        return skip_all(f"software {r.get('software')!r} is not a backend moeplan models")
+    hargs, why = hardware_args(r)
+    if hargs is None:
+        return skip_all(why)
     out = runner.invoke(app, hargs)
     if out.exit_code:
-        res.skipped = "hardware: " + _error_line(out.output)
-        return res
+        return skip_all(_reason(_error_line(out.output)))
+    hw = json.loads(out.stdout)
+    if not r.get("cpu_model"):
+        for m in ("decode", "prefill"):
+            if m in res.measured:
+                res.skip[m] = "CPU not stated"
     hw_path = tmp / f"{r['id']}.json"
-    hw_path.write_text(json.dumps(json.loads(out.stdout)))
-    eargs, enotes, why = estimate_args(r, hw_path)
-    res.notes += enotes
+    hw_path.write_text(json.dumps(hw))
+    eargs, why = estimate_args(r, backend, hw_path)
     if eargs is None:
-        res.skipped = why
-        return res
+        return skip_all(why)
     out = runner.invoke(app, eargs)
     if out.exit_code:
-        res.skipped = "estimate: " + _error_line(out.output)
-        return res
+        return skip_all(_reason(_error_line(out.output)))
     d = json.loads(out.stdout)
-    res.predicted = {"decode_tok_s": d["decode_tok_s"], "prefill_tok_s": d["prefill_tok_s"],
-                     "vram_bytes": d["vram_bytes"] or None}
-    res.terms = {"decode": [(t["name"], t["seconds"], t["formula"]) for t in d["decode_terms"]],
-                 "prefill": [(t["name"], t["seconds"], t["formula"]) for t in d["prefill_terms"]]}
-    res.notes.append(f"bottleneck {d['bottleneck']}")
+    for metric, key in (("decode", "decode_terms"), ("prefill", "prefill_terms")):
+        g: dict[str, float] = {}
+        for t in d[key]:
+            g[GROUP.get(t["resource"], "fixed")] = g.get(GROUP.get(t["resource"], "fixed"), 0.0) + t["seconds"]
+        res.groups[metric] = g
+    res.prior = {"decode": d["decode_tok_s"], "prefill": d["prefill_tok_s"], "vram": d["vram_bytes"] or None}
+    res.prior_range = {"decode": tuple(d["decode_tok_s_range"]), "prefill": tuple(d["prefill_tok_s_range"])}
+    if "vram" in res.measured and not d["vram_bytes"]:
+        res.skip["vram"] = "CPU-only run: no VRAM predicted"
+    if "decode" in res.measured and not res.groups["decode"].get("cpu") and not res.groups["decode"].get("gpu"):
+        res.skip["decode"] = "no terms"
+    res.baseline = _baselines(d, hw, r)
     return res
 
 
-CALIBRATION_README = (DEFAULT_DATA.parent / "README.md").read_text() if DEFAULT_DATA.parent.exists() else ""
+# ---- fitting few machine factors --------------------------------------------------------------
+
+def _param_keys(x: Row, metric: str) -> dict[str, str]:
+    """Group -> name of the fitted factor that scales it (the CPU group per backend)."""
+    keys = {}
+    for g in x.groups.get(metric, {}):
+        keys[g] = f"{metric}.{g}.{x.backend}" if g == "cpu" else f"{metric}.{g}"
+    return keys
 
 
-def explain(r: dict, metric: str, err: float) -> str:
-    """Why a row disagrees, from what the row itself says (its confidence, notes, version)."""
-    reasons = []
-    text = " ".join(str(r.get(k) or "") for k in ("notes", "confidence", "software_version", "flags"))
-    if "approx" in text or "paraphrase" in text:
-        reasons.append(f"figure is approximate ({r.get('confidence')})")
-    if r["id"] in CALIBRATION_README:
-        reasons.append("the data set's README singles this row out as disagreeing with its sibling")
-    if metric == "vram_bytes" and not r.get("ctx_size"):
-        reasons.append("context size and the file's dense-tensor types not stated (moeplan assumed ctx 4096 "
-                       "and the plain llama-quantize recipe)")
-    if "lacked" in text or "Before llama.cpp PR" in text or "2025" in (r.get("date") or ""):
-        reasons.append("older runtime than the priors describe")
-    if "requirement" in text or "machine has" in text:
-        reasons.append("the row's RAM/VRAM figure is a stated requirement, not the machine")
-    if "sweep" in text or "max PP" in (r.get("pp_test") or "") or "30K" in (r.get("pp_test") or ""):
-        reasons.append("a maximum over a sweep of context depths, depth not stated")
-    if "not stated" in text or r.get("threads") is None:
-        reasons.append("threads / memory configuration not stated")
-    return "; ".join(reasons) or "unexplained"
+def predict(x: Row, metric: str, scales: dict[str, float]) -> float | None:
+    if metric == "vram":
+        return x.prior.get("vram")
+    g = x.groups.get(metric)
+    if not g:
+        return None
+    keys = _param_keys(x, metric)
+    t = sum(sec * scales.get(keys[name], 1.0) for name, sec in g.items())
+    return 1.0 / t if t > 0 else None
+
+
+def fit(train: list[Row], metric: str) -> dict[str, float]:
+    """Scales of the term groups minimising the absolute log error over the training rows (the
+    median's loss: one wild row cannot drag a factor) plus a shrinkage towards 1 (coordinate
+    descent over a log grid)."""
+    rows = [x for x in train if metric in x.measured and metric not in x.skip and x.groups.get(metric)]
+    names = sorted({k for x in rows for k in _param_keys(x, metric).values()})
+    scales = {n: 1.0 for n in names}
+    grid = [math.exp(i * 0.05) for i in range(-60, 61)]
+
+    def loss(s: dict[str, float]) -> float:
+        err = sum(abs(math.log(predict(x, metric, s) / x.measured[metric])) for x in rows)
+        return err + SHRINK_ROWS * sum(abs(math.log(v)) for v in s.values())
+
+    for _ in range(4):
+        for n in names:
+            # only rows where the group carries weight inform it
+            best = min(grid, key=lambda v: loss({**scales, n: v}))
+            scales[n] = best
+    return scales
+
+
+def _dominant(x: Row, metric: str) -> str:
+    g = x.groups.get(metric) or {}
+    return max(sorted(g), key=lambda k: g[k]) if g else "none"
+
+
+def _quantile(v: list[float], q: float) -> float:
+    s = sorted(v)
+    if not s:
+        return float("nan")
+    i = q * (len(s) - 1)
+    lo, hi = int(math.floor(i)), int(math.ceil(i))
+    return s[lo] + (s[hi] - s[lo]) * (i - lo)
+
+
+def range_widths(residuals: list[tuple[str, float]]) -> dict[str, float]:
+    """Log half-width per dominant group: the RANGE_QUANTILE of |held-out log residual| (at least
+    5 rows, else the pooled figure under 'all')."""
+    out = {"all": _quantile([abs(e) for _, e in residuals], RANGE_QUANTILE)} if residuals else {}
+    for g in sorted({g for g, _ in residuals}):
+        v = [abs(e) for gg, e in residuals if gg == g]
+        if len(v) >= 5:
+            out[g] = _quantile(v, RANGE_QUANTILE)
+    return out
+
+
+def evaluate(rows: list[Row]) -> dict:
+    """Prior, in-sample and leave-one-source-out predictions and ranges per row and metric."""
+    est = {m: [x for x in rows if m in x.measured and m not in x.skip and x.prior.get(m)] for m in METRICS}
+    out: dict = {m: {} for m in METRICS}
+    for m in ("decode", "prefill"):
+        full = fit(rows, m)
+        cv: dict[str, float] = {}
+        for src in sorted({x.source for x in est[m]}):
+            s = fit([x for x in rows if x.source != src], m)
+            for x in est[m]:
+                if x.source == src:
+                    cv[x.row["id"]] = predict(x, m, s)
+        resid = {x.row["id"]: (_dominant(x, m), math.log(cv[x.row["id"]] / x.measured[m])) for x in est[m]}
+        for x in est[m]:
+            rid = x.row["id"]
+            # the range of a held-out row: other sources' held-out residuals only
+            w = range_widths([v for y in est[m] if y.source != x.source for v in [resid[y.row["id"]]]])
+            wx = w.get(_dominant(x, m), w.get("all", 0.0))
+            out[m][rid] = {"prior": x.prior[m], "prior_range": x.prior_range.get(m),
+                           "in_sample": predict(x, m, full), "loso": cv[rid],
+                           "loso_range": (cv[rid] * math.exp(-wx), cv[rid] * math.exp(wx)),
+                           "measured": x.measured[m]}
+        out[m]["_fit"] = full
+        out[m]["_widths"] = range_widths(list(resid.values()))
+    for x in est["vram"]:
+        out["vram"][x.row["id"]] = {"prior": x.prior["vram"], "in_sample": x.prior["vram"], "loso": x.prior["vram"],
+                                    "measured": x.measured["vram"], "prior_range": None, "loso_range": None}
+    return out
+
+
+# ---- report ----------------------------------------------------------------------------------
+
+def _stats(pairs: list[tuple[float, float]], ranges: list | None = None) -> dict:
+    errs = [abs(p / m - 1) for p, m in pairs if p and m]
+    d = {"n": len(errs), "median_err": statistics.median(errs) if errs else None}
+    if ranges:
+        cov = [lo <= m <= hi for (lo, hi), (p, m) in zip(ranges, pairs) if lo is not None]
+        hw = [(hi - lo) / 2 / p for (lo, hi), (p, m) in zip(ranges, pairs) if lo is not None]
+        d["coverage"] = sum(cov) / len(cov) if cov else None
+        d["half_width"] = statistics.median(hw) if hw else None
+    return d
+
+
+def summary(rows: list[Row], ev: dict, select=lambda x: True) -> dict:
+    by_id = {x.row["id"]: x for x in rows}
+    out = {}
+    for m in METRICS:
+        ids = [i for i in ev[m] if not i.startswith("_") and select(by_id[i])]
+        e = [ev[m][i] for i in ids]
+        s = {"prior": _stats([(v["prior"], v["measured"]) for v in e],
+                             [v["prior_range"] for v in e] if m != "vram" else None),
+             "in_sample": _stats([(v["in_sample"], v["measured"]) for v in e]),
+             "loso": _stats([(v["loso"], v["measured"]) for v in e],
+                            [v["loso_range"] for v in e] if m != "vram" else None)}
+        if m == "decode":
+            for b in ("active", "all"):
+                s[f"roofline_{b}"] = _stats([(by_id[i].baseline.get(b), ev[m][i]["measured"]) for i in ids])
+        out[m] = s
+    return out
+
+
+def _fmt(s: dict, key: str) -> str:
+    v = s.get(key)
+    return "   -" if v is None else f"{v:5.0%}"
+
+
+def print_table(title: str, summ: dict) -> None:
+    print(f"\n{title}")
+    print(f"  {'metric':8} {'figure':16} {'rows':>4} {'median err':>10} {'coverage':>9} {'half-width':>10}")
+    for m, s in summ.items():
+        for name, st in s.items():
+            if not st["n"]:
+                continue
+            print(f"  {m:8} {name:16} {st['n']:4d} {_fmt(st, 'median_err'):>10} {_fmt(st, 'coverage'):>9} "
+                  f"{_fmt(st, 'half_width'):>10}")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--row", help="only rows whose id contains this")
-    ap.add_argument("--terms", action="store_true", help="also print each prediction's terms")
+    ap.add_argument("--rows", action="store_true", help="also print every row's figures")
+    ap.add_argument("--write-fit", action="store_true", help="store the all-row fit in moeplan/profiles/fit.json")
     a = ap.parse_args(argv)
-    import tempfile
-
     if not a.data.exists():
         print(f"error: {a.data} not found\nhint: pass --data PATH/measurements.jsonl", file=sys.stderr)
         return 2
     rows = [json.loads(x) for x in a.data.read_text().splitlines() if x.strip()]
-    if a.row:
-        rows = [r for r in rows if a.row in r["id"]]
+    # the model is scored without any fitted factor: the fit is what this script produces
+    backends_mod.fitted_terms = lambda backend: {}
     runner = CliRunner()
     with tempfile.TemporaryDirectory() as tmp:
-        results = [run_row(r, runner, Path(tmp)) for r in rows]
-    by_id = {r["id"]: r for r in rows}
-    per_metric: dict[str, list[float]] = {}
-    per_backend: dict[tuple[str, str], list[float]] = {}
-    flagged = []
-    for res in results:
-        for m, e in res.errors().items():
-            assumed = ASSUMED_CPU in res.notes and m != "vram_bytes"
-            if not assumed:
-                per_metric.setdefault(m, []).append(abs(e))
-                per_backend.setdefault((res.backend, m), []).append(abs(e))
-            if abs(e) > OUTLIER:
-                why = explain(by_id[res.row_id], m, e)
-                flagged.append((res.row_id, m, e, ("CPU assumed (not counted); " if assumed else "") + why))
+        res = [run_row(r, runner, Path(tmp)) for r in rows]
+    ev = evaluate(res)
+    overall = summary(res, ev)
+    by_backend = {b: summary(res, ev, lambda x, b=b: x.backend == b) for b in sorted({x.backend for x in res if x.groups})}
+    by_class = {c: summary(res, ev, lambda x, c=c: x.machine == c) for c in sorted({x.machine for x in res if x.groups})}
+    skipped = [(x.row["id"], m, why) for x in res for m, why in x.skip.items()]
+    if a.write_fit:
+        from moeplan.io import write_text_atomic
+        fit_data = {"about": "term-group time scales fitted on benchmarks/data/measurements.jsonl by "
+                             "benchmarks/accuracy.py --write-fit; range_log_half_width = 80th percentile of the "
+                             "leave-one-source-out |log residual| by dominant group (docs/cost-model.md)",
+                    "n_rows": {m: len([i for i in ev[m] if not i.startswith('_')]) for m in ("decode", "prefill")},
+                    "scales": {m: ev[m]["_fit"] for m in ("decode", "prefill")},
+                    "range_log_half_width": {m: ev[m]["_widths"] for m in ("decode", "prefill")}}
+        write_text_atomic(FIT_PATH, json.dumps(fit_data, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {FIT_PATH}")
     if a.json:
-        print(json.dumps({"rows": [vars(r) for r in results],
-                          "median_abs_error": {m: statistics.median(v) for m, v in per_metric.items()},
-                          "flagged": flagged}, indent=2, default=str))
+        print(json.dumps({"overall": overall, "by_backend": by_backend, "by_class": by_class,
+                          "rows": {m: {k: v for k, v in ev[m].items()} for m in METRICS},
+                          "not_estimable": skipped}, indent=1, default=str))
         return 0
-    fmt = {"decode_tok_s": lambda v: f"{v:7.1f}", "prefill_tok_s": lambda v: f"{v:7.0f}",
-           "vram_bytes": lambda v: f"{v / GIB:6.1f}G"}
-    print(f"{'row':48} {'metric':14} {'predicted':>10} {'measured':>10} {'error':>7}")
-    for res in results:
-        if res.skipped:
-            print(f"{res.row_id:48} skipped: {res.skipped}")
-            continue
-        for m, meas in res.measured.items():
-            pred = res.predicted.get(m)
-            if pred is None:
-                print(f"{res.row_id:48} {m:14} {'-':>10} {fmt[m](meas):>10}  (no prediction: CPU-only run)")
-                continue
-            print(f"{res.row_id:48} {m:14} {fmt[m](pred):>10} {fmt[m](meas):>10} {pred / meas - 1:+7.0%}")
-        if res.notes:
-            print(f"{'':48} note: {'; '.join(res.notes)}")
-        if a.terms:
-            for phase, terms in res.terms.items():
-                for name, sec, formula in terms:
-                    print(f"{'':48} {phase:8} {name:20} {sec * 1e3:9.3f} ms  {formula}")
-    print("\nmedian absolute percentage error")
-    for m, v in sorted(per_metric.items()):
-        print(f"  {m:14} {statistics.median(v):6.1%}  over {len(v)} rows")
-    for (b, m), v in sorted(per_backend.items()):
-        print(f"  {b:14} {m:14} {statistics.median(v):6.1%}  over {len(v)}")
-    print(f"\nflagged (|error| > {OUTLIER:.0%}):")
-    for row_id, m, e, why in flagged:
-        print(f"  {row_id} {m} {e:+.0%}: {why}")
+    if a.rows:
+        print(f"{'row':52} {'metric':8} {'measured':>9} {'prior':>8} {'LOSO':>8} {'LOSO range':>17}")
+        for m in METRICS:
+            for rid, v in ev[m].items():
+                if rid.startswith("_"):
+                    continue
+                scale = GIB if m == "vram" else 1
+                rng = v["loso_range"]
+                rtxt = f"{rng[0] / scale:7.1f}-{rng[1] / scale:<7.1f}" if rng else ""
+                print(f"{rid[:52]:52} {m:8} {v['measured'] / scale:9.1f} {v['prior'] / scale:8.1f} "
+                      f"{v['loso'] / scale:8.1f} {rtxt:>17} {v['loso'] / v['measured'] - 1:+5.0%}")
+    n_est = {m: len([i for i in ev[m] if not i.startswith("_")]) for m in METRICS}
+    n_meas = {m: sum(1 for x in res if m in x.measured) for m in METRICS}
+    print("rows estimable / with a measured figure: " +
+          ", ".join(f"{m} {n_est[m]}/{n_meas[m]}" for m in METRICS))
+    print_table("overall (error = |predicted/measured - 1|; coverage = measured inside the printed range)", overall)
+    for b, s in by_backend.items():
+        print_table(f"backend {b}", s)
+    for c, s in by_class.items():
+        print_table(f"machine class {c}", s)
+    print("\nfitted factors (all rows):")
+    for m in ("decode", "prefill"):
+        print(f"  {m}: " + ", ".join(f"{k.split('.', 1)[1]}={v:.2f}" for k, v in ev[m]["_fit"].items()))
+        print(f"  {m} range log half-width by dominant group: " +
+              ", ".join(f"{k}={v:.2f}" for k, v in ev[m]["_widths"].items()))
+    print("\ntargets (LOSO): " + ", ".join(
+        f"{m} median err {overall[m]['loso']['median_err'] or float('nan'):.0%} (<= {t:.0%})" for m, t in TARGETS.items())
+        + f", decode coverage {overall['decode']['loso'].get('coverage') or 0:.0%} (>= {COVERAGE_TARGET:.0%}) "
+        f"half-width {overall['decode']['loso'].get('half_width') or 0:.0%} (<= {HALF_WIDTH_TARGET:.0%})")
+    print(f"\nnot estimable ({len(skipped)} figures):")
+    reasons: dict[str, list[str]] = {}
+    for rid, m, why in skipped:
+        reasons.setdefault(why, []).append(f"{rid} [{m}]")
+    for why, ids in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+        print(f"  {len(ids):2d}  {why}")
+        for i in ids:
+            print(f"        {i}")
     return 0
 
 

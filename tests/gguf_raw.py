@@ -59,7 +59,8 @@ def value_bytes(vtype: int, v: Any) -> bytes:
         fmt = SCALAR_FMT[vtype]
         if fmt[1] in "BbHhIiQq":
             bits = struct.calcsize(fmt) * 8
-            v = int(v) % (1 << bits) if fmt[1].isupper() else ((int(v) + (1 << (bits - 1))) % (1 << bits)) - (1 << (bits - 1))
+            half = 1 << (bits - 1)
+            v = int(v) % (1 << bits) if fmt[1].isupper() else (int(v) + half) % (1 << bits) - half
         return struct.pack(fmt, v)
     if vtype == T_STRING:
         return _string(v)

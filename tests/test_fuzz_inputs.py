@@ -16,16 +16,30 @@ import resource
 import struct
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+from gguf_fixtures import write_qwen3moe
+from gguf_raw import (
+    T_ARRAY,
+    T_BOOL,
+    T_F32,
+    T_F64,
+    T_I32,
+    T_I64,
+    T_STRING,
+    T_U8,
+    T_U32,
+    T_U64,
+    RawGGUF,
+    header_of,
+    write_raw,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gguf_fixtures import write_qwen3moe
-from gguf_raw import (T_ARRAY, T_BOOL, T_F32, T_F64, T_I32, T_I64, T_STRING, T_U8, T_U32, T_U64,
-                      RawGGUF, header_of, write_raw)
 from moeplan.errors import MoeplanError
 from moeplan.planner.cost.estimate import estimate
 from moeplan.planner.placement import Placement

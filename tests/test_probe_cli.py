@@ -45,7 +45,7 @@ def test_probe_json_writes_cache_and_out(tiny, tmp_path):
     assert all(n.dram_read_bytes_per_s.source == "measured" for n in p.numa_nodes if n.cpus)
     assert p.storage[0].seq_read_bytes_per_s.source == "measured"
     assert p.load.cpu_busy_before is not None and p.probe_mode == "quick"
-    assert "probe: DRAM read" in r.stderr  # progress on stderr, JSON alone on stdout
+    assert "probe:" not in r.stderr  # no progress under --json without --progress; JSON alone on stdout
     # only the two files we asked for were written: the cache and --out
     assert listing(tmp_path) - before == {"cache/hardware-probe.json", "hw.json"}
     assert json.loads((tmp_path / "hw.json").read_text())["created"] == doc["created"]
@@ -56,6 +56,19 @@ def test_probe_table_output(tiny):
     assert r.exit_code == 0, r.stderr
     assert "NUMA: available" in r.stdout and "how each figure was obtained" in r.stdout
     assert "pass --model-path" in r.stdout
+
+
+def test_probe_progress_lines_count_to_the_expected_steps(tiny):
+    # --progress with --json into a pipe: plain lines with the step count, elapsed time and ETA,
+    # and the count never passes the total run_probe announced
+    r = CliRunner().invoke(app, ["probe", "--json", "--progress"])
+    assert r.exit_code == 0, r.stderr
+    json.loads(r.stdout)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("probe: ")]
+    assert any("DRAM read" in ln for ln in lines) and lines[-1].startswith("probe: load after")
+    counts = [tuple(map(float, ln.split("[")[1].split("]")[0].split("/"))) for ln in lines if "[" in ln]
+    assert counts and all(done <= total for done, total in counts)
+    assert any("ETA" in ln for ln in lines)
 
 
 def test_probe_read_only_cache_is_a_warning(tiny):

@@ -11,11 +11,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from gguf_fixtures import write_qwen3moe
 from typer.testing import CliRunner
 
-from gguf_fixtures import write_qwen3moe
 from moeplan.cli import app
-from moeplan.errors import InputError, MoeplanError, ModelFormatError, ProbeError
+from moeplan.errors import InputError, ModelFormatError, MoeplanError, ProbeError
 
 RUN = CliRunner()
 HW = "desktop-4090-ddr5"

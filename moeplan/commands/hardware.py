@@ -6,14 +6,16 @@ import sys
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Annotated, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Iterator, Optional
 
 import typer
 
-from moeplan.commands.common import JsonOpt, command
+from moeplan.commands.common import JsonOpt, ProgressOpt, command
 from moeplan.errors import InputError
-from moeplan.planner.hardware.profile import HardwareProfile
 from moeplan.units import parse_count, parse_rate, parse_size
+
+if TYPE_CHECKING:
+    from moeplan.planner.hardware.profile import HardwareProfile
 
 OutOpt = Annotated[Optional[str], typer.Option("--out", help="Write the profile JSON here (atomically).")]
 
@@ -37,19 +39,29 @@ def parse_isa(text: str) -> tuple[str, ...]:
 
 
 @contextmanager
-def stderr_steps(enabled: bool = True) -> Iterator[Callable[[str], None]]:
-    """Progress for a multi-second probe: a spinner on a terminal, plain lines otherwise."""
-    from moeplan.ui.console import stderr_console
+def stderr_steps(enabled: bool = True, force: bool = False
+                 ) -> Iterator[tuple[Callable[[str], None], Callable[[int], None]]]:
+    """Progress of a multi-second probe on stderr: (on_step, on_total). On a terminal (or with
+    --progress) a bar with the step, elapsed time and ETA; otherwise one plain line per step;
+    nothing when disabled (--json without --progress)."""
+    from moeplan.ui.console import progress
 
-    if not enabled:
-        yield lambda msg: None
+    if not (enabled or force):
+        yield (lambda msg: None), (lambda n: None)
         return
-    con = stderr_console()
-    if sys.stderr.isatty():
-        with con.status("probing") as status:
-            yield lambda msg: status.update(f"probe: {msg}")
-    else:
-        yield lambda msg: print(f"probe: {msg}", file=sys.stderr, flush=True)
+    if not (sys.stderr.isatty() or force):
+        yield (lambda msg: print(f"probe: {msg}", file=sys.stderr, flush=True)), (lambda n: None)
+        return
+    with progress("probe", total=None, force=force) as bar:
+        started = [False]
+
+        def step(msg: str) -> None:
+            if started[0]:
+                bar.advance(1)
+            started[0] = True
+            bar.update(description=f"probe: {msg}")
+
+        yield step, (lambda n: bar.update(total=n))
 
 
 def show_profile(p: HardwareProfile) -> None:
@@ -86,6 +98,7 @@ def register(app: typer.Typer) -> None:
         model_path: Annotated[Optional[str], typer.Option("--model-path", help="Model file (or folder) whose disk to time; read only.")] = None,
         out: OutOpt = None,
         as_json: JsonOpt = False,
+        show_progress: ProgressOpt = False,
     ) -> None:
         """Measure this machine: GPUs, CPU, NUMA nodes, DRAM per node, host<->GPU copies, disk."""
         from moeplan.probes.hwprofile import save_cached
@@ -94,8 +107,8 @@ def register(app: typer.Typer) -> None:
 
         if quick and full:
             raise InputError("--quick and --full exclude each other", "pick one (--quick is the default)")
-        with stderr_steps() as step:
-            p = run_probe(FULL if full else QUICK, model_path=model_path, on_step=step)
+        with stderr_steps(enabled=not as_json, force=show_progress) as (step, total):
+            p = run_probe(FULL if full else QUICK, model_path=model_path, on_step=step, on_total=total)
         _, warning = save_cached(p)
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
@@ -131,6 +144,8 @@ def register(app: typer.Typer) -> None:
         disk: Annotated[Optional[str], typer.Option("--disk", help="Disk class: nvme-gen3/4/5, sata-ssd, hdd.")] = None,
         disk_read: Annotated[Optional[str], typer.Option("--disk-read", help="Known sequential disk read rate: 7GB/s.")] = None,
         name: Annotated[Optional[str], typer.Option("--name", help="Name of the profile.")] = None,
+        os_family: Annotated[str, typer.Option("--os", help="linux | windows: the OS the machine runs "
+                                                            "(NUMA binding, WDDM VRAM reserve, launch files).")] = "linux",
         out: OutOpt = None,
         list_parts: Annotated[bool, typer.Option("--list", help="List the parts catalog and the presets.")] = False,
         show: Annotated[Optional[str], typer.Option("--show", help="Show a profile JSON or a preset instead of building one.")] = None,
@@ -171,6 +186,7 @@ def register(app: typer.Typer) -> None:
             cpu_ghz=cpu_ghz, isa=parse_isa(isa) if isa else None,
             disk=disk.lower() if disk else None,
             disk_read_bytes_per_s=parse_rate(disk_read, "--disk-read") if disk_read else None,
+            os=os_family.strip().lower(),
         )
         p = catalog.build_profile(req)
         p = replace(p, moeplan_version=__version__,
@@ -197,6 +213,10 @@ def _ram_type(text: str | None) -> str | None:
     from moeplan.profiles.catalog import efficiency
 
     t = text.strip().lower().replace("-", "")
+    if t == "mrdimm":
+        # MRDIMM (DDR5 multiplexed-rank DIMM): a DDR5 channel at the stated MT/s (8800), the
+        # buffer interleaving two ranks; peak = MT/s x 8 B like any DDR5 channel
+        t = "ddr5"
     known = [k for k in efficiency().dram_read if k != "unknown"]
     if t not in known:
         raise InputError(f"unknown --ram-type {text!r}", "use one of " + ", ".join(known))

@@ -1,16 +1,18 @@
 """Placement flags shared by `estimate` and `bench`, and their resolution to a Placement."""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from moeplan.errors import InputError
 from moeplan.planner.limits import check_ctx, check_placement, check_threads
 from moeplan.planner.model.ggml import KV_CACHE_TYPES
-from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import BACKENDS, NUMA_POLICIES, Placement, layers_from_last, parse_layer_list
 from moeplan.units import parse_ctx, parse_size
+
+if TYPE_CHECKING:
+    from moeplan.planner.model.spec import ModelSpec
 
 CpuMoeLayersOpt = Annotated[Optional[int], typer.Option(
     "--cpu-moe-layers", help="N MoE layers keep their experts on the CPU, chosen as the backend's own flag would "
@@ -72,7 +74,9 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         if cpu_moe_layers < 0 or cpu_moe_layers > len(moe):
             raise InputError(f"--cpu-moe-layers {cpu_moe_layers} is out of range",
                              f"{model.name} has {len(moe)} MoE layers")
-        if backend == "ik_llama.cpp":
+        from moeplan.planner import backends
+
+        if backends.get(backend).n_cpu_moe_from == "last":
             cpu = layers_from_last(moe, cpu_moe_layers)
         else:
             # llama.cpp --n-cpu-moe N covers block indices 0..N-1; to keep N *MoE* layers on the

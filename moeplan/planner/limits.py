@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from moeplan.errors import InputError, MoeplanError, ModelFormatError, ProbeError
+from moeplan.errors import InputError, ModelFormatError, MoeplanError, ProbeError
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,45 @@
 """Read the per-backend priors bundled in moeplan/profiles/backends.toml."""
 from __future__ import annotations
 
+import json
 import tomllib
 from functools import lru_cache
 from importlib import resources
 
 from moeplan.errors import InputError
+from moeplan.planner.backends import BACKENDS
+from moeplan.planner.cost.factors import check_priors
 from moeplan.planner.cost.priors import BackendPriors
 
-_KEYS = {"llama.cpp": "llama_cpp", "ik_llama.cpp": "ik_llama_cpp", "ktransformers": "ktransformers",
-         "vllm": "vllm", "sglang": "sglang", "executor": "executor"}
+# backends.toml section of each backend, and of the bundled executor's stand-in priors
+_KEYS = {**{b.name: b.priors_key for b in BACKENDS.values()}, "executor": "executor"}
+
+
+@lru_cache(maxsize=1)
+def _fit() -> dict:
+    """moeplan/profiles/fit.json: term-group scales and range widths fitted on the public
+    measurement set by benchmarks/accuracy.py --write-fit (absent: none)."""
+    path = resources.files("moeplan.profiles").joinpath("fit.json")
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text())
+
+
+def fitted_terms(backend: str) -> dict:
+    """{'scales': {metric: {group: x}}, 'range_log_half_width': {metric: {group: w}}} for backend:
+    the CPU group's scale is per backend, the other groups' are shared."""
+    d = _fit()
+    if not d:
+        return {}
+    scales: dict[str, dict[str, float]] = {}
+    for metric, table in d.get("scales", {}).items():
+        out = {}
+        for key, v in table.items():
+            parts = key.split(".", 2)  # metric.group[.backend]
+            if len(parts) == 2 or parts[2] == backend:
+                out[parts[1]] = float(v)
+        scales[metric] = out
+    return {"scales": scales, "range_log_half_width": d.get("range_log_half_width", {})}
 
 
 @lru_cache(maxsize=1)
@@ -28,5 +58,12 @@ def read_priors(backend: str) -> BackendPriors:
     # the ggml kernels' per-type costs, with the backend's own where it has them
     d["type_cost"] = {**data.get("type_cost", {}), **d.get("type_cost", {})}
     d["sources"] = tuple(d.get("sources", ()))
+    fit = fitted_terms(backend)
+    d["term_scale"] = fit.get("scales", {})
+    d["term_range_log"] = fit.get("range_log_half_width", {})
     known = set(BackendPriors.__dataclass_fields__)
-    return BackendPriors(**{k: v for k, v in d.items() if k in known})
+    pr = BackendPriors(**{k: v for k, v in d.items() if k in known})
+    problems = check_priors(pr)
+    if problems:  # the bundled file disagrees with the factor table (planner/cost/factors.py)
+        raise ValueError("backends.toml: " + "; ".join(problems))
+    return pr

@@ -18,7 +18,7 @@ from moeplan.planner.model.spec import ModelSpec, make_tensor
 from moeplan.planner.model.native import NativeFormat
 from moeplan.planner.model.quants import QUANTS, apply_recipe, canonical_quant, scale_to_size
 from moeplan.planner.model.synth import gguf_hparams, layout_options, merged_config, tensor_specs
-from moeplan.probes.gguf_model import build_model_spec
+from moeplan.planner.model.build import build_model_spec
 
 PROFILE_DIR = Path(__file__).resolve().parent / "models"
 

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from moeplan import __version__
 from moeplan.errors import MoeplanError
@@ -43,13 +43,52 @@ def print_error(err: MoeplanError, as_json: bool) -> None:
         con.print(f"hint: {err.hint}", markup=False, highlight=False, soft_wrap=True)
 
 
-@contextmanager
-def progress(description: str, total: float | None = None, enabled: bool = True) -> Iterator[Any]:
-    """A progress bar on stderr (silent when disabled, e.g. under --json or in tests).
+class _Lines:
+    """The progress bar's information as plain stderr lines: step, count, elapsed time, ETA (from
+    the mean time per completed unit so far)."""
 
-    Yields an object with `advance(n)` and `update(description=...)`.
+    def __init__(self, description: str, total: float | None) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self._t0 = self._clock()
+        self.description, self.total, self.completed = description, total, 0.0
+
+    def _line(self) -> None:
+        elapsed = self._clock() - self._t0
+        count = eta = ""
+        if self.total:
+            count = f" [{self.completed:g}/{self.total:g}]"
+            if self.completed:
+                eta = f", ETA {max(0.0, elapsed / self.completed * (self.total - self.completed)):.0f} s"
+        print(f"{self.description}{count} {elapsed:.0f} s{eta}", file=sys.stderr, flush=True)
+
+    def advance(self, n: float = 1) -> None:
+        self.completed += n
+
+    def update(self, **kw: Any) -> None:
+        self.total = kw.get("total", self.total)
+        self.completed = kw.get("completed", self.completed)
+        if "description" in kw:
+            self.description = kw["description"]
+            self._line()
+
+    def print(self, text: Any) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def progress(description: str, total: float | None = None, enabled: bool = True,
+             force: bool = False) -> Iterator[Any]:
+    """A progress bar with elapsed time and ETA on stderr (silent when disabled, e.g. under
+    --json, or when stderr is no terminal, unless `force`: --progress).
+
+    Yields an object with `advance(n)`, `update(description=..., total=..., completed=...)`
+    and `print(text)` (a line above the bar).
     """
-    if not enabled or not sys.stderr.isatty():
+    if force:
+        enabled = True
+    if not enabled or not (sys.stderr.isatty() or force):
         class _Quiet:
             def advance(self, n: float = 1) -> None:
                 pass
@@ -57,10 +96,16 @@ def progress(description: str, total: float | None = None, enabled: bool = True)
             def update(self, **kw: Any) -> None:
                 pass
 
+            def print(self, text: Any) -> None:
+                pass
+
         yield _Quiet()
         return
+    if not sys.stderr.isatty():  # --progress into a pipe or a log: one plain line per change
+        yield _Lines(description, total)
+        return
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=stderr_console(), transient=True) as prog:
+                  TextColumn("ETA"), TimeRemainingColumn(), console=stderr_console(), transient=True) as prog:
         task = prog.add_task(description, total=total)
 
         class _Bar:
@@ -69,5 +114,8 @@ def progress(description: str, total: float | None = None, enabled: bool = True)
 
             def update(self, **kw: Any) -> None:
                 prog.update(task, **kw)
+
+            def print(self, text: Any) -> None:
+                prog.console.print(text)
 
         yield _Bar()

@@ -4,7 +4,7 @@ Let C / G be the MoE layers whose routed experts are in host RAM / on the GPU, N
 layer, k used per token, E_l the expert bytes of layer l and W_l its expert weights
 (elements), so one expert is S_exp = E_l / N bytes and P_exp = W_l / N weights.
 
-Decode, seconds per token (DESIGN.md §5):
+Decode, seconds per token (docs/design.md §5):
   t_tok = t_gpu_weights + t_kv + t_launch + t_cpu_read + t_cpu_compute_excess + t_sync
           + t_nvme + t_token
   t_gpu_weights = (R_dense + sum_G k/N * E_l) / BW_g          BW_g = eta_gpu * BW_gpu
@@ -16,7 +16,8 @@ Decode, seconds per token (DESIGN.md §5):
   t_sync        = |C| * (s_sync + n_ops * s_barrier * T * x_sockets)
   t_nvme        = m * sum_C k/N * E_l / BW_nvme    (m: share of CPU expert pages not resident)
   BW_c = min(T * b_core, eta_cpu * sum_{memory nodes} BW_node), then the remote share f
-         (NUMA policy) gives 1/BW_c' = (1-f)/BW_c + f/(rho * BW_c)
+         (NUMA policy) gives 1/BW_c' = (1-f)/BW_c + f/(rho * BW_c); on Windows every policy
+         but a bind (`start /NODE`) is the OS default, pages spread over n nodes: f = 1 - 1/n
   h = GPU expert-cache hit rate = (c/N)^(1 - s) for c cached experts per CPU layer (Zipf s)
 
 Speculative decoding with n drafted tokens and acceptance a: one verification step reads
@@ -40,14 +41,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode
+from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
 from moeplan.planner.memory.accounting import (MemoryConstants, estimate_memory, kv_read_bytes)
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, Term
+from moeplan.planner.cost import factors as F
 from moeplan.planner.cost.priors import BackendPriors
 
-# nominal clock of the machine the batch-1 dot-product anchor was measured on (DESIGN.md §4:
+# nominal clock of the machine the batch-1 dot-product anchor was measured on (docs/design.md §4:
 # Q8_0 experts at 18.7 GB/s with 2 threads, a Sapphire Rapids-class VM reporting 2100 MHz);
 # also the clock assumed when a profile gives none
 REF_CLOCK_HZ = 2.1e9
@@ -108,27 +110,28 @@ def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
     return fig.effective, fig.source, err
 
 
-# factors that describe the machine more than the runtime's kernels: a calibration made with
-# one runner (the bundled executor) carries over to other backends only for these
-MACHINE_FACTORS = frozenset({"eta_cpu", "core_read_share", "rho_remote", "pi_h2d", "eta_gpu"})
+# factors that describe the machine more than the runtime's kernels (the table's "machine"
+# level): a calibration made with one runner (the bundled executor) carries over to other
+# backends only for these
+MACHINE_FACTORS = F.MACHINE_FACTORS
 
 
-def _factor(name: str, prior: float, pr: BackendPriors, hw: HardwareProfile,
-            err_key: str | None = None) -> tuple[float, str, float]:
+def _factor(spec: F.FactorSpec, prior: float, pr: BackendPriors, hw: HardwareProfile) -> tuple[float, str, float]:
     """A factor's value, source and 1-sigma relative error.
 
     A calibration of this backend wins. A calibration made with another runner (e.g. the
     bundled executor) says how this machine deviates from that runner's prior; the same
     ratio is applied to this backend's prior, with more uncertainty. Otherwise the prior.
     """
+    name, err_key = spec.name, spec.error_key
     own = hw.calibration_for(pr.name)
     if own and name in own.factors:
         return own.factors[name], "calibrated", max(0.03, own.rel_err.get(name, 0.08))
     for c in hw.calibration:
         if name in MACHINE_FACTORS and c.backend != pr.name and name in c.factors and c.priors.get(name):
             ratio = c.factors[name] / c.priors[name]
-            return prior * ratio, f"calibrated via {c.backend}", pr.err(err_key or name) * 0.5 + 0.1
-    return prior, "prior", pr.err(err_key or name)
+            return prior * ratio, f"calibrated via {c.backend}", pr.err(err_key) * 0.5 + 0.1
+    return prior, "prior", pr.err(err_key)
 
 
 def cpu_isa_class(hw: HardwareProfile) -> str:
@@ -139,7 +142,7 @@ def cpu_isa_class(hw: HardwareProfile) -> str:
 
 def cpu_nodes(hw: HardwareProfile) -> tuple[NumaNode, ...]:
     """NUMA nodes that have CPUs (memory-only nodes excluded); one synthetic node if none."""
-    nodes = tuple(n for n in hw.numa_nodes if n.cpus and not n.memory_only)
+    nodes = hw.cpu_nodes
     if nodes:
         return nodes
     return (NumaNode(id=0, cpus=tuple(range(hw.cpu.n_threads)), n_physical_cores=hw.cpu.n_cores,
@@ -185,7 +188,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     gpu = hw.gpus[0] if hw.gpus else None
 
     # GPU memory bandwidth and compute
-    eta_g, eta_src, eta_err = _factor("eta_gpu", pr.eta_gpu, pr, hw)
+    eta_g, eta_src, eta_err = _factor(F.ETA_GPU, pr.eta_gpu, pr, hw)
     g = _fig(gpu.mem_bw_bytes_per_s) if gpu else None
     if g:
         bw_g = Rate(g[0] * eta_g, f"{g[1]} x {eta_src} eta_gpu={eta_g:.2f}", math.hypot(g[2], eta_err))
@@ -196,7 +199,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
                          "memory bandwidth", "add it (moeplan hardware --gpu-bw 1008GB/s ...), or plan with --cpu-only")
     else:
         bw_g = Rate(0.0, "none", 0.0, "no GPU")
-    mfu, mfu_src, mfu_err = _factor("gpu_mfu", pr.gpu_mfu, pr, hw)
+    mfu, mfu_src, mfu_err = _factor(F.GPU_MFU, pr.gpu_mfu, pr, hw)
     gf = _fig(gpu.fp16_flop_per_s) if gpu else None
     if gf:
         f_gpu = Rate(gf[0] * mfu, f"{gf[1]} x {mfu_src} mfu={mfu:.2f}", math.hypot(gf[2], mfu_err))
@@ -205,13 +208,13 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
         f_gpu = Rate(g[0] * 100 * mfu, "prior (100 FLOP/B of bandwidth)", 0.5)
     else:
         f_gpu = Rate(0.0, "none", 0.0)
-    pi, pi_src, pi_err = _factor("pi_h2d", pr.pi_h2d, pr, hw)
+    pi, pi_src, pi_err = _factor(F.PI_H2D, pr.pi_h2d, pr, hw)
     h = _fig(gpu.h2d_bytes_per_s) if gpu else None
     if h:
         h2d = Rate(h[0] * pi, f"{h[1]} x {pi_src} pi={pi:.2f}", math.hypot(h[2], pi_err))
     elif gpu and gpu.pcie_gen and gpu.pcie_width:
-        per_lane = {3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}.get(gpu.pcie_gen, 0.985e9)
-        h2d = Rate(per_lane * gpu.pcie_width * 0.8 * pi, f"spec-sheet PCIe {gpu.pcie_gen}x{gpu.pcie_width} x prior",
+        peak = pcie_bytes_per_s(gpu.pcie_gen, gpu.pcie_width) or pcie_bytes_per_s(3, gpu.pcie_width)
+        h2d = Rate(peak * 0.8 * pi, f"spec-sheet PCIe {gpu.pcie_gen}x{gpu.pcie_width} x prior",
                    math.hypot(0.15, pi_err))
     else:
         h2d = Rate(0.0, "none", 0.0)
@@ -222,8 +225,8 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     n_nodes = len(all_nodes)
     T = max(1, p.n_threads)
     bws = [_node_bw(n, hw, n_nodes) for n in nodes]
-    eta_c, etac_src, etac_err = _factor("eta_cpu", pr.eta_cpu, pr, hw)
-    rho, rho_src, rho_err = _factor("rho_remote", pr.rho_remote, pr, hw)
+    eta_c, etac_src, etac_err = _factor(F.ETA_CPU, pr.eta_cpu, pr, hw)
+    rho, rho_src, rho_err = _factor(F.RHO_REMOTE, pr.rho_remote, pr, hw)
     if hw.numa_bw_matrix and len(nodes) > 1:
         m = hw.numa_bw_matrix
         try:
@@ -236,6 +239,13 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 0.0
         note = "node-local pools" if pr.numa_aware and len(nodes) > 1 else f"node {nodes[0].id}"
+    elif hw.os == "windows":
+        # no numactl and a no-op --numa on Windows (planner/hardware/windows.py): any policy but
+        # a `start /NODE` bind leaves threads on every node and pages spread over the nodes
+        mem_nodes_bw = sum(b[0] for b in bws)
+        f_remote = 1 - 1 / len(nodes)
+        note = (f"Windows default: threads on all nodes, pages spread over nodes {[n.id for n in nodes]}, "
+                f"{f_remote:.0%} of reads remote")
     elif p.numa == "interleave":
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 1 - 1 / len(nodes)
@@ -250,7 +260,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
         note = f"no NUMA policy: pages on one node, {f_remote:.0%} of reads remote"
     cores_per_node = max(1, sum(n.n_physical_cores or len(n.cpus) for n in nodes) // len(nodes))
     core_fig = _fig(hw.cpu.core_read_bytes_per_s)
-    share, share_src, share_err = _factor("core_read_share", pr.core_read_share, pr, hw, "eta_cpu")
+    share, share_src, share_err = _factor(F.CORE_READ_SHARE, pr.core_read_share, pr, hw)
     if core_fig and share_src == "prior":
         b_core = core_fig[0]
     else:
@@ -266,7 +276,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     bw_c = Rate(bw_val, how, err, note)
 
     clock = hw.cpu.base_clock_hz or REF_CLOCK_HZ
-    r_dot, rdot_src, rdot_err = _factor("cpu_dot_weights_per_cycle", pr.cpu_dot_weights_per_cycle, pr, hw, "cpu_dot")
+    r_dot, rdot_src, rdot_err = _factor(F.CPU_DOT, pr.cpu_dot_weights_per_cycle, pr, hw)
     if not hw.cpu.base_clock_hz:
         rdot_err = math.hypot(rdot_err, 0.3)
     dot = Rate(r_dot * clock * T, f"{rdot_src} ({r_dot:.1f} weights/cycle x {clock / 1e9:.2f} GHz)", rdot_err)
@@ -274,17 +284,17 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     core_peak = _fig(hw.cpu.core_flop_per_s)
     peak = core_peak[0] if core_peak else clock * (64 if "avx512f" in hw.cpu.isa else 32) * 0.85
     eff_prior = pr.cpu_mm_eff.get(isa_class) or max(pr.cpu_mm_eff.values(), default=0.0)
-    eff, eff_src, eff_err = _factor("cpu_mm_eff", eff_prior, pr, hw, "cpu_flop")
+    eff, eff_src, eff_err = _factor(F.CPU_MM_EFF, eff_prior, pr, hw)
     cpu_flop = Rate(eff * peak * max(1, p.threads_batch), f"{eff_src} ({isa_class}, {eff:.2f} of FP32 peak)",
                     math.hypot(eff_err, core_peak[2] if core_peak else 0.3))
 
     sockets_used = len(nodes) > 1 and hw.cpu.n_sockets > 1
     xs = 2.0 if sockets_used else 1.0
-    s_sync, ss_src, ss_err = _factor("s_sync_s", pr.s_sync_s, pr, hw)
+    s_sync, ss_src, ss_err = _factor(F.S_SYNC_S, pr.s_sync_s, pr, hw)
     barrier = pr.n_cpu_ops_per_layer * pr.s_barrier_s_per_thread * T * xs
     sync = Rate(s_sync + barrier, ss_src, ss_err)
-    sl, sl_src, sl_err = _factor("s_layer_gpu_s", pr.s_layer_gpu_s, pr, hw, "s_sync_s")
-    tt, tt_src, tt_err = _factor("t_token_s", pr.t_token_s, pr, hw, "s_sync_s")
+    sl, sl_src, sl_err = _factor(F.S_LAYER_GPU_S, pr.s_layer_gpu_s, pr, hw)
+    tt, tt_src, tt_err = _factor(F.T_TOKEN_S, pr.t_token_s, pr, hw)
     st = hw.storage[0].seq_read_bytes_per_s if hw.storage else None
     nv = _fig(st)
     nvme = Rate(nv[0], nv[1], nv[2]) if nv else Rate(2e9, "prior (a PCIe 3/4 NVMe)", 0.5)
@@ -538,6 +548,39 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     return terms, errs
 
 
+# ---- fitted term-group scales and held-out ranges (docs/cost-model.md) -----------------------
+
+# the resource a term charges -> the group whose time scale is fitted (benchmarks/accuracy.py)
+TERM_GROUP = {"cpu-mem": "cpu", "cpu-compute": "cpu", "nvme": "cpu", "gpu-mem": "gpu", "gpu-compute": "gpu",
+              "pcie": "pcie", "sync": "fixed"}
+
+
+def fitted_term_scales(terms: list[Term], scales: dict[str, float]) -> list[Term]:
+    """Each term times its group's fitted scale (1 where none was fitted)."""
+    out = []
+    for t in terms:
+        x = scales.get(TERM_GROUP.get(t.resource, "fixed"), 1.0)
+        out.append(t if x == 1.0 else Term(t.name, t.seconds * x, t.resource,
+                                           f"{t.formula} x {x:.2f} (fitted {TERM_GROUP.get(t.resource, 'fixed')} scale)"))
+    return out
+
+
+def dominant_group(terms: list[Term]) -> str:
+    by: dict[str, float] = {}
+    for t in terms:
+        g = TERM_GROUP.get(t.resource, "fixed")
+        by[g] = by.get(g, 0.0) + t.seconds
+    return max(sorted(by), key=lambda g: by[g]) if by else "all"
+
+
+def held_out_range(value: float, terms: list[Term], widths: dict[str, float]) -> tuple[float, float] | None:
+    """value x exp(-/+ w), w the held-out 80% log half-width of the group dominating the terms."""
+    w = widths.get(dominant_group(terms), widths.get("all"))
+    if w is None:
+        return None
+    return value * math.exp(-w), value * math.exp(w)
+
+
 def _bottleneck(terms: list[Term]) -> str:
     if not terms:
         return "none"
@@ -560,12 +603,14 @@ BOTTLENECK_TEXT = {
 
 def node_ram_split(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
                    host_bytes: int) -> tuple[tuple[int, int], ...]:
-    """Host RAM per NUMA node: bound nodes hold it all, interleave spreads it, KTransformers
-    copies the experts to every node, no policy puts it on the first node."""
+    """Host RAM per NUMA node: bound nodes hold it all, interleave spreads it (as Windows does
+    without a bind), KTransformers copies the experts to every node, no policy puts it on the
+    first node."""
     nodes = used_nodes(hw, p)
     if pr.numa_aware and len(nodes) > 1:
         return tuple((n.id, host_bytes) for n in nodes)
-    if p.numa in ("interleave", "distribute") and len(nodes) > 1:
+    spread = p.numa in ("interleave", "distribute") or (hw.os == "windows" and p.numa != "bind")
+    if spread and len(nodes) > 1:
         share = host_bytes // len(nodes)
         return tuple((n.id, share) for n in nodes)
     return ((nodes[0].id, host_bytes),)
@@ -582,10 +627,12 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
     other_host = mem.ram_bytes - mem.get("weights_experts_cpu")
     res_share = _resident_share(model, p, hw, other_host)
     dterms, derrs, per_step = estimate_decode_terms(model, p, hw, pr, f, depth, res_share)
+    dterms = fitted_term_scales(dterms, pr.term_scale.get("decode", {}))
     t_step = sum(t.seconds for t in dterms)
     decode = per_step / t_step if t_step > 0 else 0.0
     dr = _terms_range(dterms, derrs)
     pterms, perrs = estimate_prefill_terms(model, p, hw, pr, f, n_prompt)
+    pterms = fitted_term_scales(pterms, pr.term_scale.get("prefill", {}))
     t_pp = sum(t.seconds for t in pterms)
     prefill = 1.0 / t_pp if t_pp > 0 else 0.0
     prr = _terms_range(pterms, perrs)
@@ -600,11 +647,13 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
                      f"{per_step:.2f} tokens per step")
     if f.cpu_only:
         notes.append("no GPU layers: everything runs on the CPU")
+    d_range = held_out_range(decode, dterms, pr.term_range_log.get("decode", {}))
+    p_range = held_out_range(prefill, pterms, pr.term_range_log.get("prefill", {}))
     return Estimate(
         decode_tok_s=decode,
-        decode_tok_s_range=(decode / (1 + dr), decode / max(0.1, 1 - dr)),
+        decode_tok_s_range=d_range or (decode / (1 + dr), decode / max(0.1, 1 - dr)),
         prefill_tok_s=prefill,
-        prefill_tok_s_range=(prefill / (1 + prr), prefill / max(0.1, 1 - prr)),
+        prefill_tok_s_range=p_range or (prefill / (1 + prr), prefill / max(0.1, 1 - prr)),
         decode_terms=tuple(t if p.n_draft == 0 else Term(t.name, t.seconds / per_step, t.resource, t.formula)
                            for t in dterms),
         prefill_terms=tuple(pterms),

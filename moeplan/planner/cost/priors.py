@@ -3,6 +3,8 @@
 A prior is what the cost model assumes before anything was measured on this machine. The
 order of trust is: calibrated factor (HardwareProfile.calibration) > measured figure of the
 profile > these priors. Every prior carries a relative uncertainty that feeds the range.
+The factors themselves (unit, bounds, error key, machine- or backend-level) are listed once,
+in factors.py; read_priors checks the bundled values against that table.
 """
 from __future__ import annotations
 
@@ -39,6 +41,11 @@ class BackendPriors:
         --cpu-offload-gb: offloaded weights cross PCIe in every forward pass, decode too).
     zipf_s: skew of expert popularity used for cache hit rates (0 = uniform).
     rel_err: relative uncertainty of each prior (1 sigma), by name.
+    term_scale: {'decode'|'prefill': {group: x}} time scales of the term groups (cpu, gpu, pcie,
+        fixed) fitted on the public measurement set (profiles/fit.json, docs/cost-model.md);
+        empty = the mechanism priors alone.
+    term_range_log: {'decode'|'prefill': {group|'all': w}} log half-width of the range: the 80th
+        percentile of the held-out |log(predicted/measured)| of rows that group dominates.
     """
 
     name: str
@@ -61,6 +68,8 @@ class BackendPriors:
     zipf_s: float = 0.5
     rel_err: dict[str, float] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
+    term_scale: dict[str, dict[str, float]] = field(default_factory=dict)
+    term_range_log: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def err(self, name: str, default: float = 0.3) -> float:
         return self.rel_err.get(name, default)

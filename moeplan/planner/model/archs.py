@@ -10,18 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from moeplan.planner.model.spec import KvComponent
+from moeplan.planner.model import registry
+from moeplan.planner.model.spec import KvComponent, kv_head_dims
 
-# architectures that llama.cpp builds with the MLA latent cache when the GGUF has the
-# *_mla keys (DeepSeek V2/V3/R1, Kimi K2, GLM-4.7-Flash, GLM-5 via glm-dsa, Mistral Large 3)
-MLA_ARCHS = {"deepseek2", "glm-dsa", "deepseek32", "kimi-k3"}
-# hybrid recurrent + attention architectures (gated delta net layers keep a fixed state)
-RECURRENT_HYBRID_ARCHS = {"qwen3next", "qwen35moe", "qwen35", "kimi-linear"}
-
-SUPPORTED_ARCHS = (
-    "deepseek2", "deepseek4", "glm-dsa", "deepseek32", "qwen3moe", "qwen2moe", "qwen3next",
-    "qwen35moe", "gpt-oss", "glm4moe", "llama4", "llama", "minimax-m2",
-)
+SUPPORTED_ARCHS = registry.supported()
 
 
 def hp_at(hp: dict[str, Any], key: str, il: int, default: Any = None) -> Any:
@@ -52,10 +44,10 @@ def is_swa_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
     pattern = hp.get("attention.sliding_window_pattern")
     if isinstance(pattern, (list, tuple)):
         return bool(pattern[il]) if il < len(pattern) else False
-    defaults = {"gpt-oss": 2, "llama4": 4}  # openai-moe.cpp / llama4.cpp load_swa_pattern(ml, n)
-    if arch not in defaults:
+    default = registry.get(arch).swa_pattern  # openai-moe.cpp / llama4.cpp load_swa_pattern(ml, n)
+    if default is None:
         return False
-    n = defaults[arch] if pattern is None else int(pattern)
+    n = default if pattern is None else int(pattern)
     return n == 0 or (il % n < n - 1)
 
 
@@ -87,7 +79,7 @@ def is_indexer_full(arch: str, hp: dict[str, Any], il: int) -> bool:
 
 
 def is_recurrent_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
-    if arch not in RECURRENT_HYBRID_ARCHS:
+    if not registry.get(arch).recurrent_hybrid:
         return False
     arr = hp.get("attention.recurrent_layers")
     if isinstance(arr, (list, tuple)):
@@ -109,13 +101,10 @@ def recurrent_state_sizes(hp: dict[str, Any]) -> tuple[int, int]:
 
 def head_dims(hp: dict[str, Any], il: int) -> tuple[int, int, int]:
     """(n_head_kv, d_k, d_v) of layer il as llama.cpp's hparams resolve them."""
-    n_embd = int(hp["embedding_length"])
     n_head = int(hp_at(hp, "attention.head_count", il, 1) or 1)
     n_head_kv = hp_at(hp, "attention.head_count_kv", il, None)
     n_head_kv = n_head if n_head_kv is None else int(n_head_kv)
-    d_k = int(hp.get("attention.key_length") or (n_embd // max(1, n_head)))
-    d_v = int(hp.get("attention.value_length") or (n_embd // max(1, n_head)))
-    return n_head_kv, d_k, d_v
+    return (n_head_kv, *kv_head_dims(hp, n_head))
 
 
 def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvComponent, ...]]:
@@ -128,7 +117,7 @@ def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvCompo
         n_r, n_s = recurrent_state_sizes(hp)
         return "recurrent", (KvComponent("r", n_r, "seq", "F32"), KvComponent("s", n_s, "seq", "F32"))
     n_head_kv, d_k, d_v = head_dims(hp, il)
-    if arch in MLA_ARCHS and hp.get("attention.key_length_mla"):
+    if registry.get(arch).mla and hp.get("attention.key_length_mla"):
         # MLA: only the latent (kv_lora_rank + rope dims) is cached, as K; V is a view of it
         comps = [KvComponent("k", d_k * n_head_kv, "ctx", "k")]
         label = "mla"

@@ -23,11 +23,22 @@ GROUPS = ("embed", "output", "attn", "norm", "ffn", "shared", "router", "experts
           "expert_aux", "other")
 
 LAYER_KINDS = ("moe", "dense", "nextn")
-# architectures whose loader creates the NextN block's exp_probs_b without TENSOR_SKIP
-NEXTN_PROBS_BIAS_LOADED = frozenset({"glm-dsa", "deepseek32"})
 
 _BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 _EXPS_RE = re.compile(r"^ffn_(gate_up|gate|up|down)_(ch)?exps\.(.+)$")
+
+
+def kv_head_dims(hp: dict, n_head: int) -> tuple[int, int]:
+    """(d_k, d_v) as llama.cpp's hparams resolve them: attention.key_length / value_length,
+    else n_embd / n_head (llama-model.cpp: n_embd_head_k = n_embd / n_head by default)."""
+    def first(key: str) -> int:
+        v = hp.get(key)
+        if isinstance(v, (list, tuple)):
+            v = v[0] if v else None
+        return int(v or 0)
+
+    default = first("embedding_length") // max(1, n_head)
+    return first("attention.key_length") or default, first("attention.value_length") or default
 
 
 def classify_tensor(name: str) -> tuple[int | None, str]:
@@ -171,6 +182,19 @@ class ModelSpec:
     # ---- derived views (computed once per instance: the search asks for them thousands
     # of times; the dataclass is frozen, so they cannot go stale) -----------------------------
     @cached_property
+    def head_dims(self) -> tuple[int, int]:
+        """(d_k, d_v) of the attention heads (kv_head_dims)."""
+        return kv_head_dims({"embedding_length": self.n_embd, **dict(self.extra)}, self.n_head)
+
+    @property
+    def head_dim_k(self) -> int:
+        return self.head_dims[0]
+
+    @property
+    def head_dim_v(self) -> int:
+        return self.head_dims[1]
+
+    @cached_property
     def memo(self) -> dict:
         """Per-instance cache for pure functions of this model (memory.py, compute_buffer.py)."""
         return {}
@@ -210,7 +234,9 @@ class ModelSpec:
         deepseek32.cpp create a NextN block's exp_probs_b without the block's TENSOR_SKIP flag,
         so that one vector is loaded (n_expert * 4 bytes; measured on a glm-dsa fixture)."""
         total = sum(t.n_bytes for t in self.globals) + sum(layer.n_bytes for layer in self.trunk_layers)
-        if self.arch in NEXTN_PROBS_BIAS_LOADED:
+        from moeplan.planner.model import registry
+
+        if self.arch in registry.ARCHS and registry.get(self.arch).nextn_probs_bias_loaded:
             total += sum(t.n_bytes for layer in self.layers if layer.kind == "nextn"
                          for t in layer.tensors if t.name.endswith(".exp_probs_b.bias"))
         return total

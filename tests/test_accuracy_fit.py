@@ -1,0 +1,93 @@
+"""The fitted term-group scales, held-out ranges, and the leave-one-source-out scoring."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from moeplan.planner.cost.estimate import dominant_group, fitted_term_scales, held_out_range
+from moeplan.planner.plan import Term
+from moeplan.profiles import backends
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("accuracy_bench", ROOT / "benchmarks" / "accuracy.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["accuracy_bench"] = mod  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
+TERMS = [Term("cpu_experts_read", 0.06, "cpu-mem", "x"), Term("cpu_compute_excess", 0.01, "cpu-compute", "x"),
+         Term("gpu_weights_read", 0.02, "gpu-mem", "x"), Term("sync", 0.01, "sync", "x")]
+
+
+def test_fitted_scales_multiply_their_group_only():
+    out = fitted_term_scales(TERMS, {"cpu": 0.5, "gpu": 2.0})
+    secs = {t.name: t.seconds for t in out}
+    assert secs == pytest.approx({"cpu_experts_read": 0.03, "cpu_compute_excess": 0.005,
+                                  "gpu_weights_read": 0.04, "sync": 0.01})
+    assert "fitted cpu scale" in out[0].formula and out[3].formula == "x"
+
+
+def test_held_out_range_uses_the_dominant_group():
+    assert dominant_group(TERMS) == "cpu"
+    lo, hi = held_out_range(10.0, TERMS, {"cpu": math.log(1.5), "all": math.log(3.0)})
+    assert lo == pytest.approx(10 / 1.5) and hi == pytest.approx(15.0)
+    lo, hi = held_out_range(10.0, TERMS, {"gpu": 0.1, "all": math.log(2.0)})
+    assert (lo, hi) == pytest.approx((5.0, 20.0))
+    assert held_out_range(10.0, TERMS, {}) is None
+
+
+def test_fitted_terms_pick_the_backend_cpu_scale(monkeypatch):
+    monkeypatch.setattr(backends, "_fit", lambda: {
+        "scales": {"decode": {"decode.cpu.llama.cpp": 0.8, "decode.cpu.ktransformers": 1.3, "decode.gpu": 1.1}},
+        "range_log_half_width": {"decode": {"all": 0.3}}})
+    assert backends.fitted_terms("llama.cpp")["scales"]["decode"] == {"cpu": 0.8, "gpu": 1.1}
+    assert backends.fitted_terms("ktransformers")["scales"]["decode"] == {"cpu": 1.3, "gpu": 1.1}
+    assert backends.read_priors("llama.cpp").term_range_log == {"decode": {"all": 0.3}}
+    monkeypatch.setattr(backends, "_fit", lambda: {})
+    assert backends.read_priors("llama.cpp").term_scale == {}
+
+
+def _row(bench, rid, src, backend, cpu_s, gpu_s, measured):
+    x = bench.Row({"id": rid, "source_url": src, "machine_class": "desktop"}, backend=backend)
+    x.measured = {"decode": measured}
+    x.groups = {"decode": {"cpu": cpu_s, "gpu": gpu_s}}
+    x.prior = {"decode": 1 / (cpu_s + gpu_s)}
+    x.prior_range = {"decode": (0.0, 1e9)}
+    return x
+
+
+def test_fit_recovers_a_cpu_scale_and_loso_hides_the_own_source():
+    bench = _bench()
+    # every source says the CPU terms take 0.5x the model's time, except one wild source
+    rows = [_row(bench, f"r{i}", f"s{i}", "llama.cpp", 0.1, 0.01, 1 / (0.05 + 0.01)) for i in range(8)]
+    rows.append(_row(bench, "wild", "s-wild", "llama.cpp", 0.1, 0.01, 1 / (0.4 + 0.01)))
+    s = bench.fit(rows, "decode")
+    assert s["decode.cpu.llama.cpp"] == pytest.approx(0.5, rel=0.08)
+    ev = bench.evaluate(rows)["decode"]
+    # the wild row is predicted from the others only: far from its own figure, outside its range
+    w = ev["wild"]
+    assert w["loso"] > 3 * w["measured"]
+    assert not (w["loso_range"][0] <= w["measured"] <= w["loso_range"][1])
+    # a typical row is predicted well and inside its held-out range
+    r = ev["r0"]
+    assert r["loso"] == pytest.approx(r["measured"], rel=0.1)
+    assert r["loso_range"][0] <= r["measured"] <= r["loso_range"][1]
+
+
+def test_user_inputs_from_rows():
+    bench = _bench()
+    assert bench._quant({"quant": "Q4_K_M"}) == ("Q4_K_M", "")
+    assert bench._quant({"quant": "4bit (Q4, exact GGUF type not stated)"})[0] is None
+    assert bench._backend("llama.cpp (llama-bench)") == "llama.cpp"
+    assert bench._backend("llama.cpp fork (AtomicBot-ai atomic-llama-cpp-turboquant)") is None
+    assert bench._backend("KTransformers (kt-kernel + SGLang)") == "ktransformers"
+    args, why = bench.hardware_args({"id": "x", "cpu_model": None, "gpu_model": None, "offload_method": "cpu-only"})
+    assert args is None and why == "CPU not stated"
