@@ -20,9 +20,11 @@ def read_plan_placement(path: str, model, plan=None):
     only its range is checked, not this machine's CPUs."""
     from moeplan.planfile import read_plan
     from moeplan.planner.limits import check_placement
+    from moeplan.probes.numa import check_numa_nodes_here
 
     plan = plan or read_plan(path)
     check_placement(plan.placement, where=path, model=model)
+    check_numa_nodes_here(plan.placement, path)  # bench runs the placement on this machine
     notes = []
     if plan.model.digest and plan.model.digest != model.digest():
         notes.append(f"the plan is for {plan.model.name} (digest {plan.model.digest}), not this model "

@@ -235,6 +235,11 @@ def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:
             # unknown type (e.g. an ik_llama.cpp quant): size is the gap to the next tensor
             end = next_offset.get(i, data_bytes)
             nbytes = end - offset
+        if offset > size:
+            raise ModelFormatError(
+                f"{p}: corrupt GGUF header: tensor {name!r} starts at data offset {offset:,}, past the end of "
+                f"the file ({size:,} bytes)",
+                "the header is damaged (not an incomplete download); re-convert or fetch a good copy")
         if nbytes > size:
             raise ModelFormatError(
                 f"{p}: corrupt GGUF header: tensor {name!r} of shape {list(shape)} ({type_name}) would take "

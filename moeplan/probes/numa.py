@@ -70,7 +70,8 @@ def node_ids_here(root: str = "/") -> tuple[int, ...]:
 
 
 def check_numa_nodes_here(p, where: str, root: str = "/") -> None:
-    """`emit` writes numactl bindings for this machine: every node the placement binds must exist."""
+    """`emit` writes numactl bindings for this machine and `bench` runs the placement here:
+    every node the placement binds must exist."""
     from moeplan.errors import InputError
 
     if not p.numa_nodes or p.numa == "none":
