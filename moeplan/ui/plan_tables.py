@@ -76,12 +76,13 @@ def gpu_table(e: Estimate) -> Table | None:
     if not per:
         return None
     t = Table(title="per GPU (GiB = 1024^3 bytes; needed = in use + llama.cpp's 1 GiB margin)")
-    for col in ("GPU", "blocks", "experts of", "weights", "KV", "compute", "context", "in use", "needed", "budget"):
+    for col in ("GPU", "blocks", "experts of", "weights", "KV", "compute", "ctx", "in use", "needed", "budget"):
         t.add_column(col, justify="left" if col in ("GPU", "blocks", "experts of") else "right")
     for g in per:
         budget = g.get("budget_bytes")
         over = budget is not None and g["vram_required_bytes"] > budget
-        t.add_row(f"{g['device']} {g.get('name', '')}".strip(),
+        name = g.get("name", "").replace("NVIDIA ", "").replace("GeForce ", "")
+        t.add_row(f"{g['device']} {name}".strip(),
                   (g["blocks"] or "-") + (" + output" if g["output"] else ""), g["gpu_expert_blocks"] or "-",
                   f"{(g['weights_dense_bytes'] + g['weights_experts_bytes']) / GIB:.2f}", f"{g['kv_bytes'] / GIB:.2f}",
                   f"{g['compute_bytes'] / GIB:.2f}", f"{g['context_bytes'] / GIB:.2f}", f"{g['vram_bytes'] / GIB:.2f}",
