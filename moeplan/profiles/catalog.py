@@ -159,7 +159,8 @@ def build_profile(req: SpecRequest) -> HardwareProfile:
     """Resolve the request's part names and build the spec profile."""
     gpu = find_gpu(req.gpu) if req.gpu else None
     cpu = find_cpu(req.cpu) if req.cpu else None
-    return build_spec_profile(req, gpu, cpu, efficiency())
+    more = tuple(find_gpu(n) for n in req.more_gpus)
+    return build_spec_profile(req, gpu, cpu, efficiency(), more)
 
 
 def spec_request(data: dict[str, Any]) -> SpecRequest:

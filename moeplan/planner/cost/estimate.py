@@ -370,7 +370,8 @@ def _resident_share(model: ModelSpec, p: Placement, hw: HardwareProfile, mem_hos
 
 
 def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
-                          f: Factors, depth: int, resident_share: float = 1.0) -> tuple[list[Term], dict[str, float], float]:
+                          f: Factors, depth: int, resident_share: float = 1.0,
+                          devices: tuple = ()) -> tuple[list[Term], dict[str, float], float]:
     """Terms of one decode step (seconds), their errors, and tokens produced per step."""
     k, n = p.n_experts_used or model.n_experts_used, model.n_experts
     cpu = set(p.cpu_moe_layers)
@@ -414,6 +415,8 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
         terms.append(Term("barriers", n_ops * pr.n_cpu_ops_per_layer * 2 * pr.s_barrier_s_per_thread * p.n_threads
                           * (2.0 if f.cross_socket else 1.0), "sync",
                           f"{n_ops} layers x {pr.n_cpu_ops_per_layer * 2} ops x thread barrier"))
+    elif devices:
+        _multi_gpu_decode_terms(model, p, hw, pr, f, depth, n_step, touched, devices, terms, errs)
     else:
         t_gw = (r_dense + gpu_exp + cpu_bytes * hit) / f.bw_gpu_bytes_per_s.value
         terms.append(Term("gpu_weights_read", t_gw, "gpu-mem",
@@ -441,6 +444,7 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
                 terms.append(Term("attention_compute_excess", t_af - t_kv, "gpu-compute",
                                   f"{attn / 1e9:.1f} GFLOP of attention at depth {depth} beyond the KV read"))
                 errs["attention_compute_excess"] = f.gpu_flop_per_s.rel_err
+    if not f.cpu_only:
         terms.append(Term("gpu_launch", len(model.trunk_layers) * f.s_layer_gpu_s.value, "gpu-compute",
                           f"{len(model.trunk_layers)} layers x {f.s_layer_gpu_s.value * 1e6:.0f} us"))
         errs["gpu_launch"] = f.s_layer_gpu_s.rel_err
@@ -479,8 +483,129 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
     return terms, errs, tokens_per_step
 
 
+# one hop of the pipeline between two GPUs, per step: ggml_backend_sched_compute_splits
+# (ggml/src/ggml-backend.cpp) waits for the previous split's event and copies the hidden
+# state into the next device (ggml_backend_tensor_copy_async: cudaMemcpyPeerAsync, staged
+# through host memory when the GPUs have no P2P). A prior: one small copy's latency plus the
+# event round trip, ~ two PCIe transactions and a driver call; rel. error 0.5.
+S_HOP_S = 20e-6
+S_HOP_REL_ERR = 0.5
+
+
+def device_link_bytes_per_s(hw: HardwareProfile, f: Factors, index: int) -> float:
+    """Host<->GPU copy rate of GPU `index` (its own PCIe link), else the first GPU's figure."""
+    if index < len(hw.gpus):
+        fig = _fig(hw.gpus[index].h2d_bytes_per_s)
+        if fig:
+            return fig[0] * (f.h2d_bytes_per_s.value / max(1.0, _fig(hw.gpus[0].h2d_bytes_per_s)[0])
+                             if _fig(hw.gpus[0].h2d_bytes_per_s) else 0.8)
+    return f.h2d_bytes_per_s.value
+
+
+def device_bw_bytes_per_s(hw: HardwareProfile, f: Factors, index: int) -> float:
+    """Achievable memory bandwidth of GPU `index`: its own figure times the same eta_gpu."""
+    base = _fig(hw.gpus[0].mem_bw_bytes_per_s) if hw.gpus else None
+    fig = _fig(hw.gpus[index].mem_bw_bytes_per_s) if index < len(hw.gpus) else None
+    if fig and base:
+        return f.bw_gpu_bytes_per_s.value * fig[0] / base[0]
+    return f.bw_gpu_bytes_per_s.value
+
+
+def _device_read_bytes(model: ModelSpec, dev, touched: float, depth: int, p: Placement) -> tuple[float, float]:
+    """(weight bytes, KV bytes) GPU `dev` reads per decoded token."""
+    blocks = set(dev.blocks)
+    w = 0.0
+    for layer in model.trunk_layers:
+        if layer.index in blocks:
+            w += layer.resident_bytes
+            if layer.kind == "moe" and layer.index in dev.gpu_expert_blocks:
+                w += layer.expert_bytes * touched
+    if dev.output:
+        w += sum(t.n_bytes for t in model.globals if t.group != "embed")
+    kv = kv_read_bytes(model, depth, p.cache_type_k, p.cache_type_v, blocks=blocks) if depth else 0
+    return w, kv
+
+
+def _multi_gpu_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors,
+                            depth: int, n_step: int, touched: float, devices: tuple, terms: list[Term],
+                            errs: dict[str, float]) -> None:
+    """Layer split: the devices run one after another (a pipeline with one token in flight),
+    each reading its own blocks' weights and KV at its own bandwidth, plus one hop per
+    boundary (S_HOP_S + the hidden state over the slower of the two links)."""
+    parts, kv_parts = [], []
+    t_w = t_kv = 0.0
+    for d in devices:
+        w, kv = _device_read_bytes(model, d, touched, depth + n_step - 1, p)
+        bw = device_bw_bytes_per_s(hw, f, d.index)
+        t_w += w / bw
+        t_kv += kv / bw
+        parts.append(f"GPU{d.index} {w / 1e9:.2f} GB / {bw / 1e9:.0f} GB/s")
+        if kv:
+            kv_parts.append(f"GPU{d.index} {kv / 1e9:.3f} GB")
+    terms.append(Term("gpu_weights_read", t_w, "gpu-mem", "pipeline: " + " + ".join(parts)))
+    errs["gpu_weights_read"] = f.bw_gpu_bytes_per_s.rel_err
+    if t_kv:
+        terms.append(Term("kv_read", t_kv, "gpu-mem", f"KV at depth {depth}: " + " + ".join(kv_parts)))
+        errs["kv_read"] = f.bw_gpu_bytes_per_s.rel_err
+    used = [d for d in devices if d.blocks or d.output]
+    hops = max(0, len(used) - 1)
+    if hops:
+        act = 4 * model.n_embd * n_step
+        t_h = 0.0
+        for a, b in zip(used, used[1:]):
+            link = min(device_link_bytes_per_s(hw, f, a.index), device_link_bytes_per_s(hw, f, b.index))
+            t_h += S_HOP_S + act / max(1.0, link)
+        terms.append(Term("device_hops", t_h, "sync",
+                          f"{hops} hop(s) between GPUs x ({S_HOP_S * 1e6:.0f} us + {act / 1e3:.0f} kB hidden state "
+                          "over the slower link)"))
+        errs["device_hops"] = S_HOP_REL_ERR
+
+
+def _multi_gpu_prefill(model: ModelSpec, p: Placement, hw: HardwareProfile, f: Factors, u: int, share: float,
+                       per_tok: float, attn: float, offload_cpu_params: float, devices: tuple) -> tuple[float, str, float]:
+    """Seconds per ubatch of the GPU side of a layer split: each device's matmuls (compute or
+    weight reads, whichever is longer, at its own rate; the offloaded CPU experts on GPU0,
+    where ggml-backend sends them) one after another, and the ubatch's hidden states crossing
+    every boundary over the slower link."""
+    n_attn = max(1, sum(1 for layer in model.trunk_layers if any(c.name == "k" for c in layer.kv)))
+    total, parts = 0.0, []
+    base_flop = _fig(hw.gpus[0].fp16_flop_per_s) if hw.gpus else None
+    for d in devices:
+        blocks = set(d.blocks)
+        params = 0.0
+        rd = 0.0
+        n_a = 0
+        for layer in model.trunk_layers:
+            if layer.index not in blocks:
+                continue
+            params += sum(t.n_elements for t in layer.tensors
+                          if t.group not in ("experts", "expert_aux", "norm") and len(t.shape) >= 2)
+            rd += layer.resident_bytes
+            n_a += any(c.name == "k" for c in layer.kv)
+            if layer.index in d.gpu_expert_blocks:
+                params += layer.expert_elements * per_tok
+                rd += layer.expert_bytes * share
+        if d.output:
+            params += sum(t.n_elements for t in model.globals if t.group == "output")
+        if d.index == 0:
+            params += offload_cpu_params
+        flops = u * (2 * params + attn * n_a / n_attn)
+        fig = _fig(hw.gpus[d.index].fp16_flop_per_s) if d.index < len(hw.gpus) else None
+        rate = f.gpu_flop_per_s.value * (fig[0] / base_flop[0] if fig and base_flop else 1.0)
+        bw = device_bw_bytes_per_s(hw, f, d.index)
+        t = max(flops / max(1.0, rate), rd / max(1.0, bw))
+        total += t
+        parts.append(f"GPU{d.index} {t * 1e3:.1f} ms")
+    used = [d for d in devices if d.blocks or d.output]
+    t_h = 0.0
+    for a, b in zip(used, used[1:]):
+        link = min(device_link_bytes_per_s(hw, f, a.index), device_link_bytes_per_s(hw, f, b.index))
+        t_h += S_HOP_S + 4 * model.n_embd * u / max(1.0, link)
+    return total, " + ".join(parts), t_h
+
+
 def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
-                           f: Factors, n_prompt: int) -> tuple[list[Term], dict[str, float]]:
+                           f: Factors, n_prompt: int, devices: tuple = ()) -> tuple[list[Term], dict[str, float]]:
     """Terms of processing an n_prompt-token prompt, in seconds per prompt token."""
     k, n = p.n_experts_used or model.n_experts_used, model.n_experts
     n_prompt = max(1, n_prompt)
@@ -510,7 +635,17 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
         terms.append(Term("cpu_matmul", t * scale, "cpu-compute",
                           f"{flops / 1e12:.2f} TFLOP per ubatch / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s"))
         errs["cpu_matmul"] = f.cpu_flop_per_s.rel_err
-    else:
+    elif devices:
+        t_g, how, t_h = _multi_gpu_prefill(model, p, hw, f, u, share, per_tok, attn,
+                                           exp_params(moe_cpu) if offload else 0.0, devices)
+        terms.append(Term("gpu_matmul", t_g * scale, "gpu-compute",
+                          f"per device, one after another, per ubatch of {u}: {how}"))
+        errs["gpu_matmul"] = f.gpu_flop_per_s.rel_err
+        if t_h:
+            terms.append(Term("device_hops", t_h * scale, "pcie",
+                              f"hidden states of {u} tokens crossing {len(devices) - 1} GPU boundaries"))
+            errs["device_hops"] = S_HOP_REL_ERR
+    if not f.cpu_only and not devices:
         gpu_params = p_dense + exp_params(moe_gpu) + (exp_params(moe_cpu) if offload else 0.0)
         flops = u * (2 * gpu_params + attn)
         t_c = flops / max(1.0, f.gpu_flop_per_s.value)
@@ -520,6 +655,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                           f"max({flops / 1e12:.2f} TFLOP / {f.gpu_flop_per_s.value / 1e12:.0f} TFLOP/s, "
                           f"{r / 1e9:.2f} GB / {f.bw_gpu_bytes_per_s.value / 1e9:.0f} GB/s) per ubatch of {u}"))
         errs["gpu_matmul"] = f.gpu_flop_per_s.rel_err
+    if not f.cpu_only:
         if moe_cpu:
             if offload:
                 full = 1.0 if pr.op_offload == "weights" else share
@@ -611,6 +747,18 @@ def node_ram_split(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: Back
     return ((nodes[0].id, host_bytes),)
 
 
+def _memory_dict(mem, hw: HardwareProfile) -> dict:
+    """The breakdown's JSON; with several GPUs each device's entry also names the GPU and its
+    budget (free memory, else total)."""
+    d = mem.to_dict()
+    for g in d.get("per_gpu", ()):
+        if g["device"] < len(hw.gpus):
+            gpu = hw.gpus[g["device"]]
+            g["name"] = gpu.name
+            g["budget_bytes"] = gpu.vram_free_bytes if gpu.vram_free_bytes is not None else gpu.vram_bytes
+    return d
+
+
 def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, *, depth: int = 0,
              n_prompt: int = 4096, consts: MemoryConstants | None = None,
              repack_types: tuple[str, ...] = ()) -> Estimate:
@@ -621,12 +769,13 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
     f = resolve_factors(hw, pr, p)
     other_host = mem.ram_bytes - mem.get("weights_experts_cpu")
     res_share = _resident_share(model, p, hw, other_host)
-    dterms, derrs, per_step = estimate_decode_terms(model, p, hw, pr, f, depth, res_share)
+    devices = mem.devices if not f.cpu_only else ()
+    dterms, derrs, per_step = estimate_decode_terms(model, p, hw, pr, f, depth, res_share, devices)
     dterms = fitted_term_scales(dterms, pr.term_scale.get("decode", {}))
     t_step = sum(t.seconds for t in dterms)
     decode = per_step / t_step if t_step > 0 else 0.0
     dr = _terms_range(dterms, derrs)
-    pterms, perrs = estimate_prefill_terms(model, p, hw, pr, f, n_prompt)
+    pterms, perrs = estimate_prefill_terms(model, p, hw, pr, f, n_prompt, devices)
     pterms = fitted_term_scales(pterms, pr.term_scale.get("prefill", {}))
     t_pp = sum(t.seconds for t in pterms)
     prefill = 1.0 / t_pp if t_pp > 0 else 0.0
@@ -657,7 +806,7 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
         vram_bytes=0 if f.cpu_only else mem.vram_bytes,
         vram_required_bytes=0 if f.cpu_only else mem.vram_required_bytes,
         ram_bytes=host,
-        memory=mem.to_dict(),
+        memory=_memory_dict(mem, hw),
         ram_bytes_per_node=node_ram_split(model, p, hw, pr, host if not pr.numa_aware else mem.ram_bytes),
         depth=depth,
         factors=f.to_dict(),

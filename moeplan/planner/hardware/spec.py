@@ -102,14 +102,28 @@ class SpecRequest:
     disk: str | None = None
     disk_read_bytes_per_s: float | None = None
     os: str = "linux"  # linux | windows: the OS the machine will run (NUMA binding, WDDM, launch files)
+    # mixed cards: the parts of GPUs 1, 2, ... when they differ from `gpu` (GPU 0), and
+    # per-GPU links 'GENxWIDTH' ('' = the part's own or --pcie); empty for identical GPUs
+    more_gpus: tuple[str, ...] = ()
+    gpu_links: tuple[str, ...] = ()
 
 
 def _src(overridden: bool) -> str:
     return "user" if overridden else "spec-sheet"
 
 
+def spec_inputs_of(req: SpecRequest) -> dict:
+    """The request as JSON, without the mixed-card fields when unused (so profiles of
+    identical GPUs keep the inputs they had before those fields existed)."""
+    d = to_jsonable(req)
+    for k in ("more_gpus", "gpu_links"):
+        if not d.get(k):
+            d.pop(k, None)
+    return d
+
+
 def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | None,
-                       eff: Efficiency) -> HardwareProfile:
+                       eff: Efficiency, more_gpus: tuple[GpuPart, ...] = ()) -> HardwareProfile:
     """The HardwareProfile of a machine described by parts and numbers. Raises InputError
     when something needed is missing (RAM size, CPU cores) or inconsistent."""
     if not req.ram_bytes or req.ram_bytes <= 0:
@@ -146,7 +160,7 @@ def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | Non
     notes += core_notes
     nodes, node_notes = _spec_nodes(req, cpu, eff, spec_cpu, n_nodes)
     notes += node_notes
-    gpus, gpu_notes = _spec_gpus(req, gpu, eff, nodes)
+    gpus, gpu_notes = _spec_gpus(req, gpu, eff, nodes, more_gpus)
     notes += gpu_notes
     storage = _spec_storage(req, eff)
     profile = HardwareProfile(
@@ -158,7 +172,7 @@ def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | Non
         system=System(ram_total_bytes=req.ram_bytes),
         storage=storage,
         notes=tuple(notes),
-        spec_inputs=to_jsonable(req),
+        spec_inputs=spec_inputs_of(req),
         os=req.os,
     )
     return replace(profile, warnings=profile_warnings(profile))
@@ -169,7 +183,14 @@ def _default_name(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | None, so
     if n_gpus:
         label = gpu.name.replace("NVIDIA ", "").replace("GeForce ", "") if gpu else \
             f"{(req.gpu_vram_bytes or 0) / GIB:.0f} GiB GPU"
-        parts.append(f"{n_gpus}x {label}" if n_gpus > 1 else label)
+        if req.more_gpus:
+            names = [label] + [n.replace("NVIDIA ", "").replace("GeForce ", "") for n in req.more_gpus]
+            counts: dict[str, int] = {}
+            for n in names:
+                counts[n] = counts.get(n, 0) + 1
+            parts.append(" + ".join(f"{c}x {n}" if c > 1 else n for n, c in counts.items()))
+        else:
+            parts.append(f"{n_gpus}x {label}" if n_gpus > 1 else label)
     cname = cpu.name if cpu else f"{req.cores}-core CPU"
     parts.append(f"{sockets}x {cname}" if sockets > 1 else cname)
     parts.append(f"{(req.ram_bytes or 0) / GIB:.0f} GiB RAM")
@@ -279,15 +300,35 @@ def _spec_nodes(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, c: Cpu,
 
 
 def _spec_gpus(req: SpecRequest, part: GpuPart | None, eff: Efficiency,
-               nodes: tuple[NumaNode, ...]) -> tuple[tuple[Gpu, ...], list[str]]:
+               nodes: tuple[NumaNode, ...], more: tuple[GpuPart, ...] = ()) -> tuple[tuple[Gpu, ...], list[str]]:
     given = part is not None or req.gpu_vram_bytes is not None
     count = req.gpu_count if req.gpu_count is not None else (1 if given else 0)
+    if more:
+        if req.gpu_count is not None and req.gpu_count != 1 + len(more):
+            raise InputError(f"--gpu-count {req.gpu_count} does not match the {1 + len(more)} GPUs named",
+                             "give --gpu once per card (or NAME:COUNT) and drop --gpu-count")
+        count = 1 + len(more)
     if count <= 0:
         return (), ["no GPU in this profile: CPU-only planning"]
     if not given:
         raise InputError("--gpu-count needs a GPU: give --gpu NAME or --gpu-vram SIZE",
                          "for example --gpu 'RTX 4090' or --gpu-vram 24G --gpu-bw 1008GB/s --pcie 4x16")
-    notes = []
+    links = tuple(req.gpu_links) + ("",) * (count - len(req.gpu_links))
+    parts = (part,) + tuple(more) if more else (part,) * count
+    notes: list[str] = []
+    gpus = []
+    for i, pt in enumerate(parts):
+        gen, width = (int(links[i].split("x")[0]), int(links[i].split("x")[1])) if links[i] else (None, None)
+        one, n = _spec_gpu(req, pt, eff, nodes, i, gen, width)
+        gpus.append(one)
+        notes += [x for x in n if x not in notes]
+    return tuple(gpus), notes
+
+
+def _spec_gpu(req: SpecRequest, part: GpuPart | None, eff: Efficiency, nodes: tuple[NumaNode, ...], index: int,
+              link_gen: int | None, link_width: int | None) -> tuple[Gpu, list[str]]:
+    """GPU `index` of a spec profile: its part's figures (or the numbers given), its link."""
+    notes: list[str] = []
     vram = req.gpu_vram_bytes or part.vram_bytes  # type: ignore[union-attr]
     bw = _peak(req.gpu_bw_bytes_per_s, part.mem_bw_bytes_per_s if part else None, "--gpu-bw", part,
                "GPU memory bandwidth", "device-memory bandwidth peak; achievable: copy/STREAM-like kernels",
@@ -295,27 +336,26 @@ def _spec_gpus(req: SpecRequest, part: GpuPart | None, eff: Efficiency,
     fp16 = _peak(req.gpu_fp16_flop_per_s, part.fp16_flop_per_s if part else None, "--gpu-tflops", part,
                  "GPU FP16 rate", "dense FP16 tensor peak (FP16 accumulate); achievable: large cuBLAS GEMMs",
                  eff.gpu_fp16, notes)
-    gen = req.pcie_gen or (part.pcie_gen if part else None)
-    width = req.pcie_width or (part.pcie_width if part else None)
+    gen = link_gen or req.pcie_gen or (part.pcie_gen if part else None)
+    width = link_width or req.pcie_width or (part.pcie_width if part else None)
     h2d = None
-    if req.h2d_bytes_per_s:
+    if req.h2d_bytes_per_s and not link_gen:
         h2d = Figure(value=req.h2d_bytes_per_s, source="user", method="--h2d, used as given")
     elif pcie_bytes_per_s(gen, width):
-        h2d = Figure(value=pcie_bytes_per_s(gen, width) or 0.0, source=_src(req.pcie_gen is not None),
+        h2d = Figure(value=pcie_bytes_per_s(gen, width) or 0.0, source=_src(req.pcie_gen is not None or bool(link_gen)),
                      method=f"PCIe gen {gen} x{width} peak, one direction; achievable: pinned cudaMemcpy",
                      achievable=eff.pcie_pinned)
     else:
         notes.append("PCIe link unknown (pass --pcie 4x16): no host-to-GPU figure")
     home = nodes[req.gpu_node]
-    gpus = tuple(Gpu(index=i, name=part.name if part else "GPU from numbers", vram_bytes=vram,
-                     compute_capability=part.compute_capability if part else "", mem_bw_bytes_per_s=bw,
-                     fp16_flop_per_s=fp16, pcie_gen=gen, pcie_width=width, pcie_gen_max=gen,
-                     pcie_width_max=width, h2d_bytes_per_s=h2d,
-                     d2h_bytes_per_s=replace(h2d, method=h2d.method + " (assumed equal to host-to-GPU)")
-                     if h2d else None,
-                     numa_node=home.id, local_cpus=format_cpulist(home.cpus), source=_src(part is None))
-                 for i in range(count))
-    return gpus, notes
+    gpu = Gpu(index=index, name=part.name if part else "GPU from numbers", vram_bytes=vram,
+              compute_capability=part.compute_capability if part else "", mem_bw_bytes_per_s=bw,
+              fp16_flop_per_s=fp16, pcie_gen=gen, pcie_width=width, pcie_gen_max=gen,
+              pcie_width_max=width, h2d_bytes_per_s=h2d,
+              d2h_bytes_per_s=replace(h2d, method=h2d.method + " (assumed equal to host-to-GPU)")
+              if h2d else None,
+              numa_node=home.id, local_cpus=format_cpulist(home.cpus), source=_src(part is None))
+    return gpu, notes
 
 
 def _peak(given: float | None, catalog_value: float | None, option: str, part: GpuPart | None, label: str,
