@@ -38,7 +38,7 @@ from moeplan.executor.run import RunSpec, run_bench
 from moeplan.planner.model.ggml import TYPE_SIZES
 from moeplan.planner.model.spec import make_tensor
 from moeplan.planner.placement import Placement
-from moeplan.probes.gguf_model import build_model_spec
+from moeplan.planner.model.build import build_model_spec
 
 GIB = 1024**3
 

@@ -15,6 +15,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     add_completion=False,
+    # plain help: rich's help renderer (markdown-it, pygments) costs more start-up than the rest of the CLI
+    rich_markup_mode=None,
 )
 
 

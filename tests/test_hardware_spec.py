@@ -32,7 +32,7 @@ def test_catalog_has_the_cpus_the_issue_lists(name):
 
 
 def test_catalog_agrees_with_the_calibration_lookups():
-    # lookup_* fields of ../shared/calibration/measurements.jsonl
+    # lookup_* fields of benchmarks/data/measurements.jsonl
     g = catalog.find_gpu("RTX Pro 6000 Blackwell Workstation Edition")
     assert (g.vram_bytes, g.mem_bw_bytes_per_s, g.pcie_gen, g.pcie_width) == (96 * GIB, 1792e9, 5, 16)
     g = catalog.find_gpu("RTX 5060 Ti")

@@ -2,7 +2,7 @@
 
 Published figures come from the profiles' sources: llama.cpp's own llama-bench tables
 (benches/dgx-spark/dgx-spark.md: model size and parameter count of the GGUF it ran) and the
-safetensors counts in ../shared/calibration/model-configs.json.
+safetensors counts in benchmarks/data/model-configs.json.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The seed machine check (issue: DeepSeek-V4-Flash, 151 GiB file, on the seed preset).
 
-The public figures (shared/calibration rows seed-dsv4flash-*): all experts on the CPU
+The public figures (benchmarks/data/measurements.jsonl: seed-dsv4flash-*): all experts on the CPU
 about 17.7 GiB of VRAM and ~7 tok/s; 20 MoE layers' experts on the CPU about 91.9 GiB and
 ~25 tok/s. Sizes from that source are binary (GiB), so the file is --size 151G.
 """

@@ -8,7 +8,6 @@ from typing import Annotated, Any, Callable
 import typer
 
 from moeplan.errors import MoeplanError
-from moeplan.ui.console import print_error
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")]
 
@@ -21,6 +20,8 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from moeplan.ui.console import print_error  # rich loads only when a command runs
+
         as_json = bool(kwargs.get("as_json", False))
         try:
             return fn(*args, **kwargs)

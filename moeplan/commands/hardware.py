@@ -6,14 +6,16 @@ import sys
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Annotated, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Iterator, Optional
 
 import typer
 
 from moeplan.commands.common import JsonOpt, command
 from moeplan.errors import InputError
-from moeplan.planner.hardware.profile import HardwareProfile
 from moeplan.units import parse_count, parse_rate, parse_size
+
+if TYPE_CHECKING:
+    from moeplan.planner.hardware.profile import HardwareProfile
 
 OutOpt = Annotated[Optional[str], typer.Option("--out", help="Write the profile JSON here (atomically).")]
 

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from moeplan.commands.common import JsonOpt, command
 from moeplan.errors import InputError, ModelFormatError
-from moeplan.planner.model.spec import ModelSpec
-from moeplan.planner.plan import Plan
+
+if TYPE_CHECKING:
+    from moeplan.planner.model.spec import ModelSpec
+    from moeplan.planner.plan import Plan
 
 
 def read_plan(path: Path) -> Plan:
@@ -20,6 +22,8 @@ def read_plan(path: Path) -> Plan:
         raise InputError(f"{path}: no such plan file", "write one with `moeplan tune MODEL --emit DIR`") from None
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}", "check the path and its permissions") from None
+    from moeplan.planner.plan import Plan
+
     try:
         data = json.loads(text)
         if not isinstance(data, dict) or "placement" not in data or "model" not in data:

@@ -1,15 +1,17 @@
 """Placement flags shared by `estimate` and `bench`, and their resolution to a Placement."""
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from moeplan.errors import InputError
 from moeplan.planner.model.ggml import KV_CACHE_TYPES
-from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import BACKENDS, NUMA_POLICIES, Placement, layers_from_last, parse_layer_list
 from moeplan.units import parse_ctx, parse_size
+
+if TYPE_CHECKING:
+    from moeplan.planner.model.spec import ModelSpec
 
 CpuMoeLayersOpt = Annotated[Optional[int], typer.Option(
     "--cpu-moe-layers", help="N MoE layers keep their experts on the CPU, chosen as the backend's own flag would "

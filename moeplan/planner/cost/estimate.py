@@ -4,7 +4,7 @@ Let C / G be the MoE layers whose routed experts are in host RAM / on the GPU, N
 layer, k used per token, E_l the expert bytes of layer l and W_l its expert weights
 (elements), so one expert is S_exp = E_l / N bytes and P_exp = W_l / N weights.
 
-Decode, seconds per token (DESIGN.md §5):
+Decode, seconds per token (docs/design.md §5):
   t_tok = t_gpu_weights + t_kv + t_launch + t_cpu_read + t_cpu_compute_excess + t_sync
           + t_nvme + t_token
   t_gpu_weights = (R_dense + sum_G k/N * E_l) / BW_g          BW_g = eta_gpu * BW_gpu
@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from moeplan.errors import InputError
 from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode
 from moeplan.planner.memory.accounting import (MemoryConstants, estimate_memory, kv_read_bytes)
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
@@ -47,7 +48,7 @@ from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, Term
 from moeplan.planner.cost.priors import BackendPriors
 
-# nominal clock of the machine the batch-1 dot-product anchor was measured on (DESIGN.md §4:
+# nominal clock of the machine the batch-1 dot-product anchor was measured on (docs/design.md §4:
 # Q8_0 experts at 18.7 GB/s with 2 threads, a Sapphire Rapids-class VM reporting 2100 MHz);
 # also the clock assumed when a profile gives none
 REF_CLOCK_HZ = 2.1e9
@@ -103,7 +104,7 @@ def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
     if fig is None or not fig.value:
         return None
     err = _SOURCE_ERR.get(fig.source, 0.2)
-    if fig.source == "measured" and fig.spread:
+    if fig.source in ("measured", "prior") and fig.spread:
         err = max(err, fig.spread / 2)
     return fig.effective, fig.source, err
 
@@ -189,6 +190,9 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     g = _fig(gpu.mem_bw_bytes_per_s) if gpu else None
     if g:
         bw_g = Rate(g[0] * eta_g, f"{g[1]} x {eta_src} eta_gpu={eta_g:.2f}", math.hypot(g[2], eta_err))
+    elif gpu and not cpu_only:
+        raise InputError(f"GPU {gpu.index} ({gpu.name}) has no memory bandwidth figure in the hardware profile",
+                         "rebuild it with `moeplan hardware ... --gpu-bw 448GB/s` or measure with `moeplan probe`")
     else:
         bw_g = Rate(0.0, "none", 0.0, "no GPU")
     mfu, mfu_src, mfu_err = _factor("gpu_mfu", pr.gpu_mfu, pr, hw)
@@ -262,7 +266,8 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
 
     clock = hw.cpu.base_clock_hz or REF_CLOCK_HZ
     r_dot, rdot_src, rdot_err = _factor("cpu_dot_weights_per_cycle", pr.cpu_dot_weights_per_cycle, pr, hw, "cpu_dot")
-    if not hw.cpu.base_clock_hz:
+    if not hw.cpu.base_clock_hz or (hw.cpu.core_flop_per_s is not None
+                                    and hw.cpu.core_flop_per_s.source == "prior"):
         rdot_err = math.hypot(rdot_err, 0.3)
     dot = Rate(r_dot * clock * T, f"{rdot_src} ({r_dot:.1f} weights/cycle x {clock / 1e9:.2f} GHz)", rdot_err)
     isa_class = cpu_isa_class(hw)
