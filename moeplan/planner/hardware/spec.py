@@ -258,6 +258,10 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
         ram_speed_mts=speed,
         source=_src(cpu is None or req.cores is not None),
         memory_source=("user" if mem_user else "spec-sheet") if (channels_ps or ram_type or speed) else "",
+        family=cpu.family if cpu else "",
+        segment=segment,
+        ccds_per_socket=cpu.ccds if cpu else None,
+        cores_per_ccd=cpu.cores_per_ccd if cpu else None,
     ), notes
 
 
