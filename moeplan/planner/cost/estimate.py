@@ -529,6 +529,10 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     k, n = p.n_experts_used or model.n_experts_used, model.n_experts
     n_prompt = max(1, n_prompt)
     u = max(1, min(p.n_ubatch, n_prompt))
+    cpu_layers = bool(set(p.cpu_moe_layers))
+    layerwise = p.op_offload and machine.kt_layerwise_prefill(pr.name, n_prompt, cpu_layers and not f.cpu_only)
+    if layerwise:
+        u = min(n_prompt, machine.KT_CHUNKED_PREFILL_TOKENS)
     n_ub = math.ceil(n_prompt / u)
     cpu = set(p.cpu_moe_layers)
     share = distinct_experts(n, k, u) / max(1, n)
@@ -545,6 +549,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
         offload = p.op_offload and u * k >= 32 * n
     else:
         offload = pr.op_offload == "weights"
+    offload = offload or layerwise
     terms: list[Term] = []
     errs: dict[str, float] = {}
     scale = n_ub / n_prompt  # per-ubatch seconds -> seconds per prompt token
@@ -566,10 +571,12 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
         errs["gpu_matmul"] = f.gpu_flop_per_s.rel_err
         if moe_cpu:
             if offload:
-                full = 1.0 if pr.op_offload == "weights" else share
+                full = 1.0 if pr.op_offload == "weights" or layerwise else share
                 b = sum(layer.expert_bytes for layer in moe_cpu) * full
+                what = ("all experts of the CPU layers uploaded layer by layer (KTransformers GPU prefill)"
+                        if layerwise else "used experts")
                 terms.append(Term("h2d_experts", b / max(1.0, f.h2d_bytes_per_s.value) * scale, "pcie",
-                                  f"{b / 1e9:.2f} GB of used experts per ubatch of {u} / "
+                                  f"{b / 1e9:.2f} GB of {what} per ubatch of {u} / "
                                   f"{f.h2d_bytes_per_s.value / 1e9:.1f} GB/s"))
                 errs["h2d_experts"] = f.h2d_bytes_per_s.rel_err
             else:

@@ -276,3 +276,20 @@ def pages_nodes(host_bytes: float, node_mem_bytes: list[int]) -> int:
         return 1
     per = max(1, min(node_mem_bytes))
     return max(1, min(len(node_mem_bytes), math.ceil(host_bytes / (per * 0.9))))
+
+
+# KTransformers >= 0.4 (kt-kernel + SGLang): a prompt of at least --kt-gpu-prefill-threshold
+# tokens is prefilled on the GPU layer by layer, each MoE layer's experts copied to a shared
+# full-GPU layer first (sglang python/sglang/srt/layers/moe/kt_ep_wrapper.py KTConfig
+# .gpu_prefill_token_threshold, kt_full_context.py SharedFullContext "full GPU layer for prefill
+# token threshold fallback"); `kt run` defaults the threshold to 4096
+# (kt-kernel/python/cli/commands/run.py: resolve(kt_gpu_prefill_threshold, ..., 4096)) and
+# chunks prefill by CHUNKED_PREFILL_SIZE 4096 tokens, so every chunk uploads every CPU layer's
+# experts once. Shorter prompts run the CPU experts (AMX / AVX-512 kernels). KTransformers 0.2/0.3
+# (and `--no-op-offload`, i.e. --kt-gpu-prefill-threshold 0) prefill on the CPU.
+KT_GPU_PREFILL_TOKENS = 4096
+KT_CHUNKED_PREFILL_TOKENS = 4096
+
+
+def kt_layerwise_prefill(backend: str, n_prompt: int, has_cpu_experts_and_gpu: bool) -> bool:
+    return backend == "ktransformers" and has_cpu_experts_and_gpu and n_prompt >= KT_GPU_PREFILL_TOKENS
