@@ -6,6 +6,7 @@ import difflib
 import functools
 import json
 import re
+import statistics
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -87,7 +88,26 @@ def efficiency() -> Efficiency:
         core_read_prior_bytes_per_s={k: v * 1e9 for k, v in e["prior"]["core_read_gbps"].items()},
         remote_distance={"intel": numa["remote_distance_intel"], "amd": numa["remote_distance_amd"],
                          "other": numa["remote_distance_other"]},
-        disks={k: (v["seq_read_gbps"] * 1e9, v["achievable"]) for k, v in e["disk"].items()})
+        disks={k: (v["seq_read_gbps"] * 1e9, v["achievable"]) for k, v in e["disk"].items()},
+        cpu_clock_prior_hz=_clock_priors(cpu_parts()), gpu_bw_by_vram=_gpu_bw_classes(gpu_parts()))
+
+
+def _clock_priors(parts: tuple[CpuPart, ...]) -> dict[str, float]:
+    """segment -> median base clock of the catalog's parts of that segment (the prior for a CPU
+    given by numbers without --cpu-ghz)."""
+    out = {}
+    for seg in sorted({p.segment for p in parts}):
+        out[seg] = statistics.median(p.base_hz for p in parts if p.segment == seg)
+    return out
+
+
+def _gpu_bw_classes(parts: tuple[GpuPart, ...]) -> tuple[tuple[float, float, float, float, int], ...]:
+    """(vram_gib, median, min, max bandwidth, n) for each VRAM size in the catalog."""
+    by: dict[float, list[float]] = {}
+    for p in parts:
+        if p.mem_bw_bytes_per_s:
+            by.setdefault(round(p.vram_bytes / GIB, 1), []).append(p.mem_bw_bytes_per_s)
+    return tuple((v, statistics.median(bw), min(bw), max(bw), len(bw)) for v, bw in sorted(by.items()))
 
 
 def _keys(part: GpuPart | CpuPart) -> list[str]:

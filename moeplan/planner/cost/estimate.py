@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from moeplan.errors import InputError
 from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode
 from moeplan.planner.memory.accounting import (MemoryConstants, estimate_memory, kv_read_bytes)
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
@@ -105,7 +106,7 @@ def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
     if fig is None or not fig.value:
         return None
     err = _SOURCE_ERR.get(fig.source, 0.2)
-    if fig.source == "measured" and fig.spread:
+    if fig.source in ("measured", "prior") and fig.spread:
         err = max(err, fig.spread / 2)
     return fig.effective, fig.source, err
 
@@ -192,6 +193,9 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     g = _fig(gpu.mem_bw_bytes_per_s) if gpu else None
     if g:
         bw_g = Rate(g[0] * eta_g, f"{g[1]} x {eta_src} eta_gpu={eta_g:.2f}", math.hypot(g[2], eta_err))
+    elif gpu and not cpu_only:
+        raise InputError(f"GPU {gpu.index} ({gpu.name}) has no memory bandwidth figure in the hardware profile",
+                         "rebuild it with `moeplan hardware ... --gpu-bw 448GB/s` or measure with `moeplan probe`")
     else:
         bw_g = Rate(0.0, "none", 0.0, "no GPU")
     mfu, mfu_src, mfu_err = _factor(F.GPU_MFU, pr.gpu_mfu, pr, hw)
@@ -272,7 +276,8 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
 
     clock = hw.cpu.base_clock_hz or REF_CLOCK_HZ
     r_dot, rdot_src, rdot_err = _factor(F.CPU_DOT, pr.cpu_dot_weights_per_cycle, pr, hw)
-    if not hw.cpu.base_clock_hz:
+    if not hw.cpu.base_clock_hz or (hw.cpu.core_flop_per_s is not None
+                                    and hw.cpu.core_flop_per_s.source == "prior"):
         rdot_err = math.hypot(rdot_err, 0.3)
     dot = Rate(r_dot * clock * T, f"{rdot_src} ({r_dot:.1f} weights/cycle x {clock / 1e9:.2f} GHz)", rdot_err)
     isa_class = cpu_isa_class(hw)
