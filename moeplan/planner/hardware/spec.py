@@ -34,6 +34,9 @@ class GpuPart:
     fp16_flop_per_s: float
     compute_capability: str = ""
     aliases: tuple[str, ...] = ()
+    # optional catalog facts (parts.toml): where the figures come from, laptop part
+    source: str = ""
+    mobile: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,13 @@ class CpuPart:
     fp32_flop_per_cycle: int
     fabric_read_bytes_per_s: float | None = None  # per socket, Ryzen desktop only
     aliases: tuple[str, ...] = ()
+    # optional topology and provenance from the catalog (None / empty = not stated)
+    boost_hz: float | None = None
+    ccds: int | None = None  # core dies per socket (AMD CCDs)
+    cores_per_ccd: int | None = None
+    ram_speeds_mts: tuple[tuple[str, int], ...] = ()  # (ddr4 / ddr5 / mrdimm / lpddr5x, fastest rated MT/s)
+    mobile: bool = False
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -242,8 +252,9 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
         n_cores=cores_ps * sockets,
         n_threads=threads_ps * sockets,
         isa=isa,
-        l3_bytes=cpu.l3_bytes * sockets if cpu else None,
+        l3_bytes=cpu.l3_bytes * sockets if cpu and cpu.l3_bytes else None,
         base_clock_hz=ghz_hz,
+        max_clock_hz=cpu.boost_hz if cpu and req.cpu_ghz is None else None,
         core_read_bytes_per_s=core_read,
         core_flop_per_s=core_flop,
         memory_channels=channels_ps * sockets if channels_ps else None,
