@@ -6,8 +6,9 @@ A recipe turns the synthesised tensor index (synth.py) into (type, bytes) per te
            (ffn_gate_inp), ssm_conv1d and the DSA indexer.proj are F32, the rest BF16. Where the
            converter keeps the checkpoint's own format it does so (gpt-oss MXFP4 experts;
            DeepSeek V4: MXFP4 experts, FP8 -> Q8_0, BF16 / F32 kept, I32 hash table).
-* Q8_0 ... llama-quantize from that BF16 file (src/llama-quant.cpp llama_tensor_get_type):
-  IQ1_S    tensors it may quantize get the ftype's default type, adjusted by
+* Q8_0 ... llama-quantize from that BF16 file (src/llama-quant.cpp llama_tensor_get_type), every
+  F32      file type of tools/quantize QUANT_OPTIONS: tensors it may quantize get the ftype's
+           default type, adjusted by
            llama_tensor_get_type_impl (output.weight Q6_K / Q5_K / Q8_0, token_embd for IQ
            quants, attn_v and ffn_down 'use_more_bits' layers, the 8-expert (Mixtral) rules),
            then tensor_type_fallback when a row (ne0) is not a multiple of the block size.
@@ -16,6 +17,9 @@ A recipe turns the synthesised tensor index (synth.py) into (type, bytes) per te
            IQ1_S; for IQ4_XS it only removes the Q5_K bump of the first n/8 ffn_down).
 * MXFP4    llama-quantize MXFP4_MOE: 3-D tensors MXFP4, everything else it may quantize Q8_0.
 * native   the published checkpoint (native.py): FP8 with block scales, MXFP4, BF16.
+* IQ2_KS ... ik_llama.cpp types: its type table (ggml.py) and an approximation of its rules.
+* UD-Q2_K_XL, Q4_K_XL, Q4_K_L ...: a base recipe with floors for the tensors such mixes keep at
+           higher bits (resolve_quant; an approximation, said in the notes).
 
 Counters follow llama-quantize: tensors are visited in llama_model_loader order (model-level
 tensors, then block by block, names sorted within a block); n_layer of the ffn_down rules is
