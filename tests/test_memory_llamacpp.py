@@ -34,7 +34,8 @@ from moeplan.planner.memory import compute_buffer as cb
 from moeplan.planner.memory.graph_buffers import GRAPH_ARCHS
 from moeplan.planner.memory.accounting import CPU_REPACK_TYPES_X86_AVX512, MemoryConstants, compute_buffer_terms
 from moeplan.planner.memory.accounting import kv_cells
-from moeplan.planner.model.spec import NEXTN_PROBS_BIAS_LOADED, KvComponent
+from moeplan.planner.model import registry
+from moeplan.planner.model.spec import KvComponent
 from moeplan.planner.placement import Placement
 from moeplan.probes.gguf_file import read_gguf_header
 from moeplan.probes.gguf_model import read_gguf_model
@@ -210,7 +211,7 @@ def test_mmap_span_includes_repacked_tensors(fixture_files):
         mapped = sum(b["bytes"] for b in run["buffers"] if b["buffer_type"] == "CPU_Mapped")
         spans = _tensor_spans(path)
         loaded = {t.name for t in model.globals} | {t.name for layer in model.trunk_layers for t in layer.tensors}
-        loaded |= {t.name for layer in model.layers if layer.kind == "nextn" and model.arch in NEXTN_PROBS_BIAS_LOADED
+        loaded |= {t.name for layer in model.layers if layer.kind == "nextn" and model.arch in registry.names_with("nextn_probs_bias_loaded")
                    for t in layer.tensors if t.name.endswith(".exp_probs_b.bias")}
         repacked = {n for n, ty, _, _ in spans if ty in REPACK and ("_exps." in n)}
         kept = [(o, o + b) for n, _, o, b in spans if n in loaded and n not in repacked]

@@ -70,6 +70,7 @@ def test_mainline_rules_of_the_new_ftypes():
     assert {types_of(f16, n) for n in ("output.weight", "blk.3.ffn_up_exps.weight")} == {"F16"}
     assert types_of(f16, "blk.3.attn_norm.weight") == "F32"
     assert canonical_quant("q4_k") == "Q4_K_M" and canonical_quant("Q3_K") == "Q3_K_M"
+    assert canonical_quant("fp16") == "F16"
 
 
 @pytest.mark.parametrize("name, base", [("UD-Q2_K_XL", "Q2_K"), ("UD-IQ1_S", "IQ1_S"), ("ud-iq2_xxs", "IQ2_XXS"),

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from moeplan.commands.common import JsonOpt, command
+from moeplan.commands.common import JsonOpt, ProgressOpt, command
 from moeplan.commands.model import QuantOpt, SizeOpt
 from moeplan.commands.placement_opts import (AllCpuMoeOpt, BackendOpt, CacheOpt, CpuLayersOpt, CpuMoeLayersOpt,
                                              CtxOpt, DraftOpt, AcceptOpt, KvTypeOpt, NoMmapOpt, NoOpOffloadOpt,
@@ -85,6 +85,7 @@ def register(app: typer.Typer) -> None:
         max_vram: Annotated[Optional[str], typer.Option("--max-vram", help="Device memory bench may use (e.g. 24G; without a GPU, caps the GPU tier).")] = None,
         record_trace: Annotated[Optional[str], typer.Option("--record-trace", help="Write the router's choices to FILE (needs --routing router).")] = None,
         as_json: JsonOpt = False,
+        show_progress: ProgressOpt = False,
     ) -> None:
         """Run the bundled offload executor with the model's exact shapes under a placement, and
         measure decode and prefill speed, time and bytes per tier, cache hits and memory."""
@@ -152,7 +153,7 @@ def register(app: typer.Typer) -> None:
             max_vram_bytes=parse_size(max_vram, "--max-vram") if max_vram else None)
         run = RunSpec(n_prompt=prompt, n_tokens=tokens, n_warmup=warmup, routing=spec_routing,
                       record_trace=os.path.expanduser(record_trace) if record_trace else None)
-        with progress("bench", total=None, enabled=not as_json) as bar:
+        with progress("bench", total=None, enabled=not as_json, force=show_progress) as bar:
             def tick(what: str, total: float | None) -> None:
                 """A phase starts (total = its steps), or one step of it is done (total None)."""
                 if total is None:

@@ -42,3 +42,4 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(1) from None
 
     return wrapper
+ProgressOpt = Annotated[bool, typer.Option("--progress", help="Show the progress bar on stderr even with --json or no terminal.")]

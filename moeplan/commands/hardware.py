@@ -133,6 +133,8 @@ def register(app: typer.Typer) -> None:
         disk: Annotated[Optional[str], typer.Option("--disk", help="Disk class: nvme-gen3/4/5, sata-ssd, hdd.")] = None,
         disk_read: Annotated[Optional[str], typer.Option("--disk-read", help="Known sequential disk read rate: 7GB/s.")] = None,
         name: Annotated[Optional[str], typer.Option("--name", help="Name of the profile.")] = None,
+        os_family: Annotated[str, typer.Option("--os", help="linux | windows: the OS the machine runs "
+                                                            "(NUMA binding, WDDM VRAM reserve, launch files).")] = "linux",
         out: OutOpt = None,
         list_parts: Annotated[bool, typer.Option("--list", help="List the parts catalog and the presets.")] = False,
         show: Annotated[Optional[str], typer.Option("--show", help="Show a profile JSON or a preset instead of building one.")] = None,
@@ -173,6 +175,7 @@ def register(app: typer.Typer) -> None:
             cpu_ghz=cpu_ghz, isa=parse_isa(isa) if isa else None,
             disk=disk.lower() if disk else None,
             disk_read_bytes_per_s=parse_rate(disk_read, "--disk-read") if disk_read else None,
+            os=os_family.strip().lower(),
         )
         p = catalog.build_profile(req)
         p = replace(p, moeplan_version=__version__,

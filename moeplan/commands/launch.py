@@ -81,30 +81,36 @@ def register(app: typer.Typer) -> None:
         nodes: NodesOpt = 1,
         gpu_vram: GpuVramOpt = None,
         model: ModelOpt = None,
+        os_family: Annotated[Optional[str], typer.Option(
+            "--os", help="linux | windows: windows adds launch.ps1 and launch.cmd (llama.cpp, ik_llama.cpp); "
+                         "default: the OS of the plan's hardware profile")] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Write launch.sh, bench.sh and the backend's config files for a saved plan."""
-        from moeplan.launch import backend_of, find_programs, write_launch
+        from moeplan.launch import backend_of, find_programs, os_of, write_launch
         from moeplan.ui.console import emit_json, progress, stderr_console, stdout_console
         from moeplan.ui.launch_tables import launch_data, launch_table
         from moeplan.units import parse_size
 
         plan = read_plan(plan_file)
         name = backend_of(plan, backend)
+        os_name = os_of(plan, os_family)
         vram = parse_size(gpu_vram, "--gpu-vram") if gpu_vram else None
         spec, same_model, model_note = read_plan_model(plan, model)
         if not same_model and not as_json:
             stderr_console().print(f"warning: {model_note}", markup=False)
         with progress(f"reading the flags of the {name} programs", enabled=not as_json):
-            programs = find_programs(name, binary)
+            programs = find_programs(name, binary, os_family=os_name)
         out_dir = out or Path(f"launch-{name}")
         launch, paths = write_launch(plan, spec, out_dir, name, binary, n_nodes=nodes, gpu_vram_bytes=vram,
-                                     programs=programs, notes=() if same_model else (model_note,))
+                                     programs=programs, notes=() if same_model else (model_note,),
+                                     os_family=os_name)
         if as_json:
             emit_json(launch_data(launch, paths, plan.inputs_digest(), same_model, model_note))
             return
         con = stdout_console()
         con.print(launch_table(launch, paths))
-        con.print(f"run: {out_dir / 'launch.sh'}", markup=False, highlight=False)
+        runs = ("launch.cmd", "launch.ps1") if launch.os == "windows" else ("launch.sh",)
+        con.print("run: " + " or ".join(str(out_dir / r) for r in runs), markup=False, highlight=False)
         for note in launch.notes:
             con.print(f"note: {note}", markup=False, highlight=False)

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from moeplan.commands.common import JsonOpt, command
+from moeplan.commands.common import JsonOpt, ProgressOpt, command
 from moeplan.commands.model import QuantOpt, SizeOpt
 from moeplan.commands.placement_opts import (AcceptOpt, AllCpuMoeOpt, BackendOpt, CacheOpt, CpuLayersOpt, CpuOnlyOpt, ExpertsUsedOpt,
                                              CpuMoeLayersOpt, CtxOpt, DraftOpt, KvTypeOpt, NoMmapOpt,
@@ -86,7 +86,9 @@ def register(app: typer.Typer) -> None:
         validate: Annotated[bool, typer.Option("--validate", help="Run the plan and neighbours, calibrate, re-plan.")] = False,
         runner: Annotated[str, typer.Option("--runner", help="executor | llama-bench (with --validate)")] = "executor",
         trials: Annotated[int, typer.Option("--trials", help="Most runs with --validate.")] = 6,
-        budget: Annotated[str, typer.Option("--budget", help="Wall-time budget of --validate (5m, 90s).")] = "5m",
+        budget: Annotated[str, typer.Option("--budget", help="Wall-time budget of --validate (5m, 90s): no run starts that cannot finish in it.")] = "5m",
+        wait_idle: Annotated[bool, typer.Option("--wait-idle", help="With --validate: before each run, wait (up to 2 min) for other processes to leave the CPUs.")] = False,
+        show_progress: ProgressOpt = False,
         binary: Annotated[Optional[str], typer.Option("--bin", help="Backend binary to check flags against / run.")] = None,
         explain: Annotated[bool, typer.Option("--explain", help="Show the formula of every figure.")] = False,
         as_json: JsonOpt = False,
@@ -108,12 +110,49 @@ def register(app: typer.Typer) -> None:
         result = choose_plan(spec, profile, priors, req)
         plan = build_plan(spec, profile, result, objective, size or "", moeplan_version=__version__)
         if validate:
-            from moeplan.tuner.validate import validate_plan
-
-            plan = validate_plan(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,
-                                 binary=binary, quiet=as_json)
+            report = _validate(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,
+                               binary=binary, as_json=as_json, wait_idle=wait_idle, show_progress=show_progress)
+            plan = report.plan
+        else:
+            report = None
         _write_outputs(plan, spec, emit, plot, out, backend, binary)
-        _render_tune(plan, spec, as_json, emit, explain)
+        _render_tune(plan, spec, as_json, emit, explain, report)
+
+
+def _validate(plan, spec, profile, priors, req, *, runner, trials, budget, binary, as_json, wait_idle,
+              show_progress):
+    """Run tune --validate, showing each run and trial as it lands (stderr under --json)."""
+    import time
+
+    from moeplan.tuner.validate import parse_budget, validate_plan
+    from moeplan.ui.console import progress, stderr_console, stdout_console
+    from moeplan.ui.tuner_tables import trial_row, validation_render
+
+    con = stderr_console() if as_json else stdout_console()
+    budget_s = parse_budget(budget)
+    t0 = time.monotonic()
+    with progress("validate", total=budget_s, enabled=not as_json, force=show_progress) as bar:
+        def on_start(text: str) -> None:
+            if as_json and not show_progress:
+                return
+            con.print(text, markup=False, highlight=False)
+
+        def on_run(label: str, i: int, expected_s: float | None) -> None:
+            exp = f", about {expected_s:.0f} s" if expected_s else ""
+            bar.update(description=f"validate: {label} (run {i + 1}{exp})", completed=time.monotonic() - t0)
+
+        def on_trial(t) -> None:
+            bar.update(completed=time.monotonic() - t0)
+            if not as_json:
+                bar.print(trial_row(t))
+
+        report = validate_plan(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,
+                               binary=binary, wait_idle=wait_idle, on_start=on_start, on_run=on_run,
+                               on_trial=on_trial)
+    if not as_json:
+        for r in validation_render(report):
+            con.print(r)
+    return report
 
 
 def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path | None, backend: str,
@@ -132,12 +171,15 @@ def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path |
         write_pareto_plot(plan, plot)
 
 
-def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = False) -> None:
+def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = False, report=None) -> None:
     from moeplan.ui.console import emit_json, stdout_console
     from moeplan.ui.plan_tables import tune_render
 
     if as_json:
-        emit_json({"plan": plan.to_dict()})
+        doc = {"plan": plan.to_dict()}
+        if report is not None:
+            doc["validation"] = report.to_dict()
+        emit_json(doc)
         return
     from moeplan.launch import preview_command
 

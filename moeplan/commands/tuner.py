@@ -1,4 +1,5 @@
-"""`moeplan calibrate`: fit the cost model's factors to measured runs and store them."""
+"""`moeplan calibrate`: fit the cost model's factors to measured runs and store them, when
+they predict held-out runs better than the priors."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,30 +30,21 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the calibrated profile (default: update --hw's file, else the cache).")] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Fit efficiency factors (GPU/CPU bandwidth, sync, compute, PCIe, NUMA) to measured runs."""
-        import json
-        from dataclasses import asdict, replace
-
-        from moeplan.planner.plan import Plan
+        """Fit efficiency factors (GPU/CPU bandwidth, sync, compute, PCIe, NUMA) to measured runs;
+        keep them only when they predict held-out runs better than the priors."""
+        from moeplan.planner.serde import to_jsonable
         from moeplan.probes.hwprofile import cache_dir, load_hardware, write_json_atomic
         from moeplan.probes.models import resolve_model
         from moeplan.profiles.backends import read_priors
-        from moeplan.tuner.calibrate import calibrate, store_calibration
-        from moeplan.tuner.runners import trial_from_dict
-        from moeplan.tuner.validate import STAND_IN_ONLY, runner_view
+        from moeplan.tuner.calibrate import store_calibration
+        from moeplan.tuner.results import all_trials, read_results
+        from moeplan.tuner.validate import guarded_calibration, runner_view
         from moeplan.ui.console import emit_json, stdout_console
         from moeplan.ui.tuner_tables import calibration_table, trials_table
 
         path = from_ or _latest_results()
-        try:
-            doc = json.loads(Path(path).read_text())
-            plan = Plan.from_dict(doc["plan"])
-            trials = [trial_from_dict(t) for t in doc["trials"]]
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such file", "pass the results file tune --validate wrote") from None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InputError(f"{path}: not a moeplan results file ({exc})",
-                             "pass the results-*.json that tune --validate wrote") from None
+        plan, validations = read_results(path)
+        trials = all_trials(validations)
         ok = [t for t in trials if t.ok]
         if len(ok) < 2:
             raise InputError(f"{path}: {len(ok)} successful runs; calibration needs at least 2",
@@ -65,19 +57,35 @@ def register(app: typer.Typer) -> None:
         device = str(ok[0].extra.get("device") or "cpu")
         dtype = str(ok[0].extra.get("dtype") or "bf16")
         view = runner_view(runner, model, profile, read_priors(plan.placement.backend), device, dtype)
-        res = calibrate(view.model, view.hw, view.pr, ok, method_note=f"from {path}")
-        cal = res.calibration
-        if view.stand_in:
-            cal = replace(cal, priors={k: v for k, v in cal.priors.items() if k not in STAND_IN_ONLY})
-        new_hw = store_calibration(profile, cal)
-        if out is None:
-            out = Path(hw) if hw and Path(hw).is_file() else Path(cache_dir()) / "hardware-calibrated.json"
-        write_json_atomic(str(out), new_hw.to_dict())
+        g = guarded_calibration(view, ok, strict=True, method_note=f"from {path}")
+        ho = g.holdout
+        written = ""
+        if ho.accepted and g.calibration is not None:
+            new_hw = store_calibration(profile, g.calibration)
+            if out is None:
+                out = Path(hw) if hw and Path(hw).is_file() else Path(cache_dir()) / "hardware-calibrated.json"
+            write_json_atomic(str(out), new_hw.to_dict())
+            written = str(out)
         if as_json:
-            emit_json({"calibration": asdict(cal), "profile_path": str(out),
-                       "errors_before": dict(res.errors_before), "errors_after": dict(res.errors_after)})
+            res = g.result
+            emit_json({"calibration": to_jsonable(g.calibration) if g.calibration else None,
+                       "calibration_accepted": ho.accepted, "reason": ho.reason,
+                       "loo_error_before": ho.loo_error_before if ho.errors_before else None,
+                       "loo_error_after": None if ho.loo_error_after != ho.loo_error_after else ho.loo_error_after,
+                       "trials_used": len(ok), "validations": len(validations),
+                       "factors": to_jsonable(g.factors), "profile_path": written,
+                       "errors_before": dict(res.errors_before) if res else {},
+                       "errors_after": dict(res.errors_after) if res else {}})
             return
         con = stdout_console()
         con.print(trials_table(trials))
-        con.print(calibration_table(res))
-        con.print(f"wrote the calibrated profile to {out}; later estimate/tune with --hw {out} use it")
+        if g.result is not None and g.result.fitted:
+            con.print(calibration_table(g.result))
+        before = f"{ho.loo_error_before:.1%}" if ho.errors_before else "n/a"
+        after = "n/a" if ho.loo_error_after != ho.loo_error_after else f"{ho.loo_error_after:.1%}"
+        con.print(f"leave-one-trial-out error: {before} with the priors, {after} calibrated "
+                  f"({len(ok)} trials of {len(validations)} validation{'s' if len(validations) != 1 else ''})")
+        if written:
+            con.print(f"kept: wrote the calibrated profile to {written}; later estimate/tune with --hw {written} use it")
+        else:
+            con.print(f"not kept, the priors stay: {ho.reason}")

@@ -24,29 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from moeplan.planner.model import registry
 from moeplan.planner.model.spec import KvComponent, LayerSpec, ModelSpec, Tensor
 
 # llama.cpp's expert gating functions (LLAMA_EXPERT_GATING_FUNC_TYPE_*, src/llama-hparams.h)
 GATING_BY_ID = {1: "softmax", 2: "sigmoid", 3: "softmax_weight", 4: "sqrt_softplus"}
-
-# Per-architecture defaults where the GGUF has no expert_gating_func / expert_weights_norm key:
-# (gating, normalise the k weights) as each src/models/<arch>.cpp passes them to build_moe_ffn.
-ARCH_GATING: dict[str, tuple[str, bool]] = {
-    "qwen3moe": ("softmax", True),
-    "qwen2moe": ("softmax", False),
-    "qwen3next": ("softmax", True),
-    "qwen35moe": ("softmax", True),
-    "gpt-oss": ("softmax_weight", False),
-    "llama4": ("sigmoid", False),
-    "llama": ("softmax", True),
-    "deepseek2": ("softmax", False),  # V2 files; V3 files carry expert_gating_func = 2 (sigmoid)
-    "glm4moe": ("sigmoid", True),
-    "glm-dsa": ("sigmoid", True),
-    "deepseek32": ("sigmoid", True),
-    "minimax-m2": ("sigmoid", True),
-    "deepseek4": ("sqrt_softplus", True),
-}
-
 
 def torch_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(shape))
@@ -179,7 +161,8 @@ def _short(layer: LayerSpec, t: Tensor) -> str:
 
 def choose_gating(model: ModelSpec, has_probs_bias: bool) -> Gating:
     hp = _extra(model)
-    func, norm = ARCH_GATING.get(model.arch, ("softmax", False))
+    arch = registry.get(model.arch)
+    func, norm = arch.gating  # build_moe_ffn's default where the GGUF has no key
     gid = int(hp.get("expert_gating_func", 0) or 0)
     if gid in GATING_BY_ID:
         func = GATING_BY_ID[gid]
@@ -190,10 +173,10 @@ def choose_gating(model: ModelSpec, has_probs_bias: bool) -> Gating:
     scale = float(hp.get("expert_weights_scale", 0.0) or 0.0) or 1.0
     return Gating(
         func=func, norm_weights=norm, scale=scale,
-        select_on_logits=model.arch == "llama4", weight_before_ffn=model.arch == "llama4",
+        select_on_logits=arch.router_on_logits, weight_before_ffn=arch.router_on_logits,
         n_groups=int(hp.get("expert_group_count", 1) or 1),
         n_groups_used=int(hp.get("expert_group_used_count", 1) or 1),
-        activation="swiglu_oai" if model.arch == "gpt-oss" else "silu",
+        activation=arch.activation,
     )
 
 

@@ -45,25 +45,41 @@ def backend_of(plan: Plan, backend: str | None) -> str:
     return name
 
 
-def release_programs(backend: str) -> Programs:
+WINDOWS_BACKENDS = ("llama.cpp", "ik_llama.cpp")  # the backends with native Windows builds
+
+
+def os_of(plan: Plan, os_family: str | None) -> str:
+    """The OS the launch files are for: --os, else the plan's hardware profile's."""
+    from moeplan.planner.hardware.profile import OS_FAMILIES
+
+    name = (os_family or plan.hardware_os or "linux").strip().lower()
+    if name not in OS_FAMILIES:
+        raise InputError(f"unknown --os {os_family!r}", "use one of " + ", ".join(OS_FAMILIES))
+    return name
+
+
+def release_programs(backend: str, os_family: str = "linux") -> Programs:
     """The programs and flags of the backend's targeted release (no binary consulted)."""
     mod = EMITTERS[backend]
     flags = mod.release_flags()
     if backend in ("llama.cpp", "ik_llama.cpp"):
-        return Programs(programs=dict(mod.PROGRAMS), flags=flags)
+        suffix = ".exe" if os_family == "windows" else ""
+        return Programs(programs={k: v + suffix for k, v in mod.PROGRAMS.items()}, flags=flags)
     return Programs(programs={"server": "vllm" if backend == "vllm" else "python"}, flags=flags)
 
 
 def find_programs(backend: str, binary: str | None, which: Callable[[str], str | None] | None = None,
-                  reader: HelpReader | None = None) -> Programs:
-    """The backend's programs on this machine (or at --bin), with the flags their --help lists."""
+                  reader: HelpReader | None = None, os_family: str = "linux") -> Programs:
+    """The backend's programs on this machine (or at --bin), with the flags their --help lists.
+    os_family 'windows': llama.cpp's programs are named llama-server.exe ... (in --bin or on PATH)."""
     import shutil
 
     which = which or shutil.which
     reader = reader or read_help
     release = EMITTERS[backend].release_flags()
     if backend in ("llama.cpp", "ik_llama.cpp"):
-        return find_llama_programs(backend, binary, release, which, reader)
+        return find_llama_programs(backend, binary, release, which, reader,
+                                   exe_suffix=".exe" if os_family == "windows" else "")
     if backend == "vllm":
         return find_vllm_programs(binary, release, which, reader)
     return find_python_programs(backend, binary, release, which, reader,
@@ -78,30 +94,49 @@ def script_model_path(model: ModelSpec, backend: str) -> str:
 
 
 def emit_launch(plan: Plan, model: ModelSpec, backend: str | None = None, programs: Programs | None = None,
-                *, n_nodes: int = 1, gpu_vram_bytes: int | None = None, model_path: str | None = None) -> Launch:
-    """The Launch of `plan` for `backend` (pure: the programs' flags are given)."""
+                *, n_nodes: int = 1, gpu_vram_bytes: int | None = None, model_path: str | None = None,
+                os_family: str | None = None) -> Launch:
+    """The Launch of `plan` for `backend` (pure: the programs' flags are given). os_family:
+    'linux' or 'windows' (default: the plan's hardware profile's OS)."""
     name = backend_of(plan, backend)
+    os_name = os_of(plan, os_family)
     if n_nodes < 1:
         raise InputError(f"--nodes {n_nodes} must be at least 1", "give the number of identical machines")
-    progs = programs or release_programs(name)
+    progs = programs or release_programs(name, os_name)
     notes = list(progs.notes)
     if plan.placement.backend != name:
         notes.append(f"the plan was made for {plan.placement.backend}; its speed figures are for that backend")
+    if os_name == "windows" and name not in WINDOWS_BACKENDS:
+        notes.append(f"no Windows launch files for {name}: it has no native Windows build; run the bash files "
+                     "under Linux or WSL2")
     ctx = EmitContext(plan=plan, model=model, flags=progs.flags, programs=progs.programs,
                       model_path=model_path if model_path is not None else script_model_path(model, name),
-                      n_nodes=n_nodes, gpu_vram_bytes=gpu_vram_bytes, notes=tuple(notes))
-    return EMITTERS[name].emit(ctx)
+                      n_nodes=n_nodes, gpu_vram_bytes=gpu_vram_bytes, notes=tuple(notes),
+                      os=os_name if name in WINDOWS_BACKENDS else "linux")
+    launch = EMITTERS[name].emit(ctx)
+    if ctx.os == "windows":
+        from dataclasses import replace
+
+        from moeplan.launch.winscripts import windows_bind
+
+        launch = replace(launch, os="windows", win_bind=windows_bind(plan.placement))
+    return launch
 
 
 def preview_command(plan: Plan, model: ModelSpec, backend: str | None = None) -> str:
     """The plan's server command as one shell line, for people reading `moeplan tune` (flags of
-    the targeted release; `emit` and `tune --emit` check them against the installed binary)."""
+    the targeted release; `emit` and `tune --emit` check them against the installed binary).
+    For a Windows plan: the line of launch.cmd (cmd's quoting, `start /NODE` when it binds)."""
     from moeplan.errors import MoeplanError
 
     try:
         launch = emit_launch(plan, model, backend)
     except MoeplanError as err:
         return f"# no {backend_of(plan, backend)} command: {err.message}"
+    if launch.os == "windows":
+        from moeplan.launch.winscripts import cmd_line
+
+        return cmd_line(launch.scripts[0].command, launch.win_bind)
     return launch.scripts[0].command.shell()
 
 
@@ -112,6 +147,12 @@ def render_files(plan: Plan, model: ModelSpec, launch: Launch) -> list[tuple[str
     from moeplan import __version__
 
     files = [(s.name, render_script(plan, model, launch, s), True) for s in launch.scripts]
+    if launch.os == "windows":
+        from moeplan.launch.winscripts import render_cmd, render_ps1
+
+        server = launch.script("launch.sh")
+        files += [("launch.ps1", render_ps1(plan, model, launch, server), True),
+                  ("launch.cmd", render_cmd(plan, model, launch, server), True)]
     files += [(c.name, c.text, False) for c in launch.configs]
     files.append(("plan.json", plan.to_json(), False))
     doc = {"moeplan_version": __version__, "plan_digest": plan.inputs_digest(), **launch.to_dict()}
@@ -121,20 +162,23 @@ def render_files(plan: Plan, model: ModelSpec, launch: Launch) -> list[tuple[str
 
 def write_launch(plan: Plan, model: ModelSpec, out_dir: Path, backend: str | None = None,
                  binary: str | None = None, *, n_nodes: int = 1, gpu_vram_bytes: int | None = None,
-                 programs: Programs | None = None, notes: tuple[str, ...] = ()) -> tuple[Launch, list[Path]]:
+                 programs: Programs | None = None, notes: tuple[str, ...] = (),
+                 os_family: str | None = None) -> tuple[Launch, list[Path]]:
     """Emit the plan for `backend` (default: the plan's) into `out_dir`: the Launch and the paths.
 
     Everything is rendered before the first file is written, and each file is written
     atomically, so an error leaves no half-written script behind.
     """
     name = backend_of(plan, backend)
-    progs = programs or find_programs(name, binary)
+    os_name = os_of(plan, os_family)
+    progs = programs or find_programs(name, binary, os_family=os_name)
     if notes:
         progs = Programs(progs.programs, progs.flags, progs.notes + tuple(notes))
     mp = script_model_path(model, name)
     if not isinstance(mp, ShellVar):
         mp = os.path.abspath(mp)  # scripts run from anywhere
-    launch = emit_launch(plan, model, name, progs, n_nodes=n_nodes, gpu_vram_bytes=gpu_vram_bytes, model_path=mp)
+    launch = emit_launch(plan, model, name, progs, n_nodes=n_nodes, gpu_vram_bytes=gpu_vram_bytes, model_path=mp,
+                         os_family=os_name)
     files = render_files(plan, model, launch)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():

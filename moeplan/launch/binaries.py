@@ -66,10 +66,11 @@ def _is_ik(fs: FlagSet) -> bool:
 
 def find_llama_programs(backend: str, binary: str | None, release: dict[str, FlagSet],
                         which: Callable[[str], str | None] = shutil.which,
-                        reader: HelpReader = read_help) -> Programs:
-    """Programs of llama.cpp or ik_llama.cpp (both name them llama-server / llama-bench)."""
+                        reader: HelpReader = read_help, exe_suffix: str = "") -> Programs:
+    """Programs of llama.cpp or ik_llama.cpp (both name them llama-server / llama-bench).
+    exe_suffix: '.exe' for Windows builds (llama-server.exe, in --bin's folder or on PATH)."""
     ik = backend == "ik_llama.cpp"
-    tools = IK_TOOLS if ik else LLAMA_TOOLS
+    tools = {k: tuple(n + exe_suffix for n in v) for k, v in (IK_TOOLS if ik else LLAMA_TOOLS).items()}
     folder: Path | None = None
     server_file: Path | None = None
     if binary:
@@ -95,7 +96,7 @@ def find_llama_programs(backend: str, binary: str | None, release: dict[str, Fla
             if not found:
                 continue
             fs = parse_help(reader([found, "--help"]), name, f"--help of {found}", _version(reader, found))
-            if tool == "once" and name == "llama-cli" and not ik and not fs.has("-no-cnv"):
+            if tool == "once" and name == "llama-cli" + exe_suffix and not ik and not fs.has("-no-cnv"):
                 continue  # a conversation-only llama-cli cannot run one prompt and exit
             if _is_ik(fs) != ik:
                 kind = "an ik_llama.cpp" if _is_ik(fs) else "a mainline llama.cpp"

@@ -117,6 +117,8 @@ class Launch:
     patterns: tuple[str, ...] = ()
     bench_overrides: str = ""  # what llama-bench's JSON must report in tensor_buft_overrides
     placement_text: str = ""  # where the experts go, when not whole layers (KTransformers, vLLM)
+    os: str = "linux"  # 'windows': launch.ps1 / launch.cmd are rendered beside the bash files
+    win_bind: tuple[int, str] | None = None  # (node, start /AFFINITY mask) when launch.cmd binds a node
 
     def script(self, name: str) -> Script:
         for s in self.scripts:
@@ -135,6 +137,8 @@ class Launch:
             "scripts": {s.name: {"purpose": s.purpose, **s.command.to_dict()} for s in self.scripts},
             "configs": [c.name for c in self.configs],
             "notes": list(self.notes),
+            **({"os": self.os, "windows_bind": list(self.win_bind) if self.win_bind else None}
+               if self.os != "linux" else {}),
         }
 
 
@@ -146,6 +150,7 @@ class EmitContext:
     programs: tool name -> the program as the script calls it (a name on PATH or a path).
     model_path: the model argument for the scripts: a path or a ShellVar.
     n_nodes: identical machines to spread the model over (vLLM, SGLang).
+    os: 'linux' or 'windows' (then launch.ps1 and launch.cmd are written too).
     gpu_vram_bytes: memory of one GPU, when known (needed by vLLM/SGLang/KTransformers fractions).
     """
 
@@ -157,6 +162,7 @@ class EmitContext:
     n_nodes: int = 1
     gpu_vram_bytes: int | None = None
     notes: tuple[str, ...] = field(default=())
+    os: str = "linux"  # the OS the scripts are for: 'windows' drops numactl/--numa (launch/numa.py)
 
     @property
     def placement(self):

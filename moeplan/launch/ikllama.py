@@ -95,7 +95,7 @@ def _placement_parts(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...], b
     parts += [("-b", str(p.n_batch)), ("-ub", str(p.n_ubatch))]
     if not p.kv_offload:
         parts.append(("-nkvo", "1") if bench else ("-nkvo",))
-    numa = llama_numa_value(p)
+    numa = llama_numa_value(p, ctx.os)
     if numa:
         parts.append(("--numa", numa))
     parts += _ik_parts(ctx, fs, bench)
@@ -133,7 +133,7 @@ def emit(ctx: EmitContext) -> Launch:
     check_kv_types(ctx)
     p = ctx.placement
     patterns = checked_expert_patterns(ctx.model, p.cpu_moe_layers)
-    notes = _op_offload_notes(ctx) + list(numa_notes(p))
+    notes = _op_offload_notes(ctx) + list(numa_notes(p, ctx.os))
     if p.load_mode != "mmap":
         notes.append("-rtr repacks the CPU expert tensors at load time and turns mmap off")
     fs_server, fs_once, fs_bench = ctx.flags["server"], ctx.flags["once"], ctx.flags["bench"]
@@ -144,7 +144,7 @@ def emit(ctx: EmitContext) -> Launch:
             raise InputError(f"the plan drafts {p.n_draft} tokens per step but names no draft model",
                              "ik_llama.cpp drafts with a draft model (-md); re-plan with one or without drafting")
         spec = [("-md", draft), ("--draft", str(p.n_draft))]
-    prefix = numa_prefix(p)
+    prefix = numa_prefix(p, ctx.os)
     server = Command(parts=((ctx.programs["server"],), *_placement_parts(ctx, fs_server, patterns, False),
                             ("-np", str(p.n_seq)), *spec), prefix=prefix)
     once_tail = [("-no-cnv",)] if fs_once.has("-no-cnv") else []

@@ -131,7 +131,7 @@ def model_parts(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...]) -> lis
         parts.append(("--no-op-offload",))
     if not p.kv_offload:
         parts.append(("-nkvo",))
-    numa = llama_numa_value(p)
+    numa = llama_numa_value(p, ctx.os)
     if numa:
         parts.append(("--numa", numa))
     parts += load_mode_parts(fs, p.load_mode, bench=False)
@@ -197,7 +197,7 @@ def bench_parts(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...]) -> lis
               ("-nopo", "0" if p.op_offload else "1")]
     if not p.kv_offload:
         parts.append(("-nkvo", "1"))
-    numa = llama_numa_value(p)
+    numa = llama_numa_value(p, ctx.os)
     if numa:
         parts.append(("--numa", numa))
     parts += load_mode_parts(fs, p.load_mode, bench=True)
@@ -235,7 +235,7 @@ def bench_check_lines(expected: str, out_name: str = "bench.json") -> tuple[str,
 
 def _notes(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...]) -> list[str]:
     p = ctx.placement
-    notes = list(numa_notes(p))
+    notes = list(numa_notes(p, ctx.os))
     if not fs.has("-fit"):
         notes.append(f"{fs.program} has no --fit, so nothing moves layers behind the plan's back")
     if patterns and p.load_mode == "mmap":
@@ -267,7 +267,7 @@ def emit(ctx: EmitContext) -> Launch:
     patterns = checked_expert_patterns(ctx.model, p.cpu_moe_layers) if p.n_gpus else ()
     fs_server, fs_once, fs_bench = ctx.flags["server"], ctx.flags["once"], ctx.flags["bench"]
     env = env_pairs(ctx)
-    prefix = numa_prefix(p)
+    prefix = numa_prefix(p, ctx.os)
 
     server = Command(parts=((ctx.programs["server"],), *model_parts(ctx, fs_server, patterns),
                             ("-np", str(p.n_seq)),

@@ -91,6 +91,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     moeplan_version: str = ""
     schema_version: int = PLAN_SCHEMA_VERSION
+    hardware_os: str = "linux"  # the profile's OS family: emit's default for which launch files to write
 
     def to_dict(self) -> dict:
         d = to_jsonable(self)

@@ -24,8 +24,9 @@ import math
 from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError
-from moeplan.planner.cost.estimate import dot_elements, estimate, physical_cores, used_nodes
+from moeplan.planner.cost.estimate import cpu_nodes, dot_elements, estimate, physical_cores, used_nodes
 from moeplan.planner.hardware.profile import HardwareProfile
+from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
@@ -86,7 +87,10 @@ def cpu_layer_order(model: ModelSpec, pr: BackendPriors) -> tuple[int, ...]:
 
 
 def _budgets(hw: HardwareProfile, req: Request) -> tuple[int, int]:
-    vram = req.vram_bytes or sum((g.vram_free_bytes or g.vram_bytes) for g in hw.gpus)
+    """(VRAM, RAM) budgets: the request's, else the profile's free VRAM less what Windows keeps
+    for WDDM (planner/hardware/windows.py), and its RAM."""
+    vram = req.vram_bytes or max(0, sum((g.vram_free_bytes or g.vram_bytes) for g in hw.gpus)
+                                 - vram_reserve_bytes(hw))
     ram = req.ram_bytes or hw.ram_bytes
     return vram, ram
 
@@ -104,7 +108,8 @@ def shortfall(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ra
         return f"RAM short by {(anon - ram + OS_RESERVE_BYTES) / GIB:.2f} GiB"
     if p.numa == "bind" and hw.numa_nodes:
         nodes = used_nodes(hw, p)
-        node_mem = sum(n.mem_total_bytes for n in nodes)
+        # Windows reports only a node's available memory (mem_total_bytes 0): use that
+        node_mem = sum(n.mem_total_bytes or (n.mem_free_bytes or 0) for n in nodes)
         if node_mem and mem.ram_bytes > node_mem - OS_RESERVE_BYTES // 2:
             return f"bound NUMA node RAM short by {(mem.ram_bytes - node_mem) / GIB:.2f} GiB"
     return ""
@@ -137,12 +142,24 @@ def _numa_options(hw: HardwareProfile, req: Request, pr: BackendPriors) -> tuple
     if len(nodes) <= 1 or pr.numa_aware:
         return (("none", ()),) if not pr.numa_aware else (("none", tuple(n.id for n in nodes)),)
     allowed = req.numa_policies or ("bind", "interleave", "distribute", "none")
+    if hw.os == "windows":
+        # no numactl and no --numa on Windows: the OS default ('none', pages spread over the
+        # nodes) or a `start /NODE` bind (planner/hardware/windows.py)
+        allowed = tuple(pol for pol in allowed if pol in ("bind", "none")) or ("none",)
     gpu_node = hw.gpus[0].numa_node if hw.gpus else None
     bind_node = gpu_node if gpu_node is not None else nodes[0].id
     out = []
     for pol in allowed:
         out.append((pol, (bind_node,) if pol == "bind" else ()))
     return tuple(out)
+
+
+def _win_mask(hw: HardwareProfile, node_ids: tuple[int, ...]) -> str:
+    """start /AFFINITY's mask for the bound node (launch.cmd reads it from Placement.extra)."""
+    for n in hw.numa_nodes:
+        if n.id in node_ids:
+            return affinity_mask(n)
+    return affinity_mask(cpu_nodes(hw)[0])
 
 
 def _min_cpu_layers(model: ModelSpec, base: Placement, order: tuple[int, ...], hw: HardwareProfile,
@@ -207,6 +224,8 @@ def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: R
                                      flash_attn=True, n_ubatch=ub, n_batch=max(2048, ub), numa=numa,
                                      numa_nodes=nodes, op_offload=op, n_gpus=n_gpus)
                     base = base.with_(n_threads=req.threads or physical_cores(hw, base))
+                    if hw.os == "windows" and numa == "bind":
+                        base = base.with_(extra=(("win_affinity_mask", _win_mask(hw, nodes)),))
                     if not has_gpu:
                         p = base.with_(cpu_moe_layers=model.moe_layer_indices)
                         short = shortfall(model, p, hw, vram, ram, consts, pr)
@@ -277,7 +296,8 @@ def build_plan(model: ModelSpec, hw: HardwareProfile, result: SearchResult, obje
     return Plan(model=model_ref(model, size_arg), hardware_name=hw.name, hardware_digest=digest_of(hw),
                 placement=result.best.placement, estimate=result.best.estimate, objective=objective,
                 alternatives=tuple(to_alternative(c) for c in result.alternatives), pareto=result.pareto,
-                notes=notes + (f"{result.n_evaluated} placements evaluated",), moeplan_version=moeplan_version)
+                notes=notes + (f"{result.n_evaluated} placements evaluated",), moeplan_version=moeplan_version,
+                hardware_os=hw.os)
 
 
 def to_alternative(c: Candidate) -> Alternative:
@@ -348,7 +368,41 @@ def explain(best: Candidate, cands: list[Candidate], model: ModelSpec, hw: Hardw
         why.append(f"NUMA {p.numa}: {dict(e.factors).get('numa_note', '')}")
     if not p.op_offload:
         why.append("no op-offload: copying experts over PCIe per ubatch is slower than computing them on the CPU")
+    if hw.os == "windows":
+        why += _windows_why(best, cands, hw)
     return tuple(why)
+
+
+def _windows_why(best: Candidate, cands: list[Candidate], hw: HardwareProfile) -> list[str]:
+    """What Windows changes: the WDDM VRAM reserve, and what binding a node gains or costs and
+    how to get it (there is no numactl, and llama.cpp's --numa does nothing on Windows)."""
+    out = [n for n in (reserve_note(hw),) if n]
+    if len(cpu_nodes(hw)) < 2:
+        return out
+    p, e = best.placement, best.estimate
+    binds = [c for c in cands if c.placement.numa == "bind"]
+    spread = [c for c in cands if c.placement.numa != "bind"]
+    if p.numa == "bind":
+        node = p.numa_nodes[0] if p.numa_nodes else 0
+        mask = dict(p.extra).get("win_affinity_mask", "")
+        line = f"NUMA on Windows: bound to node {node} with {bind_hint(node, mask)}"
+        if spread:
+            d = max(c.estimate.decode_tok_s for c in spread)
+            line += (f"; the Windows default (threads on all nodes, pages spread) would decode at {d:.1f} tok/s, "
+                     f"the bind gains {e.decode_tok_s / d - 1:+.0%}")
+        return out + [line]
+    if not binds:
+        return out + ["NUMA on Windows: the Windows default spreads pages over the nodes "
+                      f"({e.decode_tok_s:.1f} tok/s); binding one node (`start /NODE n`) was not possible: the "
+                      "model's host memory does not fit one node's RAM"]
+    b = max(binds, key=lambda c: c.estimate.decode_tok_s)
+    node = b.placement.numa_nodes[0] if b.placement.numa_nodes else 0
+    mask = dict(b.placement.extra).get("win_affinity_mask", "")
+    gain = b.estimate.decode_tok_s / max(e.decode_tok_s, 1e-9) - 1
+    verdict = "would gain" if gain > 0 else "would change decode by"
+    return out + [f"NUMA on Windows: the plan keeps the Windows default (pages spread over the nodes, "
+                  f"{e.decode_tok_s:.1f} tok/s); binding node {node} {verdict} {gain:+.0%} "
+                  f"({b.estimate.decode_tok_s:.1f} tok/s with {b.placement.n_threads} threads): {bind_hint(node, mask)}"]
 
 
 def infeasible(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request, vram: int, ram: int,

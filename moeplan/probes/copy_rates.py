@@ -37,7 +37,7 @@ def measure_copy_rates(torch: Any, device_index: int, cpus: tuple[int, ...], n_b
 
     def work() -> None:
         try:
-            if cpus:
+            if cpus and hasattr(os, "sched_setaffinity"):  # Windows: the host buffers are not node-placed
                 os.sched_setaffinity(0, set(cpus))
             dev = torch.device("cuda", device_index)
             torch.cuda.set_device(dev)

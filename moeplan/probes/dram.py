@@ -48,6 +48,12 @@ def read_kernel(a: np.ndarray) -> None:
     a.max()
 
 
+def pin_linux(cpu: int) -> None:
+    """Run the calling thread on `cpu` only (Linux; on Windows the probe passes
+    probes/windows.Kernel32Api.pin_current_thread, SetThreadGroupAffinity)."""
+    os.sched_setaffinity(0, {cpu})
+
+
 def choose_bytes(l3_node: int | None, n_threads: int, s: DramSettings, avail_bytes: int | None,
                  node_free_bytes: int | None) -> tuple[int, str]:
     """Bytes per thread (a multiple of 4 KiB) and a note when memory forced arrays smaller
@@ -73,6 +79,7 @@ class ReadJob:
     bytes_per_thread: int
     libnuma: Libnuma | None = None
     chunks: list = field(default_factory=list)
+    pin: Callable[[int], None] = pin_linux
 
 
 class _Pool:
@@ -99,7 +106,7 @@ class _Pool:
     def _worker(self, i: int) -> None:
         job = self.job
         try:
-            os.sched_setaffinity(0, {job.place_cpus[i]})
+            job.pin(job.place_cpus[i])
             if job.libnuma is not None:
                 arr, release = job.libnuma.alloc_onnode(job.bytes_per_thread, job.mem_node)
                 self.releases.append(release)
@@ -107,7 +114,7 @@ class _Pool:
                 arr = np.empty(job.bytes_per_thread // 8, np.uint64)
             arr.fill(1)  # first touch: the pages land on this CPU's node (or libnuma's node)
             self.chunks[i] = arr
-            os.sched_setaffinity(0, {job.reader_cpus[i]})
+            job.pin(job.reader_cpus[i])
             self.bar.wait()
             while True:
                 self.bar.wait()
@@ -174,12 +181,13 @@ def run_read_job(job: ReadJob, reps: int, warmup: int, single: bool = False,
 
 
 def measure_kernel_cache_rate(cpu: int, reps: int = 200, n_bytes: int = 256 * 1024,
-                              kernel: Callable[[np.ndarray], None] = read_kernel) -> list[tuple[float, float]]:
+                              kernel: Callable[[np.ndarray], None] = read_kernel,
+                              pin: Callable[[int], None] = pin_linux) -> list[tuple[float, float]]:
     """The read kernel on an L2-resident array, pinned to `cpu`: its compute ceiling."""
     out: list[tuple[float, float]] = []
 
     def work() -> None:
-        os.sched_setaffinity(0, {cpu})
+        pin(cpu)
         a = np.ones(n_bytes // 8, np.uint64)
         for _ in range(10):
             kernel(a)
@@ -204,11 +212,14 @@ class DramResult:
 
 def measure_dram(nodes: tuple[NumaNode, ...], topo: Topology, l3_bytes: int | None, s: DramSettings,
                  avail_bytes: int | None, libnuma: Libnuma | None = None,
-                 on_step: Callable[[str], None] = lambda msg: None) -> DramResult:
+                 on_step: Callable[[str], None] = lambda msg: None,
+                 pin: Callable[[int], None] = pin_linux, allowed: set[int] | None = None) -> DramResult:
     """Per-node local read bandwidth (all physical cores of the node), the single-core figure
-    on the first node, and with 2+ CPU nodes the [reader][memory] matrix (0.0 = not measured)."""
+    on the first node, and with 2+ CPU nodes the [reader][memory] matrix (0.0 = not measured).
+    pin / allowed: how to pin a thread and which CPUs this process may use (default: Linux's
+    sched_setaffinity / sched_getaffinity; on Windows SetThreadGroupAffinity and every CPU)."""
     res = DramResult()
-    allowed = os.sched_getaffinity(0)
+    allowed = allowed if allowed is not None else os.sched_getaffinity(0)
     cpu_nodes = [n for n in nodes if n.cpus]
     total_cores = max(1, len(topo.cores))
     multi = len(nodes) >= 2
@@ -223,7 +234,7 @@ def measure_dram(nodes: tuple[NumaNode, ...], topo: Topology, l3_bytes: int | No
     kernel_ceiling = None
     if readers:
         first = next(iter(readers.values()))[0]
-        kc = summarise_rates(measure_kernel_cache_rate(first))
+        kc = summarise_rates(measure_kernel_cache_rate(first, pin=pin))
         kernel_ceiling = kc.median
     for n in cpu_nodes:
         if n.id not in readers:
@@ -234,7 +245,8 @@ def measure_dram(nodes: tuple[NumaNode, ...], topo: Topology, l3_bytes: int | No
         if note:
             res.notes.append(f"node {n.id}: {note}")
         on_step(f"DRAM read, node {n.id}: {len(cpus)} threads x {per / MIB:.0f} MiB")
-        job = ReadJob(reader_cpus=cpus, place_cpus=cpus, mem_node=n.id, bytes_per_thread=per, libnuma=libnuma)
+        job = ReadJob(reader_cpus=cpus, place_cpus=cpus, mem_node=n.id, bytes_per_thread=per, libnuma=libnuma,
+                      pin=pin)
         single = res.core_figure is None
         samples, one, share = run_read_job(job, s.reps, s.warmup, single=single, check_node=multi)
         placed = f"; {share:.1%} of pages on node {n.id} (numa_maps)" if share is not None else ""
@@ -267,7 +279,7 @@ def measure_dram(nodes: tuple[NumaNode, ...], topo: Topology, l3_bytes: int | No
             summarise_rates(samples), f"{KERNEL}, {len(cpus)} threads of node {near.id} reading memory placed "
             f"on node {n.id} by libnuma; best of {s.cross_reps}")
     if len(readers) >= 2:
-        res.matrix = _cross_matrix(nodes, readers, res, s, avail_bytes, libnuma, l3_bytes, total_cores, on_step)
+        res.matrix = _cross_matrix(nodes, readers, res, s, avail_bytes, libnuma, l3_bytes, total_cores, on_step, pin)
     return res
 
 
@@ -281,7 +293,7 @@ def _with_kernel_check(fig: Figure, ceiling: float, notes: list[str]) -> Figure:
     return replace(fig, method=method)
 
 
-def _cross_matrix(nodes, readers, res, s, avail_bytes, libnuma, l3_bytes, total_cores, on_step):
+def _cross_matrix(nodes, readers, res, s, avail_bytes, libnuma, l3_bytes, total_cores, on_step, pin=pin_linux):
     ids = [n.id for n in nodes]
     by_id = {n.id: n for n in nodes}
     rows = []
@@ -305,7 +317,7 @@ def _cross_matrix(nodes, readers, res, s, avail_bytes, libnuma, l3_bytes, total_
             on_step(f"DRAM read, node {i} reading node {j}")
             place_cpus = tuple(place[k % len(place)] for k in range(len(cpus))) if place else cpus
             job = ReadJob(reader_cpus=cpus, place_cpus=place_cpus, mem_node=j, bytes_per_thread=per,
-                          libnuma=libnuma)
+                          libnuma=libnuma, pin=pin)
             samples, _, _ = run_read_job(job, s.cross_reps, 1)
             row.append(summarise_rates(samples).best)
         rows.append(tuple(row))

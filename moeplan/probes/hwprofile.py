@@ -117,7 +117,10 @@ def read_cached(max_age_s: float, hostname: str, now: datetime | None = None) ->
 def _hostname() -> str:
     from moeplan.probes.fsread import read_text
 
-    return (read_text("/", "/proc/sys/kernel/hostname") or "").strip() or os.uname().nodename
+    import platform
+
+    # os.uname does not exist on Windows; platform.node() is the same name everywhere
+    return (read_text("/", "/proc/sys/kernel/hostname") or "").strip() or platform.node()
 
 
 def load_hardware(arg: str | None, *, max_age_s: float = WEEK_S, allow_probe: bool = True,

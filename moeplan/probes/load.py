@@ -47,3 +47,72 @@ def sample_load(root: str = "/", window_s: float = 0.25,
     sleep(window_s)
     b = parse_cpu_times(read_text(root, "/proc/stat"))
     return parse_loadavg(read_text(root, "/proc/loadavg")), busy_fraction(a, b)
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and its waited-for children."""
+    import resource
+
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def usable_cpus() -> int:
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class LoadMeter:
+    """The machine's load around one measured run: the load average as it starts and the
+    share of all CPU time that OTHER processes used while it ran (/proc/stat busy ticks
+    minus this process's and its children's CPU time, over all CPUs' ticks)."""
+
+    def __init__(self, root: str = "/"):
+        self.root = root
+        self.loadavg_1m_before: float | None = None
+        self._t0: tuple[int, int] | None = None
+        self._own0 = 0.0
+
+    def start(self) -> "LoadMeter":
+        self.loadavg_1m_before = parse_loadavg(read_text(self.root, "/proc/loadavg"))
+        self._t0 = parse_cpu_times(read_text(self.root, "/proc/stat"))
+        self._own0 = _own_cpu_s()
+        return self
+
+    def other_busy(self) -> float | None:
+        """Share of all CPU time other processes used since start() (0..1)."""
+        import os
+
+        t1 = parse_cpu_times(read_text(self.root, "/proc/stat"))
+        if self._t0 is None or t1 is None:
+            return None
+        d_total = t1[1] - self._t0[1]
+        if d_total <= 0:
+            return None
+        d_busy = d_total - (t1[0] - self._t0[0])
+        hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        own_ticks = (_own_cpu_s() - self._own0) * hz
+        return min(1.0, max(0.0, (d_busy - own_ticks) / d_total))
+
+
+def wait_for_idle(max_other_busy: float, timeout_s: float, window_s: float = 1.0,
+                  root: str = "/", sleep: Callable[[float], None] = time.sleep,
+                  clock: Callable[[], float] = time.monotonic) -> tuple[bool, float | None, float]:
+    """Sample the machine every `window_s` until other processes use at most
+    `max_other_busy` of all CPU time, or `timeout_s` passes: (settled, last share, waited s)."""
+    t0 = clock()
+    last = None
+    while True:
+        m = LoadMeter(root).start()
+        sleep(window_s)
+        last = m.other_busy()
+        waited = clock() - t0
+        if last is not None and last <= max_other_busy:
+            return True, last, waited
+        if waited + window_s > timeout_s:
+            return False, last, waited

@@ -5,6 +5,7 @@ run_probe() adds the timed measurements, the load before/after and the warnings.
 """
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -91,24 +92,52 @@ def _enrich_gpu(g: Gpu) -> Gpu:
     return replace(g, **changes)
 
 
-def _enrich_cpu(cpu: Cpu, root: str) -> tuple[Cpu, list[str]]:
-    """Memory type/speed from DMI when readable; channels (and type/speed otherwise) from the
-    CPU's spec sheet when the catalog knows the model."""
+def read_machine_windows(api: Any, nvml: Any = None, cpu_info: Callable[[], dict] | None = None,
+                         cim_run: Callable[[list[str]], str] | None = None, root: str = "/",
+                         system_kwargs: dict[str, Any] | None = None) -> Machine:
+    """read_machine on Windows: the Win32 API (`api`, probes/windows.Kernel32Api or a fake),
+    py-cpuinfo, NVML and CIM; no timing."""
+    from moeplan.probes import windows as win
+
+    cpu, topo, recs = win.read_windows_cpu(api, (cpu_info or py_cpuinfo_fallback)())
+    nodes, notes = win.read_windows_nodes(api, topo, recs)
+    sysinfo = win.read_windows_system(api, **(system_kwargs or {}))
+    gpus, gpu_notes = read_gpus(nvml, root)
+    notes += gpu_notes
+    if gpus:
+        gpus = win.with_driver_models(gpus, win.read_driver_models(nvml, len(gpus)) if nvml is not None else {})
+        if len(nodes) > 1:
+            notes.append("GPU NUMA node unknown on Windows (no sysfs; NVML's CPU affinity is Linux-only)")
+    gpus = tuple(_enrich_gpu(g) for g in gpus)
+    dimms, cim_note = win.read_cim_dimms(cim_run)
+    if cim_note:
+        notes.append(cim_note)
+    cpu, mem_notes = _enrich_cpu(cpu, root, dimms=dimms, source="cim")
+    notes += mem_notes
+    profile = HardwareProfile(name=sysinfo.hostname or "this machine", origin="probe", os="windows",
+                              moeplan_version=__version__, gpus=gpus, cpu=cpu, numa_nodes=nodes, system=sysinfo)
+    return Machine(profile=profile, topology=topo, notes=notes)
+
+
+def _enrich_cpu(cpu: Cpu, root: str, dimms: tuple | None = None, source: str = "dmi") -> tuple[Cpu, list[str]]:
+    """Memory type/speed from DMI (or the DIMMs given: CIM on Windows) when readable; channels
+    (and type/speed otherwise) from the CPU's spec sheet when the catalog knows the model."""
     notes = []
-    dimms = read_dimms(root)
+    if dimms is None:
+        dimms = read_dimms(root)
     part = catalog.match_cpu(cpu.model)
     changes: dict[str, Any] = {}
     if dimms:
         types = sorted({d.ram_type for d in dimms if d.ram_type})
         speeds = [d.configured_mts or d.speed_mts for d in dimms if (d.configured_mts or d.speed_mts)]
         changes.update(ram_type="/".join(types), ram_speed_mts=min(speeds) if speeds else None,
-                       n_dimms=len(dimms), memory_source="dmi")
+                       n_dimms=len(dimms), memory_source=source)
     if part is not None:
         changes["memory_channels"] = part.channels * cpu.n_sockets
         if not dimms:
             changes.update(ram_type=part.ram_type, ram_speed_mts=part.ram_speed_mts, memory_source="spec-sheet")
-            notes.append(f"memory type and speed are {part.name}'s rated maximum (DMI unreadable; run as root "
-                         "to read the installed DIMMs)")
+            why = "CIM gave no DIMMs" if source == "cim" else "DMI unreadable; run as root to read the installed DIMMs"
+            notes.append(f"memory type and speed are {part.name}'s rated maximum ({why})")
     return replace(cpu, **changes), notes
 
 
@@ -117,20 +146,36 @@ def run_probe(s: ProbeSettings = QUICK, model_path: str | None = None, root: str
     t_start = time.perf_counter()
     if model_path is not None:
         storage.resolve_model_file(model_path)  # a bad path fails before anything is measured
+    win = sys.platform == "win32"
+    load = _windows_load if win else sample_load
     on_step("load before")
-    load_before = sample_load(root, s.load_window_s)
+    load_before = load(root, s.load_window_s)
     on_step("reading CPU, NUMA, memory, GPUs")
-    m = read_machine(root, nvml, cpu_fallback=py_cpuinfo_fallback)
+    if win:
+        from moeplan.probes.windows import Kernel32Api
+
+        api = Kernel32Api()
+        m = read_machine_windows(api, nvml)
+        pin, allowed = api.pin_current_thread, set(m.topology.cpus)
+    else:
+        m = read_machine(root, nvml, cpu_fallback=py_cpuinfo_fallback)
+        pin, allowed = dram.pin_linux, None
     p, notes = m.profile, list(m.notes)
     from moeplan.probes.numa_alloc import Libnuma
 
     # libnuma only matters with 2+ nodes (memory-only nodes, cross-node placement)
     libnuma = Libnuma.load() if p.system.libnuma and len(p.numa_nodes) > 1 else None
-    p = _guarded(notes, "DRAM", lambda: _measure_memory(p, m.topology, s, libnuma, on_step, notes), p)
+    if win:
+        notes.append("DRAM on Windows: pages placed by first touch from a thread pinned with "
+                     "SetThreadGroupAffinity; where they landed is not verified (no numa_maps)")
+    p = _guarded(notes, "DRAM", lambda: _measure_memory(p, m.topology, s, libnuma, on_step, notes, pin, allowed), p)
     p = _guarded(notes, "CPU matmul", lambda: _measure_flops(p, s, on_step), p)
     if p.gpus:
         p = _guarded(notes, "host<->GPU copy", lambda: _measure_copies(p, s, nvml, on_step, notes), p)
-    if model_path is not None:
+    if model_path is not None and win:
+        notes.append("storage not measured on Windows: the disk timing reads with O_DIRECT and preadv, which "
+                     "Windows lacks (FILE_FLAG_NO_BUFFERING is not wired up); pass --disk-read to `moeplan hardware`")
+    elif model_path is not None:
         on_step(f"reading {model_path}")
         st, st_notes = storage.measure_storage(model_path, s.storage, root)
         p = replace(p, storage=(st,))
@@ -138,7 +183,7 @@ def run_probe(s: ProbeSettings = QUICK, model_path: str | None = None, root: str
     else:
         notes.append("storage not measured: pass --model-path FILE to time the disk holding the model")
     on_step("load after")
-    load_after = sample_load(root, s.load_window_s)
+    load_after = load(root, s.load_window_s)
     p = replace(p, load=Load(loadavg_1m_before=load_before[0], cpu_busy_before=load_before[1],
                              loadavg_1m_after=load_after[0], cpu_busy_after=load_after[1]),
                 notes=tuple(notes), probe_mode=s.mode, probe_wall_s=round(time.perf_counter() - t_start, 2),
@@ -156,10 +201,17 @@ def _guarded(notes: list[str], what: str, fn: Callable[[], HardwareProfile], p: 
         return p
 
 
+def _windows_load(root: str, window_s: float) -> tuple[float | None, float | None]:
+    """(None: Windows has no load average, busy fraction over `window_s` from psutil)."""
+    import psutil
+
+    return None, psutil.cpu_percent(interval=window_s) / 100
+
+
 def _measure_memory(p: HardwareProfile, topo: Topology, s: ProbeSettings, libnuma, on_step,
-                    notes: list[str]) -> HardwareProfile:
+                    notes: list[str], pin=dram.pin_linux, allowed: set[int] | None = None) -> HardwareProfile:
     res = dram.measure_dram(p.numa_nodes, topo, p.cpu.l3_bytes, s.dram, p.system.ram_available_bytes,
-                            libnuma, on_step)
+                            libnuma, on_step, pin=pin, allowed=allowed)
     notes += res.notes
     nodes = tuple(replace(n, dram_read_bytes_per_s=res.node_figures.get(n.id, n.dram_read_bytes_per_s))
                   for n in p.numa_nodes)

@@ -7,6 +7,7 @@ from functools import lru_cache
 from importlib import resources
 
 from moeplan.errors import InputError
+from moeplan.planner.cost.factors import check_priors
 from moeplan.planner.cost.priors import BackendPriors
 
 _KEYS = {"llama.cpp": "llama_cpp", "ik_llama.cpp": "ik_llama_cpp", "ktransformers": "ktransformers",
@@ -60,4 +61,8 @@ def read_priors(backend: str) -> BackendPriors:
     d["term_scale"] = fit.get("scales", {})
     d["term_range_log"] = fit.get("range_log_half_width", {})
     known = set(BackendPriors.__dataclass_fields__)
-    return BackendPriors(**{k: v for k, v in d.items() if k in known})
+    pr = BackendPriors(**{k: v for k, v in d.items() if k in known})
+    problems = check_priors(pr)
+    if problems:  # the bundled file disagrees with the factor table (planner/cost/factors.py)
+        raise ValueError("backends.toml: " + "; ".join(problems))
+    return pr

@@ -1,70 +1,44 @@
-"""Fit the cost model's efficiency factors to measured runs (maximum a posteriori).
+"""Fit the cost model's efficiency factors to measured runs (maximum a posteriori, robust).
 
-Each factor f_i is fitted as x_i = log(f_i / prior_i), so the model is scale-free and the
-prior is a Gaussian on x_i with sigma = the prior's relative uncertainty:
+Each factor f_i (moeplan/planner/cost/factors.py) is fitted as x_i = log(f_i / prior_i),
+so the model is scale-free and the prior is a Gaussian on x_i with sigma = the prior's
+relative uncertainty:
 
-    minimise  sum_runs sum_metrics ( log(pred_m(x) / meas_m) / sigma_meas )^2
+    minimise  sum_runs sum_metrics rho( (log(pred_m(x) / meas_m) / sigma_meas)^2 )
             + sum_i ( x_i / sigma_i )^2
     subject to bounds (physical limits of each factor)
 
-with scipy.optimize.least_squares (trust region reflective). Only factors the runs can see
-are fitted: a factor is free when changing it by 10% moves some prediction by more than
-0.5%; the others stay at their priors. The posterior relative uncertainty of each factor
-comes from the Gauss-Newton covariance (J^T J)^-1 of the final point.
+with rho the soft-L1 loss rho(z) = 2 (sqrt(1 + z) - 1) (scipy's loss="soft_l1"): quadratic
+for small residuals, linear beyond sigma_meas, so one run taken while the machine was busy
+pulls the factors far less than it would in plain least squares. The prior terms stay
+quadratic: the loss is applied by transforming the measurement residuals, r -> sign(r)
+sqrt(rho(r^2)), before scipy.optimize.least_squares (trust region reflective).
+
+Only factors the runs can see are fitted: a factor is free when changing it by 10% moves
+some prediction by more than 0.5%; the others stay at their priors. No more factors are
+moved than there are measured placements: with `strict` (moeplan calibrate) nothing is
+moved then; otherwise the most visible ones are fitted and the rest held at their priors.
+The posterior relative uncertainty of each factor comes from the Gauss-Newton covariance
+(J^T J)^-1 of the final point. Whether a calibration is kept is decided by its
+leave-one-trial-out error (moeplan/tuner/holdout.py), not by the in-sample error here.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from moeplan.planner.cost.estimate import estimate
+from moeplan.planner.cost import factors as F
+from moeplan.planner.cost.estimate import cpu_isa_class, estimate
 from moeplan.planner.hardware.profile import Calibration, HardwareProfile
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.cost.priors import BackendPriors
+from moeplan.tuner.trials import Trial
 
-# factor -> (lower, upper) physical bounds
-BOUNDS: dict[str, tuple[float, float]] = {
-    "eta_gpu": (0.05, 1.3),
-    "eta_cpu": (0.02, 1.3),
-    "core_read_share": (0.2, 40.0),
-    "rho_remote": (0.03, 1.0),
-    "s_sync_s": (1e-7, 0.02),
-    "cpu_dot_weights_per_cycle": (0.05, 200.0),
-    "pi_h2d": (0.02, 1.3),
-    "gpu_mfu": (0.005, 1.0),
-    "cpu_mm_eff": (0.01, 20.0),
-    "t_token_s": (1e-6, 0.2),
-    "s_layer_gpu_s": (1e-8, 0.01),
-}
-ERR_KEY = {"cpu_dot_weights_per_cycle": "cpu_dot", "cpu_mm_eff": "cpu_flop",
-           "core_read_share": "eta_cpu", "s_layer_gpu_s": "s_sync_s", "t_token_s": "s_sync_s"}
 SIGMA_MEAS = 0.05  # relative noise of one measured speed on a shared machine
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One measured run of a placement (what the runners return)."""
-
-    label: str
-    placement: Placement
-    runner: str
-    depth: int = 0
-    n_prompt: int = 512
-    measured_decode_tok_s: float | None = None
-    measured_prefill_tok_s: float | None = None
-    predicted_decode_tok_s: float | None = None
-    predicted_prefill_tok_s: float | None = None
-    measured_vram_bytes: int | None = None
-    wall_s: float = 0.0
-    error: str = ""
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not self.error and (self.measured_decode_tok_s or self.measured_prefill_tok_s) is not None
+LOSS = "soft_l1"
 
 
 @dataclass(frozen=True)
@@ -73,6 +47,8 @@ class CalibrationResult:
     fitted: tuple[str, ...]
     errors_before: tuple[tuple[str, float], ...]  # (run/metric, predicted/measured - 1)
     errors_after: tuple[tuple[str, float], ...]
+    held: tuple[str, ...] = ()  # visible factors held at their priors (too few runs)
+    refused: str = ""  # why no factor was moved ('' = fitted)
 
     @property
     def median_abs_before(self) -> float:
@@ -89,11 +65,7 @@ def _median_abs(errs) -> float:
 
 
 def prior_value(pr: BackendPriors, hw: HardwareProfile, name: str) -> float:
-    if name == "cpu_mm_eff":
-        from moeplan.planner.cost.estimate import cpu_isa_class
-
-        return pr.cpu_mm_eff.get(cpu_isa_class(hw)) or max(pr.cpu_mm_eff.values(), default=1.0)
-    return float(getattr(pr, name))
+    return F.factor(name).prior(pr, cpu_isa_class(hw))
 
 
 def _with_factors(hw: HardwareProfile, pr: BackendPriors, factors: dict[str, float]) -> HardwareProfile:
@@ -135,10 +107,13 @@ def prediction_errors(model: ModelSpec, hw, pr: BackendPriors,
 
 
 def calibrate(model: ModelSpec, hw, pr: BackendPriors, trials: list[Trial],
-              candidates: tuple[str, ...] = tuple(BOUNDS), method_note: str = "") -> CalibrationResult:
+              candidates: tuple[str, ...] = tuple(f.name for f in F.FACTORS), method_note: str = "",
+              strict: bool = False) -> CalibrationResult:
     """Fit the factors the trials can see; returns a Calibration to store in the profile.
 
-    `hw` is the profile the runs ran on, or a function placement -> profile."""
+    `hw` is the profile the runs ran on, or a function placement -> profile. With fewer
+    measured placements than visible factors, `strict` moves none (the result says why);
+    otherwise only the most visible ones, as many as there are placements, are fitted."""
     from scipy.optimize import least_squares
 
     good = [t for t in trials if t.ok]
@@ -162,13 +137,27 @@ def calibrate(model: ModelSpec, hw, pr: BackendPriors, trials: list[Trial],
 
     meas = np.array([m for t in good for _, m, _ in _metrics(t)])
     base = preds(priors)
-    free = []
+    seen = []
     for n in candidates:
         bumped = dict(priors)
         bumped[n] = priors[n] * 1.1
-        if np.max(np.abs(np.log(preds(bumped) / base))) > 0.005:
-            free.append(n)
-    sig = np.array([max(0.05, pr.err(ERR_KEY.get(n, n))) for n in free])
+        moved = float(np.max(np.abs(np.log(preds(bumped) / base))))
+        if moved > 0.005:
+            seen.append((moved, n))
+    n_places = len({t.placement for t in good})
+    visible = [n for _, n in sorted(seen, key=lambda x: -x[0])]
+    held: list[str] = []
+    if len(visible) > n_places:
+        if strict:
+            return CalibrationResult(
+                calibration=Calibration(factors={}, backend=pr.name, runs=tuple(t.label for t in good),
+                                        method="refused: fewer measured placements than free factors"),
+                fitted=(), errors_before=before, errors_after=before, held=tuple(visible),
+                refused=(f"{n_places} measured placement{'s' if n_places != 1 else ''} cannot move "
+                         f"{len(visible)} free factors ({', '.join(visible)}); the priors stay"))
+        visible, held = visible[:n_places], visible[n_places:]
+    free = [n for n in candidates if n in visible]
+    sig = np.array([max(0.05, F.factor(n).prior_err(pr)) for n in free])
 
     def unpack(x: np.ndarray) -> dict[str, float]:
         f = dict(priors)
@@ -178,11 +167,12 @@ def calibrate(model: ModelSpec, hw, pr: BackendPriors, trials: list[Trial],
 
     def resid(x: np.ndarray) -> np.ndarray:
         r = np.log(preds(unpack(x)) / meas) / SIGMA_MEAS
-        return np.concatenate([r, x / sig])
+        return np.concatenate([robust(r), x / sig])
 
     if free:
-        lo = np.array([math.log(BOUNDS[n][0] / priors[n]) if BOUNDS[n][0] < priors[n] else -1e-9 for n in free])
-        hi = np.array([math.log(BOUNDS[n][1] / priors[n]) if BOUNDS[n][1] > priors[n] else 1e-9 for n in free])
+        bounds = [F.factor(n).bounds for n in free]
+        lo = np.array([math.log(b[0] / priors[n]) if b[0] < priors[n] else -1e-9 for n, b in zip(free, bounds)])
+        hi = np.array([math.log(b[1] / priors[n]) if b[1] > priors[n] else 1e-9 for n, b in zip(free, bounds)])
         sol = least_squares(resid, np.zeros(len(free)), bounds=(lo, hi), x_scale=sig, diff_step=1e-3)
         x = sol.x
         try:
@@ -200,9 +190,17 @@ def calibrate(model: ModelSpec, hw, pr: BackendPriors, trials: list[Trial],
         factors=factors, priors={n: priors[n] for n in free}, rel_err=post, backend=pr.name,
         runs=tuple(t.label for t in good), residuals={name: round(e, 4) for name, e in after},
         median_abs_error_before=_median_abs(before), median_abs_error_after=_median_abs(after),
-        method="MAP least squares on log speed (scipy least_squares, trf)" + (f"; {method_note}" if method_note else ""),
+        method=(f"MAP fit of log speed, {LOSS} loss on the runs (scipy least_squares, trf)"
+                + (f"; held at priors (fewer placements than factors): {', '.join(held)}" if held else "")
+                + (f"; {method_note}" if method_note else "")),
     )
-    return CalibrationResult(calibration=cal, fitted=tuple(free), errors_before=before, errors_after=after)
+    return CalibrationResult(calibration=cal, fitted=tuple(free), errors_before=before, errors_after=after,
+                             held=tuple(held))
+
+
+def robust(r: np.ndarray) -> np.ndarray:
+    """Residuals whose squares sum to the soft-L1 cost: sign(r) sqrt(2 (sqrt(1 + r^2) - 1))."""
+    return np.sign(r) * np.sqrt(2.0 * (np.sqrt(1.0 + r * r) - 1.0))
 
 
 def store_calibration(hw: HardwareProfile, cal: Calibration) -> HardwareProfile:

@@ -23,7 +23,7 @@ from pathlib import Path
 from moeplan.errors import MoeplanError, RunnerError
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.plan import Plan
-from moeplan.tuner.calibrate import Trial
+from moeplan.tuner.trials import Trial
 
 RUNNERS = ("executor", "llama-bench")
 
@@ -164,16 +164,3 @@ def _have(program: str) -> bool:
     from shutil import which
 
     return which(program) is not None
-
-
-def trial_to_dict(t: Trial) -> dict:
-    from moeplan.planner.serde import to_jsonable
-
-    return to_jsonable(t)
-
-
-def trial_from_dict(d: dict) -> Trial:
-    from moeplan.planner.serde import from_jsonable
-
-    return from_jsonable(Trial, d)
-

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from moeplan import __version__
 from moeplan.errors import MoeplanError
@@ -44,12 +44,17 @@ def print_error(err: MoeplanError, as_json: bool) -> None:
 
 
 @contextmanager
-def progress(description: str, total: float | None = None, enabled: bool = True) -> Iterator[Any]:
-    """A progress bar on stderr (silent when disabled, e.g. under --json or in tests).
+def progress(description: str, total: float | None = None, enabled: bool = True,
+             force: bool = False) -> Iterator[Any]:
+    """A progress bar with elapsed time and ETA on stderr (silent when disabled, e.g. under
+    --json, or when stderr is no terminal, unless `force`: --progress).
 
-    Yields an object with `advance(n)` and `update(description=...)`.
+    Yields an object with `advance(n)`, `update(description=..., total=..., completed=...)`
+    and `print(text)` (a line above the bar).
     """
-    if not enabled or not sys.stderr.isatty():
+    if force:
+        enabled = True
+    if not enabled or not (sys.stderr.isatty() or force):
         class _Quiet:
             def advance(self, n: float = 1) -> None:
                 pass
@@ -57,10 +62,13 @@ def progress(description: str, total: float | None = None, enabled: bool = True)
             def update(self, **kw: Any) -> None:
                 pass
 
+            def print(self, text: Any) -> None:
+                pass
+
         yield _Quiet()
         return
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=stderr_console(), transient=True) as prog:
+                  TextColumn("ETA"), TimeRemainingColumn(), console=stderr_console(), transient=True) as prog:
         task = prog.add_task(description, total=total)
 
         class _Bar:
@@ -69,5 +77,8 @@ def progress(description: str, total: float | None = None, enabled: bool = True)
 
             def update(self, **kw: Any) -> None:
                 prog.update(task, **kw)
+
+            def print(self, text: Any) -> None:
+                prog.console.print(text)
 
         yield _Bar()

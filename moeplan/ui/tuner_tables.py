@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from moeplan.tuner.calibrate import Trial
+from moeplan.tuner.trials import Trial
 
 
 def _err(pred: float | None, meas: float | None) -> str:
@@ -17,34 +17,43 @@ def _v(x: float | None, fmt: str) -> str:
     return format(x, fmt) if x else "-"
 
 
+def _spread(x: float | None) -> str:
+    return f"±{x / 2:.0%}" if x is not None else ""
+
+
 def trial_row(t: Trial) -> Text:
-    """One line per finished run, printed as it lands."""
+    """One line per finished trial, printed as it lands."""
     if t.error:
         return Text(f"  {t.label}: failed after {t.wall_s:.0f} s: {t.error}", style="red")
-    return Text(f"  {t.label}: decode {_v(t.measured_decode_tok_s, '.2f')} tok/s (predicted "
+    load = f"; {t.load_note}" if t.load_note else ""
+    return Text(f"  {t.label}: decode {_v(t.measured_decode_tok_s, '.2f')} tok/s {_spread(t.decode_spread)} (predicted "
                 f"{_v(t.predicted_decode_tok_s, '.2f')}, {_err(t.predicted_decode_tok_s, t.measured_decode_tok_s)}), "
-                f"prefill {_v(t.measured_prefill_tok_s, '.1f')} (predicted {_v(t.predicted_prefill_tok_s, '.1f')}, "
-                f"{_err(t.predicted_prefill_tok_s, t.measured_prefill_tok_s)}), {t.wall_s:.0f} s")
+                f"prefill {_v(t.measured_prefill_tok_s, '.1f')} {_spread(t.prefill_spread)} (predicted "
+                f"{_v(t.predicted_prefill_tok_s, '.1f')}, {_err(t.predicted_prefill_tok_s, t.measured_prefill_tok_s)}), "
+                f"{t.n_repeats} runs, {t.wall_s:.0f} s{load}", style="yellow" if t.busy else "")
 
 
 def trials_table(trials: list[Trial]) -> Table:
-    t = Table(title="predicted against measured (tok/s)")
-    for col in ("run", "decode pred", "decode meas", "err", "prefill pred", "prefill meas", "err", "s"):
-        t.add_column(col, justify="left" if col == "run" else "right")
+    t = Table(title="predicted against measured (tok/s; median of the runs, ± half their spread)")
+    for col in ("run", "decode pred", "decode meas", "err", "prefill pred", "prefill meas", "err", "runs", "s",
+                "load"):
+        t.add_column(col, justify="left" if col in ("run", "load") else "right")
     for x in trials:
         if x.error:
-            t.add_row(x.label, "", "", "", "", "", "", f"{x.wall_s:.0f}", style="red")
+            t.add_row(x.label, "", "", "", "", "", "", str(x.n_repeats), f"{x.wall_s:.0f}", x.error[:40], style="red")
             continue
-        t.add_row(x.label, _v(x.predicted_decode_tok_s, ".2f"), _v(x.measured_decode_tok_s, ".2f"),
+        t.add_row(x.label, _v(x.predicted_decode_tok_s, ".2f"),
+                  f"{_v(x.measured_decode_tok_s, '.2f')} {_spread(x.decode_spread)}",
                   _err(x.predicted_decode_tok_s, x.measured_decode_tok_s), _v(x.predicted_prefill_tok_s, ".1f"),
-                  _v(x.measured_prefill_tok_s, ".1f"), _err(x.predicted_prefill_tok_s, x.measured_prefill_tok_s),
-                  f"{x.wall_s:.0f}")
+                  f"{_v(x.measured_prefill_tok_s, '.1f')} {_spread(x.prefill_spread)}",
+                  _err(x.predicted_prefill_tok_s, x.measured_prefill_tok_s), str(x.n_repeats), f"{x.wall_s:.0f}",
+                  "BUSY" if x.busy else "idle", style="yellow" if x.busy else None)
     return t
 
 
 def calibration_table(res) -> Table:
     cal = res.calibration
-    t = Table(title=f"calibrated factors ({cal.backend}); median error "
+    t = Table(title=f"fitted factors ({cal.backend}); in-sample median error "
                     f"{res.median_abs_before:.0%} before, {res.median_abs_after:.0%} after")
     t.add_column("factor")
     t.add_column("prior", justify="right")
@@ -55,3 +64,37 @@ def calibration_table(res) -> Table:
         t.add_row(name, f"{prior:.4g}" if prior else "(not carried over)", f"{value:.4g}",
                   f"{cal.rel_err.get(name, 0):.0%}")
     return t
+
+
+def factors_table(factors) -> Table:
+    t = Table(title="factors before and after validation (± 1 sigma)")
+    for col in ("factor", "before", "after", "fitted (kept or not)"):
+        t.add_column(col, justify="left" if col == "factor" else "right")
+    for f in factors:
+        t.add_row(f.name, f"{f.before:.4g} ±{f.before_rel_err:.0%}", f"{f.after:.4g} ±{f.after_rel_err:.0%}",
+                  f"{f.fitted:.4g} ±{f.fitted_rel_err:.0%}")
+    return t
+
+
+def validation_render(report) -> list:
+    """What tune --validate found, after the runs: the trials, the load, the calibration."""
+    out: list = [trials_table(report.trials)]
+    n_busy = len(report.busy_trials)
+    out.append(Text(f"stopped: {report.stopped} ({report.n_runs} runs incl. warm-up, {report.wall_s:.0f} s of "
+                    f"{report.budget_s:.0f} s)"))
+    if n_busy:
+        out.append(Text(f"warning: {n_busy} of {len(report.trials)} trials ran while other processes kept the cores "
+                        "busy: their figures may be low (rerun with --wait-idle on a quieter machine)", style="yellow"))
+    for t in report.trials:
+        for n in t.notes:
+            out.append(Text(f"note: {t.label}: {n}"))
+    for n in report.notes:
+        out.append(Text(f"note: {n}"))
+    if report.factors:
+        out.append(factors_table(report.factors))
+    out.append(Text(report.calibration_summary))
+    if report.replanned:
+        out.append(Text(report.replanned))
+    if report.profile_path:
+        out.append(Text(f"calibrated hardware profile: {report.profile_path} (use it with --hw)"))
+    return out

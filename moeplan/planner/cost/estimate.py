@@ -16,7 +16,8 @@ Decode, seconds per token (docs/design.md §5):
   t_sync        = |C| * (s_sync + n_ops * s_barrier * T * x_sockets)
   t_nvme        = m * sum_C k/N * E_l / BW_nvme    (m: share of CPU expert pages not resident)
   BW_c = min(T * b_core, eta_cpu * sum_{memory nodes} BW_node), then the remote share f
-         (NUMA policy) gives 1/BW_c' = (1-f)/BW_c + f/(rho * BW_c)
+         (NUMA policy) gives 1/BW_c' = (1-f)/BW_c + f/(rho * BW_c); on Windows every policy
+         but a bind (`start /NODE`) is the OS default, pages spread over n nodes: f = 1 - 1/n
   h = GPU expert-cache hit rate = (c/N)^(1 - s) for c cached experts per CPU layer (Zipf s)
 
 Speculative decoding with n drafted tokens and acceptance a: one verification step reads
@@ -46,6 +47,7 @@ from moeplan.planner.memory.accounting import (MemoryConstants, estimate_memory,
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, Term
+from moeplan.planner.cost import factors as F
 from moeplan.planner.cost import machine
 from moeplan.planner.cost.priors import BackendPriors
 
@@ -116,27 +118,28 @@ def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
     return fig.effective, fig.source, err
 
 
-# factors that describe the machine more than the runtime's kernels: a calibration made with
-# one runner (the bundled executor) carries over to other backends only for these
-MACHINE_FACTORS = frozenset({"eta_cpu", "core_read_share", "rho_remote", "pi_h2d", "eta_gpu"})
+# factors that describe the machine more than the runtime's kernels (the table's "machine"
+# level): a calibration made with one runner (the bundled executor) carries over to other
+# backends only for these
+MACHINE_FACTORS = F.MACHINE_FACTORS
 
 
-def _factor(name: str, prior: float, pr: BackendPriors, hw: HardwareProfile,
-            err_key: str | None = None) -> tuple[float, str, float]:
+def _factor(spec: F.FactorSpec, prior: float, pr: BackendPriors, hw: HardwareProfile) -> tuple[float, str, float]:
     """A factor's value, source and 1-sigma relative error.
 
     A calibration of this backend wins. A calibration made with another runner (e.g. the
     bundled executor) says how this machine deviates from that runner's prior; the same
     ratio is applied to this backend's prior, with more uncertainty. Otherwise the prior.
     """
+    name, err_key = spec.name, spec.error_key
     own = hw.calibration_for(pr.name)
     if own and name in own.factors:
         return own.factors[name], "calibrated", max(0.03, own.rel_err.get(name, 0.08))
     for c in hw.calibration:
         if name in MACHINE_FACTORS and c.backend != pr.name and name in c.factors and c.priors.get(name):
             ratio = c.factors[name] / c.priors[name]
-            return prior * ratio, f"calibrated via {c.backend}", pr.err(err_key or name) * 0.5 + 0.1
-    return prior, "prior", pr.err(err_key or name)
+            return prior * ratio, f"calibrated via {c.backend}", pr.err(err_key) * 0.5 + 0.1
+    return prior, "prior", pr.err(err_key)
 
 
 def cpu_isa_class(hw: HardwareProfile) -> str:
@@ -193,7 +196,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     gpu = hw.gpus[0] if hw.gpus else None
 
     # GPU memory bandwidth and compute
-    eta_g, eta_src, eta_err = _factor("eta_gpu", pr.eta_gpu, pr, hw)
+    eta_g, eta_src, eta_err = _factor(F.ETA_GPU, pr.eta_gpu, pr, hw)
     g = _fig(gpu.mem_bw_bytes_per_s) if gpu else None
     if g:
         bw_g = Rate(g[0] * eta_g, f"{g[1]} x {eta_src} eta_gpu={eta_g:.2f}", math.hypot(g[2], eta_err))
@@ -202,7 +205,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
                          "rebuild it with `moeplan hardware ... --gpu-bw 448GB/s` or measure with `moeplan probe`")
     else:
         bw_g = Rate(0.0, "none", 0.0, "no GPU")
-    mfu, mfu_src, mfu_err = _factor("gpu_mfu", pr.gpu_mfu, pr, hw)
+    mfu, mfu_src, mfu_err = _factor(F.GPU_MFU, pr.gpu_mfu, pr, hw)
     gf = _fig(gpu.fp16_flop_per_s) if gpu else None
     if gf:
         f_gpu = Rate(gf[0] * mfu, f"{gf[1]} x {mfu_src} mfu={mfu:.2f}", math.hypot(gf[2], mfu_err))
@@ -211,7 +214,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
         f_gpu = Rate(g[0] * 100 * mfu, "prior (100 FLOP/B of bandwidth)", 0.5)
     else:
         f_gpu = Rate(0.0, "none", 0.0)
-    pi, pi_src, pi_err = _factor("pi_h2d", pr.pi_h2d, pr, hw)
+    pi, pi_src, pi_err = _factor(F.PI_H2D, pr.pi_h2d, pr, hw)
     h = _fig(gpu.h2d_bytes_per_s) if gpu else None
     if h:
         h2d = Rate(h[0] * pi, f"{h[1]} x {pi_src} pi={pi:.2f}", math.hypot(h[2], pi_err))
@@ -228,8 +231,8 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     n_nodes = len(all_nodes)
     T = max(1, p.n_threads)
     bws = [_node_bw(n, hw, n_nodes) for n in nodes]
-    eta_c, etac_src, etac_err = _factor("eta_cpu", pr.eta_cpu, pr, hw)
-    rho, rho_src, rho_err = _factor("rho_remote", pr.rho_remote, pr, hw)
+    eta_c, etac_src, etac_err = _factor(F.ETA_CPU, pr.eta_cpu, pr, hw)
+    rho, rho_src, rho_err = _factor(F.RHO_REMOTE, pr.rho_remote, pr, hw)
     if hw.numa_bw_matrix and len(nodes) > 1:
         m = hw.numa_bw_matrix
         try:
@@ -242,6 +245,13 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 0.0
         note = "node-local pools" if pr.numa_aware and len(nodes) > 1 else f"node {nodes[0].id}"
+    elif hw.os == "windows":
+        # no numactl and a no-op --numa on Windows (planner/hardware/windows.py): any policy but
+        # a `start /NODE` bind leaves threads on every node and pages spread over the nodes
+        mem_nodes_bw = sum(b[0] for b in bws)
+        f_remote = 1 - 1 / len(nodes)
+        note = (f"Windows default: threads on all nodes, pages spread over nodes {[n.id for n in nodes]}, "
+                f"{f_remote:.0%} of reads remote")
     elif p.numa == "interleave":
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 1 - 1 / len(nodes)
@@ -263,7 +273,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     sockets_n = max(1, round(len(nodes) * max(1, hw.cpu.n_sockets) / max(1, n_nodes)))
     cores_per_node = max(1, n_cores // len(nodes))
     core_fig = _fig(hw.cpu.core_read_bytes_per_s)
-    share, share_src, share_err = _factor("core_read_share", pr.core_read_share, pr, hw, "eta_cpu")
+    share, share_src, share_err = _factor(F.CORE_READ_SHARE, pr.core_read_share, pr, hw)
     fam_core = machine.core_read_prior(hw)
     if share_src != "prior":
         b_core, b_how = share * (sum(b[0] for b in bws) / len(bws)) / cores_per_node, share_src
@@ -305,7 +315,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     bw_c = Rate(bw_val, how, err, note)
 
     clock, clock_how = machine.all_core_clock_hz(hw, REF_CLOCK_HZ)
-    r_dot, rdot_src, rdot_err = _factor("cpu_dot_weights_per_cycle", pr.cpu_dot_weights_per_cycle, pr, hw, "cpu_dot")
+    r_dot, rdot_src, rdot_err = _factor(F.CPU_DOT, pr.cpu_dot_weights_per_cycle, pr, hw)
     if not hw.cpu.base_clock_hz or (hw.cpu.core_flop_per_s is not None
                                     and hw.cpu.core_flop_per_s.source == "prior"):
         rdot_err = math.hypot(rdot_err, 0.3)
@@ -319,7 +329,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     clock_x = clock / (hw.cpu.base_clock_hz or clock)
     peak = core_peak[0] * clock_x if core_peak else clock * (64 if "avx512f" in hw.cpu.isa else 32) * 0.85
     eff_prior = pr.cpu_mm_eff.get(isa_class) or max(pr.cpu_mm_eff.values(), default=0.0)
-    eff, eff_src, eff_err = _factor("cpu_mm_eff", eff_prior, pr, hw, "cpu_flop")
+    eff, eff_src, eff_err = _factor(F.CPU_MM_EFF, eff_prior, pr, hw)
     tb = machine.thread_use(p.threads_batch, n_cores, n_logical)
     cpu_flop = Rate(eff * peak * (tb.on_cores + 0.1 * tb.smt_threads),
                     f"{eff_src} ({isa_class}, {eff:.2f} of FP32 peak at {clock / 1e9:.2f} GHz)",
@@ -328,12 +338,12 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     sockets_used = len(nodes) > 1 and hw.cpu.n_sockets > 1
     # a barrier's counter line crosses the socket links: one hop more per doubling of sockets
     xs = 1.0 + math.log2(sockets_n) if sockets_used else 1.0
-    s_sync, ss_src, ss_err = _factor("s_sync_s", pr.s_sync_s, pr, hw)
+    s_sync, ss_src, ss_err = _factor(F.S_SYNC_S, pr.s_sync_s, pr, hw)
     oversub = machine.oversubscription_s_per_barrier(tu)
     barrier = pr.n_cpu_ops_per_layer * (pr.s_barrier_s_per_thread * T * xs + oversub)
     sync = Rate(s_sync + barrier, ss_src, ss_err)
-    sl, sl_src, sl_err = _factor("s_layer_gpu_s", pr.s_layer_gpu_s, pr, hw, "s_sync_s")
-    tt, tt_src, tt_err = _factor("t_token_s", pr.t_token_s, pr, hw, "s_sync_s")
+    sl, sl_src, sl_err = _factor(F.S_LAYER_GPU_S, pr.s_layer_gpu_s, pr, hw)
+    tt, tt_src, tt_err = _factor(F.T_TOKEN_S, pr.t_token_s, pr, hw)
     st = hw.storage[0].seq_read_bytes_per_s if hw.storage else None
     nv = _fig(st)
     nvme = Rate(nv[0], nv[1], nv[2]) if nv else Rate(2e9, "prior (a PCIe 3/4 NVMe)", 0.5)
@@ -649,12 +659,14 @@ BOTTLENECK_TEXT = {
 
 def node_ram_split(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
                    host_bytes: int) -> tuple[tuple[int, int], ...]:
-    """Host RAM per NUMA node: bound nodes hold it all, interleave spreads it, KTransformers
-    copies the experts to every node, no policy puts it on the first node."""
+    """Host RAM per NUMA node: bound nodes hold it all, interleave spreads it (as Windows does
+    without a bind), KTransformers copies the experts to every node, no policy puts it on the
+    first node."""
     nodes = used_nodes(hw, p)
     if pr.numa_aware and len(nodes) > 1:
         return tuple((n.id, host_bytes) for n in nodes)
-    if p.numa in ("interleave", "distribute") and len(nodes) > 1:
+    spread = p.numa in ("interleave", "distribute") or (hw.os == "windows" and p.numa != "bind")
+    if spread and len(nodes) > 1:
         share = host_bytes // len(nodes)
         return tuple((n.id, share) for n in nodes)
     return ((nodes[0].id, host_bytes),)

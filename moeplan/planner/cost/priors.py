@@ -3,6 +3,8 @@
 A prior is what the cost model assumes before anything was measured on this machine. The
 order of trust is: calibrated factor (HardwareProfile.calibration) > measured figure of the
 profile > these priors. Every prior carries a relative uncertainty that feeds the range.
+The factors themselves (unit, bounds, error key, machine- or backend-level) are listed once,
+in factors.py; read_priors checks the bundled values against that table.
 """
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from moeplan.errors import InputError
 from moeplan.planner.serde import from_jsonable, to_jsonable
 
 SCHEMA_VERSION = 1
+OS_FAMILIES = ("linux", "windows")
 SOURCES = ("prior", "spec-sheet", "user", "sysfs", "nvml", "procfs", "measured", "calibrated")
 _RANK = {s: i for i, s in enumerate(SOURCES)}
 
@@ -116,6 +117,9 @@ class Gpu:
     pcie_width_loaded: int | None = None
     # nvidia-smi topo -m level to every GPU by index: X, PIX, PXB, PHB, NODE, SYS, NV#
     topology: tuple[str, ...] = ()
+    # Windows driver model (NVML nvmlDeviceGetDriverModel): 'wddm', 'tcc', 'mcdm'; '' = unknown
+    # or not Windows. A WDDM GPU loses part of its VRAM to the OS (planner/hardware/windows.py)
+    driver_model: str = ""
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,7 @@ class Cpu:
     memory_channels: int | None = None  # populated channels, all sockets
     ram_type: str = ""  # ddr4 / ddr5 / lpddr5x ...
     ram_speed_mts: int | None = None
-    source: str = "procfs"  # of model, counts and ISA: procfs / sysfs / spec-sheet / user
+    source: str = "procfs"  # of model, counts and ISA: procfs / sysfs / py-cpuinfo / win32 / spec-sheet / user
     # of memory_channels / ram_type / ram_speed_mts: dmi / spec-sheet / user; "" = unknown
     memory_source: str = ""
     n_dimms: int | None = None  # populated DIMMs (DMI type 17), when readable
@@ -247,6 +251,10 @@ class HardwareProfile:
     spec_inputs: dict[str, Any] = field(default_factory=dict)
     probe_mode: str = ""  # quick / full for probed profiles
     probe_wall_s: float | None = None
+    # the operating system family the plans are for: 'linux' or 'windows' (OS_FAMILIES). It
+    # decides the NUMA policies a plan can use, the VRAM the OS keeps and the launch files;
+    # system.os is the OS's name in words. Profiles written before this field are Linux.
+    os: str = "linux"
 
     # ---- convenience views ---------------------------------------------------------------
     @property
@@ -358,7 +366,11 @@ def profile_warnings(p: HardwareProfile) -> tuple[str, ...]:
     multi = len([n for n in p.numa_nodes if n.cpus]) >= 2
     for g in p.gpus:
         w.extend(_link_warnings(g))
-        if multi and g.numa_node is None:
+        if multi and g.numa_node is None and p.os == "windows":
+            w.append(f"GPU {g.index}: NUMA node unknown (Windows has no sysfs and NVML's CPU affinity is "
+                     "Linux-only); plans bind the first node: find the socket of the GPU's slot in the "
+                     "board manual")
+        elif multi and g.numa_node is None:
             w.append(f"GPU {g.index}: NUMA node unknown (sysfs numa_node = -1); bind llama.cpp to the "
                      "node the GPU hangs off, check `nvidia-smi topo -m`")
         w.extend(_free_ram_warnings(p, g))

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from moeplan.errors import InputError
-from moeplan.planner.hardware.profile import (Cpu, Figure, Gpu, HardwareProfile, NumaNode, Storage, System,
+from moeplan.planner.hardware.profile import (OS_FAMILIES, Cpu, Figure, Gpu, HardwareProfile, NumaNode, Storage, System,
                                       format_cpulist, pcie_bytes_per_s, profile_warnings)
 from moeplan.planner.serde import to_jsonable
 from moeplan.units import GIB
@@ -117,6 +117,7 @@ class SpecRequest:
     isa: tuple[str, ...] | None = None
     disk: str | None = None
     disk_read_bytes_per_s: float | None = None
+    os: str = "linux"  # linux | windows: the OS the machine will run (NUMA binding, WDDM, launch files)
 
 
 def _src(overridden: bool) -> str:
@@ -133,6 +134,8 @@ def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | Non
     notes: list[str] = ["spec-sheet profile: peaks from the parts catalog (or your numbers) times the "
                         "achievable fractions in profiles/parts/efficiency.toml; measure the real "
                         "machine with `moeplan probe`"]
+    if req.os not in OS_FAMILIES:
+        raise InputError(f"unknown --os {req.os!r}", "use one of " + ", ".join(OS_FAMILIES))
     sockets = req.sockets or 1
     if cpu is not None and sockets > cpu.max_sockets:
         raise InputError(f"{cpu.name} runs in at most {cpu.max_sockets} socket(s), not {sockets}",
@@ -172,6 +175,7 @@ def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | Non
         storage=storage,
         notes=tuple(notes),
         spec_inputs=to_jsonable(req),
+        os=req.os,
     )
     return replace(profile, warnings=profile_warnings(profile))
 

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.planner.model import registry
 from moeplan.planner.model.ggml import canonical_type, row_bytes
 from moeplan.planner.memory.graph_buffers import (
     GRAPH_ARCHS,
@@ -88,8 +89,7 @@ I64 = 8
 # logits. The DeepSeek/GLM graphs select the output rows inside the last block (n_outputs
 # rows); gpt-oss and the Qwen3-Next family select them after t_h_nextn (all n_tokens rows,
 # embeddings_nextn_masked defaults to false).
-NEXTN_HIDDEN_OUTPUT_ROWS = frozenset({"deepseek2", "deepseek32", "glm-dsa", "glm4moe"})
-NEXTN_HIDDEN_ALL_ROWS = frozenset({"gpt-oss", "qwen3next", "qwen35moe"})
+# (registry: Arch.nextn_hidden_rows "output" / "all")
 
 
 def _hp(model: ModelSpec, key: str, default: float = 0) -> float:
@@ -166,7 +166,7 @@ def _attention_layers(model: ModelSpec, p: Placement, shape: ReserveShape) -> li
             continue
         cells = _swa_cells(k.window, p, shape) if k.cells in ("swa", "swa-seq") else shape.n_ctx_seq
         # gated attention (qwen3next, qwen35moe): the q projection carries the output gate
-        q_mult = 2 if model.arch in ("qwen3next", "qwen35moe") else 1
+        q_mult = 2 if registry.get(model.arch).gated_q else 1
         out.append({"kind": "gqa", "n_kv": cells, "d_k": d_k, "d_v": d_v, "q_mult": q_mult,
                     "n_embd_v": v.n_embd if v is not None else 0})
     return out
@@ -257,8 +257,7 @@ def output_bytes(model: ModelSpec, shape: ReserveShape) -> dict[str, int]:
     return {
         "tokens": I32 * t,  # freed after the embedding lookup, but its slot at the bottom stays
         "inp_embd": F32 * e * t,
-        "nextn_hidden": F32 * e * (t if model.arch in NEXTN_HIDDEN_ALL_ROWS else
-                                   o if model.arch in NEXTN_HIDDEN_OUTPUT_ROWS else 0),
+        "nextn_hidden": F32 * e * {"all": t, "output": o}.get(registry.get(model.arch).nextn_hidden_rows, 0),
         "result_norm": F32 * e * o,
         "logits": F32 * model.n_vocab * o,
     }
@@ -332,6 +331,6 @@ def fragmentation_allowance(model: ModelSpec, p: Placement) -> int:
     shape = reserve_shape(p)
     t, e = shape.n_tokens, model.n_embd
     allowance = F32 * e * t
-    if model.arch in NEXTN_HIDDEN_ALL_ROWS or model.arch in NEXTN_HIDDEN_OUTPUT_ROWS:
+    if registry.get(model.arch).nextn_hidden_rows:
         allowance += input_bytes(model, p, shape)["kq_mask"] + F32 * e * model.n_experts_used * t
     return allowance

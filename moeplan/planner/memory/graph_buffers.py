@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from moeplan.planner.model import registry
 from moeplan.planner.model.ggml import canonical_type
 from moeplan.planner.memory.ggml_graph import (
     CPU_ALIGNMENT,
@@ -46,7 +47,7 @@ from moeplan.planner.memory.graph_glm_dsa import GlmDsaDims, GlmDsaShape, build_
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 
-GRAPH_ARCHS = frozenset({"deepseek4", "glm-dsa"})
+GRAPH_ARCHS = registry.names_with("graph")  # architectures whose compute buffer is a mirrored graph
 F32 = 4
 
 
@@ -135,7 +136,8 @@ def _builder(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ct
     n_seq = max(1, p.n_seq)
     t = -(-n_tokens // n_seq) * n_seq  # graph_reserve rounds the tokens up to whole sequences
     type_k = canonical_type(p.cache_type_k)
-    if model.arch == "deepseek4":
+    graph = registry.get(model.arch).graph
+    if graph == "dsv4":
         d = dsv4_dims(model, n_used)
         if d is None:
             return None
@@ -152,7 +154,7 @@ def _builder(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ct
         n_top_k = min(cells[0], d.top_k)
         key = (d, t, n_outputs, n_seq, n_raw, n_top_k, p.flash_attn, type_k)
         return build_dsv4, cells, cells[0] >= d.top_k, key
-    if model.arch == "glm-dsa":
+    if graph == "glm-dsa":
         dg = glm_dsa_dims(model, n_used)
         if dg is None:
             return None

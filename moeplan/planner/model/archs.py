@@ -10,18 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from moeplan.planner.model import registry
 from moeplan.planner.model.spec import KvComponent
 
-# architectures that llama.cpp builds with the MLA latent cache when the GGUF has the
-# *_mla keys (DeepSeek V2/V3/R1, Kimi K2, GLM-4.7-Flash, GLM-5 via glm-dsa, Mistral Large 3)
-MLA_ARCHS = {"deepseek2", "glm-dsa", "deepseek32", "kimi-k3"}
-# hybrid recurrent + attention architectures (gated delta net layers keep a fixed state)
-RECURRENT_HYBRID_ARCHS = {"qwen3next", "qwen35moe", "qwen35", "kimi-linear"}
-
-SUPPORTED_ARCHS = (
-    "deepseek2", "deepseek4", "glm-dsa", "deepseek32", "qwen3moe", "qwen2moe", "qwen3next",
-    "qwen35moe", "gpt-oss", "glm4moe", "llama4", "llama", "minimax-m2",
-)
+SUPPORTED_ARCHS = registry.supported()
 
 
 def hp_at(hp: dict[str, Any], key: str, il: int, default: Any = None) -> Any:
@@ -52,10 +44,10 @@ def is_swa_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
     pattern = hp.get("attention.sliding_window_pattern")
     if isinstance(pattern, (list, tuple)):
         return bool(pattern[il]) if il < len(pattern) else False
-    defaults = {"gpt-oss": 2, "llama4": 4}  # openai-moe.cpp / llama4.cpp load_swa_pattern(ml, n)
-    if arch not in defaults:
+    default = registry.get(arch).swa_pattern  # openai-moe.cpp / llama4.cpp load_swa_pattern(ml, n)
+    if default is None:
         return False
-    n = defaults[arch] if pattern is None else int(pattern)
+    n = default if pattern is None else int(pattern)
     return n == 0 or (il % n < n - 1)
 
 
@@ -87,7 +79,7 @@ def is_indexer_full(arch: str, hp: dict[str, Any], il: int) -> bool:
 
 
 def is_recurrent_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
-    if arch not in RECURRENT_HYBRID_ARCHS:
+    if not registry.get(arch).recurrent_hybrid:
         return False
     arr = hp.get("attention.recurrent_layers")
     if isinstance(arr, (list, tuple)):
@@ -128,7 +120,7 @@ def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvCompo
         n_r, n_s = recurrent_state_sizes(hp)
         return "recurrent", (KvComponent("r", n_r, "seq", "F32"), KvComponent("s", n_s, "seq", "F32"))
     n_head_kv, d_k, d_v = head_dims(hp, il)
-    if arch in MLA_ARCHS and hp.get("attention.key_length_mla"):
+    if registry.get(arch).mla and hp.get("attention.key_length_mla"):
         # MLA: only the latent (kv_lora_rank + rope dims) is cached, as K; V is a view of it
         comps = [KvComponent("k", d_k * n_head_kv, "ctx", "k")]
         label = "mla"

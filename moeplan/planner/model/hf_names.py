@@ -102,7 +102,6 @@ _QWEN_MTP = {"fc": "nextn.eh_proj", "pre_fc_norm_embedding": "nextn.enorm",
              "pre_fc_norm_hidden": "nextn.hnorm", "norm": "nextn.shared_head_norm"}
 
 # architectures whose post_attention_layernorm becomes post_attention_norm (not ffn_norm)
-POST_ATTENTION_NORM_ARCHS = {"glm4moe", "qwen3next", "qwen35moe", "gpt-oss"}
 
 _EXPERT_RE = re.compile(r"\.experts\.\d+\.")
 _BLOCK_RE = re.compile(r"^layers\.(\d+)\.(.+)$")
@@ -133,7 +132,9 @@ def _suffix(rest: str, arch: str) -> str | None:
 
     The whole name is looked up first (tensors without a .weight/.bias suffix, and names
     like ffn.gate.bias that map elsewhere than their stem), then the stem with its suffix."""
-    post = "post_attention_norm" if arch in POST_ATTENTION_NORM_ARCHS else "ffn_norm"
+    from moeplan.planner.model import registry
+
+    post = "post_attention_norm" if registry.get(arch).post_attention_norm else "ffn_norm"
     for kind in ("", ".weight", ".bias"):
         if kind and not rest.endswith(kind):
             continue

@@ -56,7 +56,7 @@ IK_FTYPES: tuple[str, ...] = (
 QUANTS = tuple(FTYPE_DEFAULT) + ("BF16", "native")
 # QUANT_OPTIONS aliases ("Q4_K" = Q4_K_M ...) and moeplan's own names
 ALIASES = {"MXFP4_MOE": "MXFP4", "NATIVE": "native", "BF16": "BF16", "Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M",
-           "Q5_K": "Q5_K_M"}
+           "Q5_K": "Q5_K_M", "FP16": "F16", "FP32": "F32"}
 
 # Unsloth's dynamic quants: 'UD-' prefix and/or '_XL' suffix (UD-Q2_K_XL, UD-IQ1_S, Q4_K_XL). The
 # routed experts follow the base recipe; the tensors Unsloth documents keeping at higher bits

@@ -23,8 +23,6 @@ GROUPS = ("embed", "output", "attn", "norm", "ffn", "shared", "router", "experts
           "expert_aux", "other")
 
 LAYER_KINDS = ("moe", "dense", "nextn")
-# architectures whose loader creates the NextN block's exp_probs_b without TENSOR_SKIP
-NEXTN_PROBS_BIAS_LOADED = frozenset({"glm-dsa", "deepseek32"})
 
 _BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 _EXPS_RE = re.compile(r"^ffn_(gate_up|gate|up|down)_(ch)?exps\.(.+)$")
@@ -210,7 +208,9 @@ class ModelSpec:
         deepseek32.cpp create a NextN block's exp_probs_b without the block's TENSOR_SKIP flag,
         so that one vector is loaded (n_expert * 4 bytes; measured on a glm-dsa fixture)."""
         total = sum(t.n_bytes for t in self.globals) + sum(layer.n_bytes for layer in self.trunk_layers)
-        if self.arch in NEXTN_PROBS_BIAS_LOADED:
+        from moeplan.planner.model import registry
+
+        if self.arch in registry.ARCHS and registry.get(self.arch).nextn_probs_bias_loaded:
             total += sum(t.n_bytes for layer in self.layers if layer.kind == "nextn"
                          for t in layer.tensors if t.name.endswith(".exp_probs_b.bias"))
         return total

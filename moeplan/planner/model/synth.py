@@ -23,47 +23,13 @@ from typing import Any
 
 __all__ = ["TensorSpec", "gguf_hparams", "tensor_specs", "arch_of_config", "keeps_mtp"]
 
-# HF `architectures[0]` -> (llama.cpp arch, converter variant). conversion/__init__.py registry.
-HF_ARCHS: dict[str, tuple[str, str]] = {
-    "DeepseekV2ForCausalLM": ("deepseek2", "deepseek"),
-    "DeepseekV3ForCausalLM": ("deepseek2", "deepseek"),
-    "KimiK25ForConditionalGeneration": ("deepseek2", "deepseek"),
-    "Glm4MoeLiteForCausalLM": ("deepseek2", "glm-lite"),  # GLM-4.7-Flash keeps its MTP block
-    "DeepseekV32ForCausalLM": ("deepseek32", ""),
-    "GlmMoeDsaForCausalLM": ("glm-dsa", ""),
-    "DeepseekV4ForCausalLM": ("deepseek4", ""),
-    "Glm4MoeForCausalLM": ("glm4moe", ""),
-    "Glm4vMoeForConditionalGeneration": ("glm4moe", ""),
-    "Qwen2MoeForCausalLM": ("qwen2moe", ""),
-    "Qwen3MoeForCausalLM": ("qwen3moe", ""),
-    "Qwen3NextForCausalLM": ("qwen3next", ""),
-    "Qwen3_5MoeForConditionalGeneration": ("qwen35moe", ""),
-    "Qwen3_5MoeForCausalLM": ("qwen35moe", ""),
-    "GptOssForCausalLM": ("gpt-oss", ""),
-    "Llama4ForConditionalGeneration": ("llama4", ""),
-    "Llama4ForCausalLM": ("llama4", ""),
-    "MixtralForCausalLM": ("llama", ""),
-    "MiniMaxM2ForCausalLM": ("minimax-m2", ""),
-}
-# model_type fallback when `architectures` is missing
-MODEL_TYPES: dict[str, str] = {
-    "deepseek_v2": "DeepseekV2ForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
-    "kimi_k2": "DeepseekV3ForCausalLM", "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
-    "deepseek_v32": "DeepseekV32ForCausalLM", "glm_moe_dsa": "GlmMoeDsaForCausalLM",
-    "deepseek_v4": "DeepseekV4ForCausalLM", "glm4_moe": "Glm4MoeForCausalLM",
-    "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-    "qwen3_next": "Qwen3NextForCausalLM", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
-    "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM", "gpt_oss": "GptOssForCausalLM",
-    "llama4": "Llama4ForConditionalGeneration", "llama4_text": "Llama4ForCausalLM",
-    "mixtral": "MixtralForCausalLM", "minimax_m2": "MiniMaxM2ForCausalLM",
-}
-
-
 def hf_architecture(cfg: dict[str, Any]) -> str | None:
+    from moeplan.planner.model import registry
+
     archs = cfg.get("architectures") or []
-    if archs and archs[0] in HF_ARCHS:
+    if archs and archs[0] in registry.by_hf_class():
         return archs[0]
-    return MODEL_TYPES.get(str(cfg.get("model_type", "")))
+    return registry.by_model_type().get(str(cfg.get("model_type", "")))
 
 
 def arch_of_config(cfg: dict[str, Any]) -> tuple[str, str]:
@@ -71,14 +37,18 @@ def arch_of_config(cfg: dict[str, Any]) -> tuple[str, str]:
     name = hf_architecture(cfg)
     if name is None:
         raise KeyError(str((cfg.get("architectures") or [cfg.get("model_type")])[0]))
-    return HF_ARCHS[name]
+    from moeplan.planner.model import registry
+
+    return registry.by_hf_class()[name]
 
 
 def keeps_mtp(arch: str, variant: str) -> bool:
     """Whether convert_hf_to_gguf.py writes the MTP/NextN block (by default, no --no-mtp)."""
+    from moeplan.planner.model import registry
+
     if arch == "deepseek2":
         return variant == "glm-lite"  # DeepseekV2Model.skip_mtp; Glm4MoeLiteModel keeps it
-    return arch in ("deepseek32", "glm-dsa", "glm4moe", "qwen3next", "qwen35moe")
+    return registry.get(arch).converter_keeps_mtp
 
 
 def n_mtp_layers(cfg: dict[str, Any], n_mtp: int | None) -> int:
@@ -166,7 +136,9 @@ def gguf_hparams(config: dict[str, Any], *, keep_mtp: bool | None = None,
     hp = _common(cfg, n_trunk + mtp)
     if mtp:
         hp["nextn_predict_layers"] = mtp
-    builder = _HPARAMS.get(arch)
+    from moeplan.planner.model import registry
+
+    builder = registry.get(arch).hparams
     if builder is not None:
         builder(cfg, hp)
     if arch == "deepseek4" and mtp:
@@ -276,14 +248,6 @@ def _hp_llama4(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
 def _hp_minimax_m2(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
     hp["expert_feed_forward_length"] = cfg["intermediate_size"]
     hp["rope.dimension_count"] = cfg["rotary_dim"]
-
-
-_HPARAMS = {
-    "deepseek2": _hp_deepseek2, "glm-dsa": _hp_dsa, "deepseek32": _hp_dsa, "deepseek4": _hp_deepseek4,
-    "glm4moe": _hp_glm4moe, "qwen2moe": _hp_qwen_moe, "qwen3moe": _hp_qwen_moe,
-    "qwen3next": _hp_qwen_hybrid, "qwen35moe": _hp_qwen_hybrid, "gpt-oss": _hp_gpt_oss,
-    "llama4": _hp_llama4, "minimax-m2": _hp_minimax_m2,
-}
 
 
 # ---- step 2: hyper-parameters -> tensor index -----------------------------------------------

@@ -6,7 +6,7 @@ n_layer) gets the trunk block of its kind plus the nextn.* extras the checkpoint
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from moeplan.planner.model.synth import TensorSpec
 
@@ -395,38 +395,14 @@ def _build_minimax_m2(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab
         ix.b(il, "exp_probs_b.bias", (d["n_expert"],), "vector")
 
 
-Builder = Callable[[_Index, dict, dict, int, tuple], None]
-
-BUILDERS: dict[str, Builder] = {
-    "deepseek2": _build_deepseek2,
-    "glm-dsa": lambda ix, hp, d, v, e: _build_deepseek2(ix, hp, d, v, e, indexer=True),
-    "deepseek32": lambda ix, hp, d, v, e: _build_deepseek2(ix, hp, d, v, e, indexer=True),
-    "deepseek4": _build_deepseek4,
-    "glm4moe": _build_glm4moe,
-    "qwen3moe": _build_qwen3moe,
-    "qwen3next": lambda ix, hp, d, v, e: _build_qwen_hybrid(ix, hp, d, v, e, split_ba=False),
-    "qwen35moe": lambda ix, hp, d, v, e: _build_qwen_hybrid(ix, hp, d, v, e, split_ba=True),
-    "gpt-oss": _build_gpt_oss,
-    "llama4": _build_llama4,
-    "llama": _build_llama,
-    "minimax-m2": _build_minimax_m2,
-}
-
-
 def build(arch: str, hp: dict[str, Any], n_vocab: int, extras: tuple[str, ...],
           options: dict[str, bool] | None = None) -> list[TensorSpec]:
     """Tensor list of `arch`; `options` are the switches of synth.layout_options."""
-    if arch not in BUILDERS:
+    from moeplan.planner.model import registry
+
+    builder = registry.ARCHS[arch].tensors if arch in registry.ARCHS else None
+    if builder is None:
         raise KeyError(arch)
     ix = _Index()
-    d = _dims(hp)
-    opts = options or {}
-    if arch == "deepseek2":
-        _build_deepseek2(ix, hp, d, n_vocab, extras, probs_bias=opts.get("probs_bias", True))
-    elif arch == "glm4moe":
-        _build_glm4moe(ix, hp, d, n_vocab, extras, qk_norm=opts.get("qk_norm", True))
-    elif arch == "llama4":
-        _build_llama4(ix, {**hp, "__rope_freqs": opts.get("rope_freqs", False)}, d, n_vocab, extras)
-    else:
-        BUILDERS[arch](ix, hp, d, n_vocab, extras)
+    builder(ix, hp, _dims(hp), n_vocab, extras, options or {})
     return ix.out

@@ -1,0 +1,129 @@
+"""One record per llama.cpp architecture: every per-architecture fact moeplan uses (pure).
+
+The rules themselves live where their mechanism is (the converter's hyper-parameters in
+synth.py, the tensor list in synth_tensors.py, the caches in archs.py, the compute graph in
+memory/); this table says which rule each architecture takes, so adding an architecture is
+one `Arch(...)` entry here plus its hparams/tensor functions and their tests (README: "Adding
+an architecture"). Sources: llama.cpp 0c1e570 src/models/<arch>.cpp and convert_hf_to_gguf.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from moeplan.planner.model import synth
+from moeplan.planner.model import synth_tensors as st
+
+# (index, hparams, dims, n_vocab, NextN extras, layout options) -> appends to the index
+TensorBuilder = Callable[[Any, dict, dict, int, tuple, dict], None]
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str                                   # general.architecture in the GGUF
+    hf_classes: tuple[tuple[str, str], ...]     # (HF architectures[0], converter variant)
+    model_types: tuple[tuple[str, str], ...]    # (HF model_type, HF class) when architectures is missing
+    hparams: Callable[[dict, dict], None] | None  # config -> arch GGUF keys (set_gguf_parameters); None: common keys only
+    tensors: TensorBuilder | None                 # GGUF keys -> tensor list (load_arch_tensors); None: GGUF files only
+    mla: bool = False                           # MLA latent cache when the GGUF has the *_mla keys
+    recurrent_hybrid: bool = False              # gated delta net layers keep a fixed recurrent state
+    swa_pattern: int | None = None              # load_swa_pattern(ml, n) default, where the arch sets one
+    converter_keeps_mtp: bool = False           # convert_hf_to_gguf.py writes the MTP/NextN block by default
+    post_attention_norm: bool = False           # HF post_attention_layernorm -> GGUF post_attention_norm
+    nextn_hidden_rows: str = ""                 # t_h_nextn kept alive: "all" tokens, "output" rows, "" none
+    nextn_probs_bias_loaded: bool = False       # NextN exp_probs_b created without TENSOR_SKIP
+    gated_q: bool = False                       # q projection carries the attention output gate (x2 rows)
+    graph: str = ""                             # compute buffer from a mirrored graph: "dsv4", "glm-dsa"
+    gating: tuple[str, bool] = ("softmax", False)  # build_moe_ffn default (gating func, normalise weights)
+    activation: str = "silu"                    # expert FFN activation (LLM_FFN_*)
+    router_on_logits: bool = False              # llama4: select on logits, weight before the FFN
+
+
+def _deepseek2(ix, hp, d, v, e, o):
+    st._build_deepseek2(ix, hp, d, v, e, probs_bias=o.get("probs_bias", True))
+
+
+def _dsa(ix, hp, d, v, e, o):
+    st._build_deepseek2(ix, hp, d, v, e, indexer=True)
+
+
+def _glm4moe(ix, hp, d, v, e, o):
+    st._build_glm4moe(ix, hp, d, v, e, qk_norm=o.get("qk_norm", True))
+
+
+def _llama4(ix, hp, d, v, e, o):
+    st._build_llama4(ix, {**hp, "__rope_freqs": o.get("rope_freqs", False)}, d, v, e)
+
+
+def _plain(builder: Callable[..., None], **kw: Any) -> TensorBuilder:
+    return lambda ix, hp, d, v, e, o: builder(ix, hp, d, v, e, **kw)
+
+
+ARCHS: dict[str, Arch] = {a.name: a for a in (
+    Arch("deepseek2", (("DeepseekV2ForCausalLM", "deepseek"), ("DeepseekV3ForCausalLM", "deepseek"),
+                       ("KimiK25ForConditionalGeneration", "deepseek"), ("Glm4MoeLiteForCausalLM", "glm-lite")),
+         (("deepseek_v2", "DeepseekV2ForCausalLM"), ("deepseek_v3", "DeepseekV3ForCausalLM"),
+          ("kimi_k2", "DeepseekV3ForCausalLM"), ("glm4_moe_lite", "Glm4MoeLiteForCausalLM")),
+         synth._hp_deepseek2, _deepseek2, mla=True, nextn_hidden_rows="output",
+         gating=("softmax", False)),  # V2 files; V3 files carry expert_gating_func = 2 (sigmoid)
+    Arch("deepseek4", (("DeepseekV4ForCausalLM", ""),), (("deepseek_v4", "DeepseekV4ForCausalLM"),),
+         synth._hp_deepseek4, _plain(st._build_deepseek4), graph="dsv4", gating=("sqrt_softplus", True)),
+    Arch("glm-dsa", (("GlmMoeDsaForCausalLM", ""),), (("glm_moe_dsa", "GlmMoeDsaForCausalLM"),),
+         synth._hp_dsa, _dsa, mla=True, converter_keeps_mtp=True, nextn_hidden_rows="output",
+         nextn_probs_bias_loaded=True, graph="glm-dsa", gating=("sigmoid", True)),
+    Arch("deepseek32", (("DeepseekV32ForCausalLM", ""),), (("deepseek_v32", "DeepseekV32ForCausalLM"),),
+         synth._hp_dsa, _dsa, mla=True, converter_keeps_mtp=True, nextn_hidden_rows="output",
+         nextn_probs_bias_loaded=True, gating=("sigmoid", True)),
+    Arch("qwen3moe", (("Qwen3MoeForCausalLM", ""),), (("qwen3_moe", "Qwen3MoeForCausalLM"),),
+         synth._hp_qwen_moe, _plain(st._build_qwen3moe), gating=("softmax", True)),
+    Arch("qwen2moe", (("Qwen2MoeForCausalLM", ""),), (("qwen2_moe", "Qwen2MoeForCausalLM"),),
+         synth._hp_qwen_moe, None, gating=("softmax", False)),  # read from GGUF files; no profile synthesis
+    Arch("qwen3next", (("Qwen3NextForCausalLM", ""),), (("qwen3_next", "Qwen3NextForCausalLM"),),
+         synth._hp_qwen_hybrid, _plain(st._build_qwen_hybrid, split_ba=False), recurrent_hybrid=True,
+         converter_keeps_mtp=True, post_attention_norm=True, nextn_hidden_rows="all", gated_q=True,
+         gating=("softmax", True)),
+    Arch("qwen35moe", (("Qwen3_5MoeForConditionalGeneration", ""), ("Qwen3_5MoeForCausalLM", "")),
+         (("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration"), ("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM")),
+         synth._hp_qwen_hybrid, _plain(st._build_qwen_hybrid, split_ba=True), recurrent_hybrid=True,
+         converter_keeps_mtp=True, post_attention_norm=True, nextn_hidden_rows="all", gated_q=True,
+         gating=("softmax", True)),
+    Arch("gpt-oss", (("GptOssForCausalLM", ""),), (("gpt_oss", "GptOssForCausalLM"),),
+         synth._hp_gpt_oss, _plain(st._build_gpt_oss), swa_pattern=2, post_attention_norm=True,
+         nextn_hidden_rows="all", gating=("softmax_weight", False), activation="swiglu_oai"),
+    Arch("glm4moe", (("Glm4MoeForCausalLM", ""), ("Glm4vMoeForConditionalGeneration", "")),
+         (("glm4_moe", "Glm4MoeForCausalLM"),),
+         synth._hp_glm4moe, _glm4moe, converter_keeps_mtp=True, post_attention_norm=True,
+         nextn_hidden_rows="output", gating=("sigmoid", True)),
+    Arch("llama4", (("Llama4ForConditionalGeneration", ""), ("Llama4ForCausalLM", "")),
+         (("llama4", "Llama4ForConditionalGeneration"), ("llama4_text", "Llama4ForCausalLM")),
+         synth._hp_llama4, _llama4, swa_pattern=4, gating=("sigmoid", False), router_on_logits=True),
+    Arch("llama", (("MixtralForCausalLM", ""),), (("mixtral", "MixtralForCausalLM"),),
+         None, _plain(st._build_llama),
+         gating=("softmax", True)),
+    Arch("minimax-m2", (("MiniMaxM2ForCausalLM", ""),), (("minimax_m2", "MiniMaxM2ForCausalLM"),),
+         synth._hp_minimax_m2, _plain(st._build_minimax_m2), gating=("sigmoid", True)),
+)}
+
+
+def get(arch: str) -> Arch:
+    """The record of a supported architecture. Raises KeyError for any other."""
+    return ARCHS[arch]
+
+
+def supported() -> tuple[str, ...]:
+    return tuple(ARCHS)
+
+
+def by_hf_class() -> dict[str, tuple[str, str]]:
+    """HF architectures[0] -> (llama.cpp arch, converter variant)."""
+    return {cls: (a.name, variant) for a in ARCHS.values() for cls, variant in a.hf_classes}
+
+
+def by_model_type() -> dict[str, str]:
+    """HF model_type -> HF architecture class (the converter's fallback when architectures is missing)."""
+    return {mt: cls for a in ARCHS.values() for mt, cls in a.model_types}
+
+
+def names_with(flag: str) -> frozenset[str]:
+    """Architectures whose record sets `flag` (for tests and messages)."""
+    return frozenset(a.name for a in ARCHS.values() if getattr(a, flag))
