@@ -69,7 +69,9 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         if cpu_moe_layers < 0 or cpu_moe_layers > len(moe):
             raise InputError(f"--cpu-moe-layers {cpu_moe_layers} is out of range",
                              f"{model.name} has {len(moe)} MoE layers")
-        if backend == "ik_llama.cpp":
+        from moeplan.planner import backends
+
+        if backends.get(backend).n_cpu_moe_from == "last":
             cpu = layers_from_last(moe, cpu_moe_layers)
         else:
             # llama.cpp --n-cpu-moe N covers block indices 0..N-1; to keep N *MoE* layers on the

@@ -19,10 +19,11 @@ from typing import Any, Callable
 import numpy as np
 
 from moeplan.errors import InputError, ProbeError, RunnerError
-from moeplan.executor.build import (ExecOptions, available_bytes, check_fits, plan_build, read_llc_bytes)
+from moeplan.executor.build import ExecOptions, available_bytes, check_fits, plan_build, read_llc_bytes
 from moeplan.executor.layout import model_layout
 from moeplan.executor.routing import RoutingSpec, make_routing, write_trace
 from moeplan.executor.sampling import extrapolate
+from moeplan.planner import backends
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 
@@ -139,7 +140,7 @@ def build_executor(model: ModelSpec, placement: Placement, opt: ExecOptions, n_p
 
     ctx = TierContext(device=device, meter=meter, cpu_decode_mode=opt.cpu_decode_mode,
                       op_offload=placement.op_offload,
-                      offload_rule="ik_llama.cpp" if placement.backend == "ik_llama.cpp" else "llama.cpp",
+                      offload_rule=backends.get(placement.backend).op_offload_rule,
                       grouped=cuda if opt.grouped_experts is None else opt.grouped_experts)
     cpu_moe = [lay for lay in moe_run if plan.tier_of[lay.index] == "cpu"]
     if cpu_moe:

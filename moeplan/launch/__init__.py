@@ -22,20 +22,23 @@ from typing import Callable
 
 from moeplan.errors import InputError
 from moeplan.launch import ikllama, ktransformers, llamacpp, sglang, vllm
-from moeplan.launch.binaries import (HelpReader, Programs, find_llama_programs, find_python_programs,
-                                     find_vllm_programs, read_help)
+from moeplan.launch.binaries import (
+    HelpReader,
+    Programs,
+    find_llama_programs,
+    find_python_programs,
+    find_vllm_programs,
+    read_help,
+)
 from moeplan.launch.common import EmitContext, Launch, ShellVar
 from moeplan.launch.render import render_script
+from moeplan.planner.backends import BACKENDS
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.plan import Plan
 
-EMITTERS: dict[str, ModuleType] = {
-    "llama.cpp": llamacpp,
-    "ik_llama.cpp": ikllama,
-    "ktransformers": ktransformers,
-    "vllm": vllm,
-    "sglang": sglang,
-}
+# each backend's emitter module, as its planner record names it (planner/backends.py)
+EMITTERS: dict[str, ModuleType] = {b.name: {"llamacpp": llamacpp, "ikllama": ikllama, "ktransformers": ktransformers,
+                                            "vllm": vllm, "sglang": sglang}[b.emitter] for b in BACKENDS.values()}
 
 
 def backend_of(plan: Plan, backend: str | None) -> str:
@@ -45,7 +48,7 @@ def backend_of(plan: Plan, backend: str | None) -> str:
     return name
 
 
-WINDOWS_BACKENDS = ("llama.cpp", "ik_llama.cpp")  # the backends with native Windows builds
+WINDOWS_BACKENDS = tuple(b.name for b in BACKENDS.values() if b.windows_native)
 
 
 def os_of(plan: Plan, os_family: str | None) -> str:
@@ -62,7 +65,7 @@ def release_programs(backend: str, os_family: str = "linux") -> Programs:
     """The programs and flags of the backend's targeted release (no binary consulted)."""
     mod = EMITTERS[backend]
     flags = mod.release_flags()
-    if backend in ("llama.cpp", "ik_llama.cpp"):
+    if BACKENDS[backend].gguf_runner:
         suffix = ".exe" if os_family == "windows" else ""
         return Programs(programs={k: v + suffix for k, v in mod.PROGRAMS.items()}, flags=flags)
     return Programs(programs={"server": "vllm" if backend == "vllm" else "python"}, flags=flags)
@@ -77,7 +80,7 @@ def find_programs(backend: str, binary: str | None, which: Callable[[str], str |
     which = which or shutil.which
     reader = reader or read_help
     release = EMITTERS[backend].release_flags()
-    if backend in ("llama.cpp", "ik_llama.cpp"):
+    if BACKENDS[backend].gguf_runner:
         return find_llama_programs(backend, binary, release, which, reader,
                                    exe_suffix=".exe" if os_family == "windows" else "")
     if backend == "vllm":
@@ -88,7 +91,7 @@ def find_programs(backend: str, binary: str | None, which: Callable[[str], str |
 
 def script_model_path(model: ModelSpec, backend: str) -> str:
     """The model argument of llama.cpp-family scripts: the GGUF (first shard), else $MODEL."""
-    if backend in ("llama.cpp", "ik_llama.cpp") and model.source == "gguf" and model.path:
+    if BACKENDS[backend].gguf_runner and model.source == "gguf" and model.path:
         return model.shards[0] if model.shards else model.path
     return ShellVar("MODEL")
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-BACKENDS = ("llama.cpp", "ik_llama.cpp", "ktransformers", "vllm", "sglang")
+from moeplan.planner import backends
+
+BACKENDS = backends.NAMES
 NUMA_POLICIES = ("none", "bind", "interleave", "distribute")
 LOAD_MODES = ("mmap", "no-mmap", "mlock")
 

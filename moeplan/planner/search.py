@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError
 from moeplan.planner.cost.estimate import cpu_nodes, dot_elements, estimate, physical_cores, used_nodes
-from moeplan.planner.hardware.profile import HardwareProfile
+from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes
 from moeplan.planner.model.spec import ModelSpec
@@ -38,7 +38,6 @@ UBATCHES = (512, 1024, 2048, 4096)
 KV_TYPES = ("f16", "q8_0", "q4_0")
 # a quantized KV cache costs quality: take it only when it buys this much decode speed
 KV_PREFERENCE = {"f16": 1.0, "q8_0": 1.03, "q4_0": 1.10}
-OS_RESERVE_BYTES = 2 * GIB  # RAM the OS and the rest of the system keep
 # "balanced" scores a typical request: a 4096-token prompt and 512 generated tokens
 BALANCED_PROMPT, BALANCED_GEN = 4096, 512
 
@@ -121,10 +120,7 @@ def kv_type_legal(model: ModelSpec, kv: str) -> bool:
     from moeplan.planner.model.ggml import TYPE_SIZES, canonical_type
 
     block = TYPE_SIZES[canonical_type(kv)][0]
-    extra = dict(model.extra)
-    dims = [extra.get("attention.key_length"), extra.get("attention.value_length")]
-    dims = [int(d) for d in dims if d] or [model.n_embd // max(1, model.n_head)]
-    return all(d % block == 0 for d in dims)
+    return model.head_dim_k % block == 0 and model.head_dim_v % block == 0
 
 
 def _score(e: Estimate, objective: str, kv: str) -> float:
@@ -138,7 +134,7 @@ def _score(e: Estimate, objective: str, kv: str) -> float:
 
 
 def _numa_options(hw: HardwareProfile, req: Request, pr: BackendPriors) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    nodes = [n for n in hw.numa_nodes if n.cpus and not n.memory_only]
+    nodes = list(hw.cpu_nodes)
     if len(nodes) <= 1 or pr.numa_aware:
         return (("none", ()),) if not pr.numa_aware else (("none", tuple(n.id for n in nodes)),)
     allowed = req.numa_policies or ("bind", "interleave", "distribute", "none")

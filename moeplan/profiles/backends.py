@@ -7,11 +7,12 @@ from functools import lru_cache
 from importlib import resources
 
 from moeplan.errors import InputError
+from moeplan.planner.backends import BACKENDS
 from moeplan.planner.cost.factors import check_priors
 from moeplan.planner.cost.priors import BackendPriors
 
-_KEYS = {"llama.cpp": "llama_cpp", "ik_llama.cpp": "ik_llama_cpp", "ktransformers": "ktransformers",
-         "vllm": "vllm", "sglang": "sglang", "executor": "executor"}
+# backends.toml section of each backend, and of the bundled executor's stand-in priors
+_KEYS = {**{b.name: b.priors_key for b in BACKENDS.values()}, "executor": "executor"}
 
 
 @lru_cache(maxsize=1)

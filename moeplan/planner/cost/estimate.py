@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass
 
 from moeplan.errors import InputError
-from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode
+from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
 from moeplan.planner.memory.accounting import (MemoryConstants, estimate_memory, kv_read_bytes)
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
@@ -150,7 +150,7 @@ def cpu_isa_class(hw: HardwareProfile) -> str:
 
 def cpu_nodes(hw: HardwareProfile) -> tuple[NumaNode, ...]:
     """NUMA nodes that have CPUs (memory-only nodes excluded); one synthetic node if none."""
-    nodes = tuple(n for n in hw.numa_nodes if n.cpus and not n.memory_only)
+    nodes = hw.cpu_nodes
     if nodes:
         return nodes
     return (NumaNode(id=0, cpus=tuple(range(hw.cpu.n_threads)), n_physical_cores=hw.cpu.n_cores,
@@ -219,8 +219,8 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     if h:
         h2d = Rate(h[0] * pi, f"{h[1]} x {pi_src} pi={pi:.2f}", math.hypot(h[2], pi_err))
     elif gpu and gpu.pcie_gen and gpu.pcie_width:
-        per_lane = {3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}.get(gpu.pcie_gen, 0.985e9)
-        h2d = Rate(per_lane * gpu.pcie_width * 0.8 * pi, f"spec-sheet PCIe {gpu.pcie_gen}x{gpu.pcie_width} x prior",
+        peak = pcie_bytes_per_s(gpu.pcie_gen, gpu.pcie_width) or pcie_bytes_per_s(3, gpu.pcie_width)
+        h2d = Rate(peak * 0.8 * pi, f"spec-sheet PCIe {gpu.pcie_gen}x{gpu.pcie_width} x prior",
                    math.hypot(0.15, pi_err))
     else:
         h2d = Rate(0.0, "none", 0.0)

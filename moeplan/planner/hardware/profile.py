@@ -26,6 +26,8 @@ _RANK = {s: i for i, s in enumerate(SOURCES)}
 
 # PCIe rate per lane and direction after line coding, bytes/s (gen 1-2: 8b/10b; gen 3-5:
 # 128b/130b; gen 6: FLIT mode, 242 of 256 bytes carry data)
+# RAM the OS and the rest of the system keep beside the model (the planner's host-RAM margin)
+OS_RESERVE_BYTES = 2 * 1024**3
 PCIE_LANE_BYTES_PER_S = {1: 0.25e9, 2: 0.5e9, 3: 8e9 * 128 / 130 / 8, 4: 16e9 * 128 / 130 / 8,
                          5: 32e9 * 128 / 130 / 8, 6: 64e9 * 242 / 256 / 8}
 
@@ -269,6 +271,11 @@ class HardwareProfile:
         return s.ram_total_bytes
 
     @property
+    def cpu_nodes(self) -> tuple[NumaNode, ...]:
+        """NUMA nodes with CPUs (memory-only nodes, CXL or HBM without cores, excluded)."""
+        return tuple(n for n in self.numa_nodes if n.cpus and not n.memory_only)
+
+    @property
     def dram_read_bytes_per_s(self) -> float:
         """Sum of per-node local read bandwidth (effective)."""
         return sum(n.dram_read_bytes_per_s.effective for n in self.numa_nodes
@@ -363,7 +370,7 @@ NOISY_SPREAD = 0.25  # (max - min) / median of a measurement's samples
 def profile_warnings(p: HardwareProfile) -> tuple[str, ...]:
     """What about this machine (or this profile) can make expert offload slow or a figure wrong."""
     w: list[str] = []
-    multi = len([n for n in p.numa_nodes if n.cpus]) >= 2
+    multi = len(p.cpu_nodes) >= 2
     for g in p.gpus:
         w.extend(_link_warnings(g))
         if multi and g.numa_node is None and p.os == "windows":

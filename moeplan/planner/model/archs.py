@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from moeplan.planner.model import registry
-from moeplan.planner.model.spec import KvComponent
+from moeplan.planner.model.spec import KvComponent, kv_head_dims
 
 SUPPORTED_ARCHS = registry.supported()
 
@@ -101,13 +101,10 @@ def recurrent_state_sizes(hp: dict[str, Any]) -> tuple[int, int]:
 
 def head_dims(hp: dict[str, Any], il: int) -> tuple[int, int, int]:
     """(n_head_kv, d_k, d_v) of layer il as llama.cpp's hparams resolve them."""
-    n_embd = int(hp["embedding_length"])
     n_head = int(hp_at(hp, "attention.head_count", il, 1) or 1)
     n_head_kv = hp_at(hp, "attention.head_count_kv", il, None)
     n_head_kv = n_head if n_head_kv is None else int(n_head_kv)
-    d_k = int(hp.get("attention.key_length") or (n_embd // max(1, n_head)))
-    d_v = int(hp.get("attention.value_length") or (n_embd // max(1, n_head)))
-    return n_head_kv, d_k, d_v
+    return (n_head_kv, *kv_head_dims(hp, n_head))
 
 
 def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvComponent, ...]]:

@@ -28,6 +28,19 @@ _BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 _EXPS_RE = re.compile(r"^ffn_(gate_up|gate|up|down)_(ch)?exps\.(.+)$")
 
 
+def kv_head_dims(hp: dict, n_head: int) -> tuple[int, int]:
+    """(d_k, d_v) as llama.cpp's hparams resolve them: attention.key_length / value_length,
+    else n_embd / n_head (llama-model.cpp: n_embd_head_k = n_embd / n_head by default)."""
+    def first(key: str) -> int:
+        v = hp.get(key)
+        if isinstance(v, (list, tuple)):
+            v = v[0] if v else None
+        return int(v or 0)
+
+    default = first("embedding_length") // max(1, n_head)
+    return first("attention.key_length") or default, first("attention.value_length") or default
+
+
 def classify_tensor(name: str) -> tuple[int | None, str]:
     """Return (layer index or None, group) of a GGUF tensor name."""
     m = _BLK_RE.match(name)
@@ -168,6 +181,14 @@ class ModelSpec:
 
     # ---- derived views (computed once per instance: the search asks for them thousands
     # of times; the dataclass is frozen, so they cannot go stale) -----------------------------
+    @cached_property
+    def head_dim_k(self) -> int:
+        return kv_head_dims({"embedding_length": self.n_embd, **dict(self.extra)}, self.n_head)[0]
+
+    @cached_property
+    def head_dim_v(self) -> int:
+        return kv_head_dims({"embedding_length": self.n_embd, **dict(self.extra)}, self.n_head)[1]
+
     @cached_property
     def memo(self) -> dict:
         """Per-instance cache for pure functions of this model (memory.py, compute_buffer.py)."""

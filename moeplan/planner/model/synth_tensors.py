@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from moeplan.planner.model.spec import kv_head_dims
 from moeplan.planner.model.synth import TensorSpec
 
 
@@ -35,8 +36,7 @@ def _dims(hp: dict[str, Any]) -> dict[str, int]:
     n_embd = _i(hp, "embedding_length")
     n_head = _i(hp, "attention.head_count")
     n_head_kv = _i(hp, "attention.head_count_kv", n_head)
-    d_k = _i(hp, "attention.key_length", n_embd // max(1, n_head))
-    d_v = _i(hp, "attention.value_length", n_embd // max(1, n_head))
+    d_k, d_v = kv_head_dims(hp, n_head)
     return {
         "n_embd": n_embd, "n_head": n_head, "n_head_kv": n_head_kv, "d_k": d_k, "d_v": d_v,
         "n_ff": _i(hp, "feed_forward_length"), "n_ff_exp": _i(hp, "expert_feed_forward_length"),

@@ -1,0 +1,43 @@
+"""One record per runtime moeplan plans for: what the planner, the launchers and the priors need
+to know about it (pure data).
+
+Adding a backend is one `Backend(...)` entry here, its priors section in profiles/backends.toml,
+its emitter module under launch/ (named by `emitter`) and their tests (README: "Adding a backend").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    priors_key: str          # its [section] in profiles/backends.toml
+    emitter: str             # module under moeplan.launch that writes its launch files
+    gguf_runner: bool        # runs GGUF files with llama.cpp's programs (llama-server, -bench, ...)
+    n_cpu_moe_from: str      # which MoE blocks its "N layers of experts on the CPU" flag takes: "first" | "last"
+    op_offload_rule: str     # how its prefill moves CPU experts' work to the GPU (executor/experts.py)
+    windows_native: bool     # has a native Windows build (launch.ps1 / launch.cmd are written)
+    cli_label: str = ""      # how --help lists it ("" = the name)
+
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (
+    # llama.cpp --n-cpu-moe N: blocks 0..N-1 (common/arg.cpp llm_ffn_exps_block_regex over i < N)
+    Backend("llama.cpp", "llama_cpp", "llamacpp", gguf_runner=True, n_cpu_moe_from="first",
+            op_offload_rule="llama.cpp", windows_native=True),
+    Backend("ik_llama.cpp", "ik_llama_cpp", "ikllama", gguf_runner=True, n_cpu_moe_from="last",
+            op_offload_rule="ik_llama.cpp", windows_native=True),
+    Backend("ktransformers", "ktransformers", "ktransformers", gguf_runner=False, n_cpu_moe_from="first",
+            op_offload_rule="llama.cpp", windows_native=False),
+    Backend("vllm", "vllm", "vllm", gguf_runner=False, n_cpu_moe_from="first",
+            op_offload_rule="llama.cpp", windows_native=False),
+    Backend("sglang", "sglang", "sglang", gguf_runner=False, n_cpu_moe_from="first",
+            op_offload_rule="llama.cpp", windows_native=False),
+)}
+
+NAMES: tuple[str, ...] = tuple(BACKENDS)
+
+
+def get(name: str) -> Backend:
+    """The record of a backend. Raises KeyError for any other name."""
+    return BACKENDS[name]
