@@ -202,10 +202,6 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
     if ub.isdigit():
         args += ["--ubatch", ub]
     args += ["--prompt", str(_prompt_len(r))]
-    ver = re.match(r"(\d+)\.(\d+)", str(r.get("software_version") or ""))
-    if backend == "ktransformers" and ver and (int(ver.group(1)), int(ver.group(2))) < (0, 4):
-        # KTransformers before kt-kernel + SGLang (0.4) has no layerwise GPU prefill
-        args += ["--no-op-offload"]
     return args, ""
 
 
