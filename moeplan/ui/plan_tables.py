@@ -57,7 +57,7 @@ def estimate_data(model: ModelSpec, p: Placement, e: Estimate, hw_name: str) -> 
         "vram_bytes_per_gpu": vram_bytes_per_gpu(e),
         "ram_bytes_per_node": [list(x) for x in e.ram_bytes_per_node],
         "factors": e.factors,
-        "notes": list(e.notes),
+        "notes": _quant_notes(model) + list(e.notes),
         "placement": p.to_dict(),
     }
 
@@ -158,6 +158,11 @@ def speed_line(e: Estimate) -> Text:
     )
 
 
+def _quant_notes(model: ModelSpec) -> list[str]:
+    """The model's notes on its bytes (recipe approximations, --size scaling: 'quant: ...')."""
+    return [n for n in model.notes if n.startswith("quant: ")]
+
+
 def estimate_render(model: ModelSpec, p: Placement, e: Estimate) -> Group:
     parts = [placement_table(model, p), memory_table(e)]
     gt = gpu_table(e)
@@ -166,7 +171,7 @@ def estimate_render(model: ModelSpec, p: Placement, e: Estimate) -> Group:
     parts += [terms_table(f"decode: where the time goes (per token, depth {e.depth})", e.decode_terms, "per token"),
              terms_table("prefill: where the time goes (per prompt token)", e.prefill_terms, "per prompt token"),
              speed_line(e)]
-    for n in e.notes:
+    for n in _quant_notes(model) + list(e.notes):
         parts.append(Text(f"note: {n}"))
     return Group(*parts)
 

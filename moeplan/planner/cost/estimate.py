@@ -41,12 +41,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from moeplan.errors import InputError
 from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
 from moeplan.planner.memory.accounting import (MemoryConstants, estimate_memory, kv_read_bytes)
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, Term
 from moeplan.planner.cost import factors as F
+from moeplan.planner.cost import machine
 from moeplan.planner.cost.priors import BackendPriors
 
 # nominal clock of the machine the batch-1 dot-product anchor was measured on (docs/design.md §4:
@@ -55,6 +57,10 @@ from moeplan.planner.cost.priors import BackendPriors
 REF_CLOCK_HZ = 2.1e9
 # 1.28 sigma: the reported range is about an 80% interval
 RANGE_SIGMA = 1.28
+# a read-only stream reaches ~90% of an Infinity Fabric link (profiles/parts/efficiency.toml
+# [fabric]) and ~70% of a QPI/UPI link's data rate (snoop and protocol traffic share it)
+FABRIC_READ = 0.90
+LINK_READ = 0.70
 _SOURCE_ERR = {"measured": 0.07, "calibrated": 0.05, "nvml": 0.1, "sysfs": 0.1, "user": 0.15,
                "spec-sheet": 0.15, "prior": 0.3}
 
@@ -86,6 +92,8 @@ class Factors:
     cross_socket: bool
     cpu_only: bool
     numa_note: str
+    barrier_x: float = 1.0  # cost of a thread barrier across the sockets used, x one socket's
+    oversub_s_per_barrier: float = 0.0  # threads beyond the logical CPUs (machine.py)
 
     def to_dict(self) -> dict:
         out: dict = {}
@@ -105,7 +113,7 @@ def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
     if fig is None or not fig.value:
         return None
     err = _SOURCE_ERR.get(fig.source, 0.2)
-    if fig.source == "measured" and fig.spread:
+    if fig.source in ("measured", "prior") and fig.spread:
         err = max(err, fig.spread / 2)
     return fig.effective, fig.source, err
 
@@ -182,7 +190,7 @@ def physical_cores(hw: HardwareProfile, p: Placement) -> int:
     return max(1, sum(n.n_physical_cores for n in used_nodes(hw, p)) or hw.cpu.n_cores)
 
 
-def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Factors:
+def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_bytes: float = 0.0) -> Factors:
     """Turn the profile's figures, calibration and backend priors into the model's rates."""
     cpu_only = not hw.gpus or p.n_gpus == 0
     gpu = hw.gpus[0] if hw.gpus else None
@@ -192,6 +200,9 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     g = _fig(gpu.mem_bw_bytes_per_s) if gpu else None
     if g:
         bw_g = Rate(g[0] * eta_g, f"{g[1]} x {eta_src} eta_gpu={eta_g:.2f}", math.hypot(g[2], eta_err))
+    elif gpu and not cpu_only:
+        raise InputError(f"GPU {gpu.index} ({gpu.name}) has no memory bandwidth figure in the hardware profile",
+                         "rebuild it with `moeplan hardware ... --gpu-bw 448GB/s` or measure with `moeplan probe`")
     else:
         bw_g = Rate(0.0, "none", 0.0, "no GPU")
     mfu, mfu_src, mfu_err = _factor(F.GPU_MFU, pr.gpu_mfu, pr, hw)
@@ -214,7 +225,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     else:
         h2d = Rate(0.0, "none", 0.0)
 
-    # CPU: threads, nodes, NUMA policy
+    # CPU: threads, nodes, NUMA policy, the machine model (machine.py)
     nodes = used_nodes(hw, p)
     all_nodes = cpu_nodes(hw)
     n_nodes = len(all_nodes)
@@ -249,44 +260,87 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 0.5 * (1 - 1 / len(nodes))  # first touch by spread threads: half stays remote
         note = "threads spread over nodes, pages first-touched by them"
-    else:  # none: threads spread by the OS, pages first-touched by the loader on one node
-        mem_nodes_bw = bws[0][0]
+    else:  # none: threads spread by the OS, pages on the loader's node until it is full
+        k = machine.pages_nodes(host_bytes, [n.mem_total_bytes for n in nodes])
+        mem_nodes_bw = sum(b[0] for b in bws[:k])
         f_remote = 1 - 1 / len(nodes)
-        note = f"no NUMA policy: pages on one node, {f_remote:.0%} of reads remote"
-    cores_per_node = max(1, sum(n.n_physical_cores or len(n.cpus) for n in nodes) // len(nodes))
+        note = (f"no NUMA policy: pages on {'one node' if k == 1 else f'{k} nodes (one node is too small)'}, "
+                f"{f_remote:.0%} of reads remote")
+    # threads on cores: SMT siblings and threads beyond the logical CPUs add no read rate
+    n_cores = sum(n.n_physical_cores or len(n.cpus) for n in nodes) or hw.cpu.n_cores
+    n_logical = sum(len(n.cpus) for n in nodes) or hw.cpu.n_threads
+    tu = machine.thread_use(T, n_cores, n_logical)
+    sockets_n = max(1, round(len(nodes) * max(1, hw.cpu.n_sockets) / max(1, n_nodes)))
+    cores_per_node = max(1, n_cores // len(nodes))
     core_fig = _fig(hw.cpu.core_read_bytes_per_s)
     share, share_src, share_err = _factor(F.CORE_READ_SHARE, pr.core_read_share, pr, hw)
-    if core_fig and share_src == "prior":
-        b_core = core_fig[0]
+    fam_core = machine.core_read_prior(hw)
+    if share_src != "prior":
+        b_core, b_how = share * (sum(b[0] for b in bws) / len(bws)) / cores_per_node, share_src
+    elif core_fig and core_fig[1] in ("measured", "calibrated", "user"):
+        b_core, b_how = core_fig[0], core_fig[1]
+    elif fam_core:
+        b_core, b_how = fam_core[0], "Little's law prior"
+    elif core_fig:
+        b_core, b_how = core_fig[0], core_fig[1]
     else:
-        b_core = share * (sum(b[0] for b in bws) / len(bws)) / cores_per_node
-    bw_loc = min(T * b_core, eta_c * mem_nodes_bw)
-    bw_val = bw_loc / ((1 - f_remote) + f_remote / max(rho, 1e-3)) if f_remote else bw_loc
+        b_core, b_how = share * (sum(b[0] for b in bws) / len(bws)) / cores_per_node, share_src
+    thread_bw = tu.on_cores * b_core
+    ccd = machine.ccd_read_cap(hw, math.ceil(tu.on_cores / sockets_n))
+    ccd_bw = ccd[0] * FABRIC_READ * sockets_n if ccd else math.inf
+    dram_bw = eta_c * mem_nodes_bw
+    bw_loc = min(thread_bw, ccd_bw, dram_bw)
+    rem_bw = rho * bw_loc
+    link = machine.socket_link_cap(hw, len(nodes), sockets_n) if f_remote else None
+    if link and sockets_n > 2:
+        # more than two sockets: remote reads spread over many links at once; the links,
+        # not one pair's remote/local ratio, bound them
+        rem_bw = min(bw_loc, link[0] * LINK_READ)
+    elif link:
+        rem_bw = min(rem_bw, link[0] * LINK_READ)
+    bw_val = 1 / ((1 - f_remote) / bw_loc + f_remote / max(rem_bw, 1.0)) if f_remote else bw_loc
     src_err = max(b[2] for b in bws)
-    thread_bound = T * b_core < eta_c * mem_nodes_bw
-    err = math.hypot(src_err, share_err if thread_bound else etac_err, rho_err * f_remote)
+    bound = min((thread_bw, "threads"), (ccd_bw, "ccd"), (dram_bw, "dram"))[1]
+    err = math.hypot(src_err, {"threads": share_err, "ccd": 0.15, "dram": etac_err}[bound], rho_err * f_remote)
     srcs = sorted({b[1] for b in bws})
-    how = (f"{T} threads x {b_core / 1e9:.1f} GB/s per core ({share_src})" if thread_bound
-           else f"{'/'.join(srcs)} x {etac_src} eta_cpu={eta_c:.2f}")
+    smt = f", {tu.smt_threads} on SMT siblings add none" if tu.smt_threads else ""
+    if bound == "threads":
+        how = f"{tu.on_cores} threads on cores x {b_core / 1e9:.1f} GB/s per core ({b_how}{smt})"
+    elif bound == "ccd":
+        how = f"CCD links: {ccd[1]} x {FABRIC_READ:.2f}" if ccd else ""
+    else:
+        how = f"{'/'.join(srcs)} x {etac_src} eta_cpu={eta_c:.2f}"
+    if link and f_remote:
+        note += f"; remote reads {rem_bw / 1e9:.0f} GB/s ({link[1]})"
     bw_c = Rate(bw_val, how, err, note)
 
-    clock = hw.cpu.base_clock_hz or REF_CLOCK_HZ
+    clock, clock_how = machine.all_core_clock_hz(hw, REF_CLOCK_HZ)
     r_dot, rdot_src, rdot_err = _factor(F.CPU_DOT, pr.cpu_dot_weights_per_cycle, pr, hw)
-    if not hw.cpu.base_clock_hz:
+    if not hw.cpu.base_clock_hz or (hw.cpu.core_flop_per_s is not None
+                                    and hw.cpu.core_flop_per_s.source == "prior"):
         rdot_err = math.hypot(rdot_err, 0.3)
-    dot = Rate(r_dot * clock * T, f"{rdot_src} ({r_dot:.1f} weights/cycle x {clock / 1e9:.2f} GHz)", rdot_err)
+    isa_x, isa_how = machine.isa_dot_scale(hw, pr.name) if rdot_src == "prior" else (1.0, "calibrated")
+    # a thread on an SMT sibling shares its core's vector units; an oversubscribed one waits
+    dot_threads = tu.on_cores + 0.1 * tu.smt_threads
+    dot = Rate(r_dot * isa_x * clock * dot_threads,
+               f"{rdot_src} ({r_dot:.1f} weights/cycle x {isa_how} x {clock_how} x {dot_threads:g} threads)", rdot_err)
     isa_class = cpu_isa_class(hw)
     core_peak = _fig(hw.cpu.core_flop_per_s)
-    peak = core_peak[0] if core_peak else clock * (64 if "avx512f" in hw.cpu.isa else 32) * 0.85
+    clock_x = clock / (hw.cpu.base_clock_hz or clock)
+    peak = core_peak[0] * clock_x if core_peak else clock * (64 if "avx512f" in hw.cpu.isa else 32) * 0.85
     eff_prior = pr.cpu_mm_eff.get(isa_class) or max(pr.cpu_mm_eff.values(), default=0.0)
     eff, eff_src, eff_err = _factor(F.CPU_MM_EFF, eff_prior, pr, hw)
-    cpu_flop = Rate(eff * peak * max(1, p.threads_batch), f"{eff_src} ({isa_class}, {eff:.2f} of FP32 peak)",
+    tb = machine.thread_use(p.threads_batch, n_cores, n_logical)
+    cpu_flop = Rate(eff * peak * (tb.on_cores + 0.1 * tb.smt_threads),
+                    f"{eff_src} ({isa_class}, {eff:.2f} of FP32 peak at {clock / 1e9:.2f} GHz)",
                     math.hypot(eff_err, core_peak[2] if core_peak else 0.3))
 
     sockets_used = len(nodes) > 1 and hw.cpu.n_sockets > 1
-    xs = 2.0 if sockets_used else 1.0
+    # a barrier's counter line crosses the socket links: one hop more per doubling of sockets
+    xs = 1.0 + math.log2(sockets_n) if sockets_used else 1.0
     s_sync, ss_src, ss_err = _factor(F.S_SYNC_S, pr.s_sync_s, pr, hw)
-    barrier = pr.n_cpu_ops_per_layer * pr.s_barrier_s_per_thread * T * xs
+    oversub = machine.oversubscription_s_per_barrier(tu)
+    barrier = pr.n_cpu_ops_per_layer * (pr.s_barrier_s_per_thread * T * xs + oversub)
     sync = Rate(s_sync + barrier, ss_src, ss_err)
     sl, sl_src, sl_err = _factor(F.S_LAYER_GPU_S, pr.s_layer_gpu_s, pr, hw)
     tt, tt_src, tt_err = _factor(F.T_TOKEN_S, pr.t_token_s, pr, hw)
@@ -297,7 +351,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
                    cpu_dot_elem_per_s=dot, cpu_flop_per_s=cpu_flop, s_sync_s=sync,
                    s_layer_gpu_s=Rate(sl, sl_src, sl_err), t_token_s=Rate(tt, tt_src, tt_err),
                    nvme_bytes_per_s=nvme, remote_share=f_remote, cross_socket=sockets_used,
-                   cpu_only=cpu_only, numa_note=note)
+                   cpu_only=cpu_only, numa_note=note, barrier_x=xs, oversub_s_per_barrier=oversub)
 
 
 # ---- pieces of the model --------------------------------------------------------------------
@@ -412,8 +466,8 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
                               f"{attn / 1e9:.1f} GFLOP at depth {depth} / {f.cpu_flop_per_s.value / 1e9:.0f} GFLOP/s"))
             errs["cpu_attention"] = f.cpu_flop_per_s.rel_err
         n_ops = len(model.trunk_layers)
-        terms.append(Term("barriers", n_ops * pr.n_cpu_ops_per_layer * 2 * pr.s_barrier_s_per_thread * p.n_threads
-                          * (2.0 if f.cross_socket else 1.0), "sync",
+        terms.append(Term("barriers", n_ops * pr.n_cpu_ops_per_layer * 2 * (pr.s_barrier_s_per_thread * p.n_threads
+                          * f.barrier_x + f.oversub_s_per_barrier), "sync",
                           f"{n_ops} layers x {pr.n_cpu_ops_per_layer * 2} ops x thread barrier"))
     elif devices:
         _multi_gpu_decode_terms(model, p, hw, pr, f, depth, n_step, touched, devices, terms, errs)
@@ -610,6 +664,10 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     k, n = p.n_experts_used or model.n_experts_used, model.n_experts
     n_prompt = max(1, n_prompt)
     u = max(1, min(p.n_ubatch, n_prompt))
+    cpu_layers = bool(set(p.cpu_moe_layers))
+    layerwise = p.op_offload and machine.kt_layerwise_prefill(pr.name, n_prompt, cpu_layers and not f.cpu_only)
+    if layerwise:
+        u = min(n_prompt, machine.KT_CHUNKED_PREFILL_TOKENS)
     n_ub = math.ceil(n_prompt / u)
     cpu = set(p.cpu_moe_layers)
     share = distinct_experts(n, k, u) / max(1, n)
@@ -626,6 +684,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
         offload = p.op_offload and u * k >= 32 * n
     else:
         offload = pr.op_offload == "weights"
+    offload = offload or layerwise
     terms: list[Term] = []
     errs: dict[str, float] = {}
     scale = n_ub / n_prompt  # per-ubatch seconds -> seconds per prompt token
@@ -658,10 +717,12 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     if not f.cpu_only:
         if moe_cpu:
             if offload:
-                full = 1.0 if pr.op_offload == "weights" else share
+                full = 1.0 if pr.op_offload == "weights" or layerwise else share
                 b = sum(layer.expert_bytes for layer in moe_cpu) * full
+                what = ("all experts of the CPU layers uploaded layer by layer (KTransformers GPU prefill)"
+                        if layerwise else "used experts")
                 terms.append(Term("h2d_experts", b / max(1.0, f.h2d_bytes_per_s.value) * scale, "pcie",
-                                  f"{b / 1e9:.2f} GB of used experts per ubatch of {u} / "
+                                  f"{b / 1e9:.2f} GB of {what} per ubatch of {u} / "
                                   f"{f.h2d_bytes_per_s.value / 1e9:.1f} GB/s"))
                 errs["h2d_experts"] = f.h2d_bytes_per_s.rel_err
             else:
@@ -766,7 +827,7 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
     if not hw.gpus and p.n_gpus:
         p = p.with_(n_gpus=0)
     mem = estimate_memory(model, p, consts, repack_types=repack_types)
-    f = resolve_factors(hw, pr, p)
+    f = resolve_factors(hw, pr, p, host_bytes=mem.ram_bytes)
     other_host = mem.ram_bytes - mem.get("weights_experts_cpu")
     res_share = _resident_share(model, p, hw, other_host)
     devices = mem.devices if not f.cpu_only else ()

@@ -13,6 +13,7 @@ Formulas (all one direction, decimal bytes):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from moeplan.errors import InputError
@@ -33,6 +34,9 @@ class GpuPart:
     fp16_flop_per_s: float
     compute_capability: str = ""
     aliases: tuple[str, ...] = ()
+    # optional catalog facts (parts.toml): where the figures come from, laptop part
+    source: str = ""
+    mobile: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,13 @@ class CpuPart:
     fp32_flop_per_cycle: int
     fabric_read_bytes_per_s: float | None = None  # per socket, Ryzen desktop only
     aliases: tuple[str, ...] = ()
+    # optional topology and provenance from the catalog (None / empty = not stated)
+    boost_hz: float | None = None
+    ccds: int | None = None  # core dies per socket (AMD CCDs)
+    cores_per_ccd: int | None = None
+    ram_speeds_mts: tuple[tuple[str, int], ...] = ()  # (ddr4 / ddr5 / mrdimm / lpddr5x, fastest rated MT/s)
+    mobile: bool = False
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,11 @@ class Efficiency:
     core_read_prior_bytes_per_s: dict[str, float]
     remote_distance: dict[str, int]
     disks: dict[str, tuple[float, float]] = field(default_factory=dict)  # class -> (bytes/s, achievable)
+    # priors for numbers-only profiles, derived from the parts catalog (catalog.efficiency):
+    # segment -> median base clock of the catalog's x86 parts of that segment
+    cpu_clock_prior_hz: dict[str, float] = field(default_factory=dict)
+    # VRAM classes of the catalog's GPUs: (vram_gib, median, min, max bandwidth in bytes/s, n parts)
+    gpu_bw_by_vram: tuple[tuple[float, float, float, float, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -197,6 +213,9 @@ def _default_name(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | None, so
     return " + ".join(parts)
 
 
+X86_ISA_PRIOR = ("avx", "avx2", "fma", "f16c")
+
+
 def _isa_flop_per_cycle(isa: tuple[str, ...]) -> tuple[int, str]:
     if "avx512f" in isa:
         return 64, "2 x 512-bit FMA assumed for AVX-512 (Zen 4 and client cores have half)"
@@ -209,21 +228,34 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
               threads_ps: int) -> tuple[Cpu, list[str]]:
     notes = []
     isa = tuple(req.isa) if req.isa is not None else (cpu.isa if cpu else ())
-    if not isa:
+    segment = cpu.segment if cpu else ("desktop" if (req.channels or 0) <= 2 else "server")
+    if cpu is None and req.isa is None:
+        # a CPU given by numbers: `moeplan hardware` describes x86 machines (DDR channels,
+        # PCIe GPUs); every x86-64 part of the last decade has AVX2/FMA (Haswell, Zen 1 on)
+        isa = X86_ISA_PRIOR
+        notes.append("ISA not given: x86 with AVX2/FMA assumed, no AVX-512/AMX (pass --isa to change)")
+    elif not isa:
         notes.append("ISA unknown (pass --isa avx2,avx512f,...): kernel choice cannot be predicted")
     ghz_hz = req.cpu_ghz * 1e9 if req.cpu_ghz else (cpu.base_hz if cpu else None)
+    clock_prior = False
+    if ghz_hz is None and eff.cpu_clock_prior_hz.get(segment):
+        ghz_hz, clock_prior = eff.cpu_clock_prior_hz[segment], True
+        notes.append(f"CPU clock not given: {ghz_hz / 1e9:.2f} GHz assumed, the median base clock of the "
+                     f"catalog's {segment} x86 parts (pass --cpu-ghz)")
     if cpu is not None and req.isa is None:
         fpc, why = cpu.fp32_flop_per_cycle, f"{cpu.family} family"
     else:
         fpc, why = _isa_flop_per_cycle(isa)
     core_flop = None
     if ghz_hz:
-        core_flop = Figure(value=ghz_hz * fpc, source=_src(req.cpu_ghz is not None or cpu is None or req.isa is not None),
-                           method=f"FP32 FMA peak per core: {ghz_hz / 1e9:.2f} GHz base x {fpc} FLOP/cycle ({why})",
+        core_flop = Figure(value=ghz_hz * fpc,
+                           source="prior" if clock_prior else
+                           _src(req.cpu_ghz is not None or cpu is None or req.isa is not None),
+                           method=f"FP32 FMA peak per core: {ghz_hz / 1e9:.2f} GHz "
+                                  f"{'(prior) ' if clock_prior else 'base '}x {fpc} FLOP/cycle ({why})",
                            achievable=eff.cpu_sgemm)
     else:
         notes.append("CPU clock unknown (pass --cpu-ghz): no CPU compute figure")
-    segment = cpu.segment if cpu else ("desktop" if (req.channels or 0) <= 2 else "server")
     prior = eff.core_read_prior_bytes_per_s.get(segment)
     core_read = None
     if prior:
@@ -241,8 +273,9 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
         n_cores=cores_ps * sockets,
         n_threads=threads_ps * sockets,
         isa=isa,
-        l3_bytes=cpu.l3_bytes * sockets if cpu else None,
+        l3_bytes=cpu.l3_bytes * sockets if cpu and cpu.l3_bytes else None,
         base_clock_hz=ghz_hz,
+        max_clock_hz=cpu.boost_hz if cpu and req.cpu_ghz is None else None,
         core_read_bytes_per_s=core_read,
         core_flop_per_s=core_flop,
         memory_channels=channels_ps * sockets if channels_ps else None,
@@ -250,6 +283,10 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
         ram_speed_mts=speed,
         source=_src(cpu is None or req.cores is not None),
         memory_source=("user" if mem_user else "spec-sheet") if (channels_ps or ram_type or speed) else "",
+        family=cpu.family if cpu else "",
+        segment=segment,
+        ccds_per_socket=cpu.ccds if cpu else None,
+        cores_per_ccd=cpu.cores_per_ccd if cpu else None,
     ), notes
 
 
@@ -332,7 +369,9 @@ def _spec_gpu(req: SpecRequest, part: GpuPart | None, eff: Efficiency, nodes: tu
     vram = req.gpu_vram_bytes or part.vram_bytes  # type: ignore[union-attr]
     bw = _peak(req.gpu_bw_bytes_per_s, part.mem_bw_bytes_per_s if part else None, "--gpu-bw", part,
                "GPU memory bandwidth", "device-memory bandwidth peak; achievable: copy/STREAM-like kernels",
-               eff.gpu_mem, notes)
+               eff.gpu_mem, notes, quiet=True)
+    if bw is None:
+        bw = gpu_bw_class_prior(vram, eff, notes)
     fp16 = _peak(req.gpu_fp16_flop_per_s, part.fp16_flop_per_s if part else None, "--gpu-tflops", part,
                  "GPU FP16 rate", "dense FP16 tensor peak (FP16 accumulate); achievable: large cuBLAS GEMMs",
                  eff.gpu_fp16, notes)
@@ -358,15 +397,33 @@ def _spec_gpu(req: SpecRequest, part: GpuPart | None, eff: Efficiency, nodes: tu
     return gpu, notes
 
 
+def gpu_bw_class_prior(vram_bytes: int, eff: Efficiency, notes: list[str]) -> Figure | None:
+    """A GPU given without bandwidth: the median bandwidth of the catalog's GPUs with the same
+    VRAM (the nearest VRAM class when none has it), source 'prior', its spread = (max - min) /
+    median of that class so that the estimate's range widens with it."""
+    if not eff.gpu_bw_by_vram or vram_bytes <= 0:
+        notes.append("GPU memory bandwidth unknown (pass --gpu-bw)")
+        return None
+    gib = vram_bytes / GIB
+    cls = min(eff.gpu_bw_by_vram, key=lambda c: (abs(math.log(c[0] / gib)), -c[4]))
+    vram_c, med, lo, hi, n = cls
+    notes.append(f"GPU memory bandwidth not given: {med / 1e9:.0f} GB/s assumed, the median of the catalog's "
+                 f"{n} GPU(s) with {vram_c:g} GiB (they range {lo / 1e9:.0f}-{hi / 1e9:.0f} GB/s; pass --gpu-bw)")
+    return Figure(value=med, source="prior", spread=(hi - lo) / med if med else 0.0,
+                  method=f"VRAM-class prior: median device-memory bandwidth of {n} catalog GPU(s) with "
+                         f"{vram_c:g} GiB ({lo / 1e9:.0f}-{hi / 1e9:.0f} GB/s)", achievable=eff.gpu_mem)
+
+
 def _peak(given: float | None, catalog_value: float | None, option: str, part: GpuPart | None, label: str,
-          what: str, achievable: float, notes: list[str]) -> Figure | None:
+          what: str, achievable: float, notes: list[str], quiet: bool = False) -> Figure | None:
     """A GPU peak from the command line (`user`) or the catalog (`spec-sheet`), or a note."""
     if given:
         return Figure(value=given, source="user", method=f"{option}: {what}", achievable=achievable)
     if part is not None and catalog_value:
         return Figure(value=catalog_value, source="spec-sheet", method=f"{part.name} spec sheet: {what}",
                       achievable=achievable)
-    notes.append(f"{label} unknown (pass {option})")
+    if not quiet:
+        notes.append(f"{label} unknown (pass {option})")
     return None
 
 
