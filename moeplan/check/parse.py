@@ -191,6 +191,7 @@ _PROMPT_T = re.compile(r"prompt eval time =\s*(" + _NUM + r") ms /\s*(\d+) token
                        + _NUM + r") tokens per second\)")
 _EVAL_T = re.compile(r"(?<!prompt )\beval time =\s*(" + _NUM + r") ms /\s*(\d+) (?:runs|tokens)\s*\(\s*(" + _NUM
                      + r") ms per token,\s*(" + _NUM + r") tokens per second\)")
+_SAMPLE_T = re.compile(r"sample time =\s*" + _NUM + r" ms")
 _CLI_T = re.compile(r"\[ Prompt: (" + _NUM + r") t/s \| Generation: (" + _NUM + r") t/s \]")
 _BREAKDOWN = re.compile(r"\|\s*-\s+(.+?)\s*\|\s*(.*?)\s*\|\s*$")
 _BD_DEVICE = re.compile(r"^(\d+)\s*=\s*(\d+)\s*\+\s*\(\s*(\d+)\s*=\s*(\d+)\s*\+\s*(\d+)\s*\+\s*(\d+)\s*\)\s*\+\s*(-?\d+)$")
@@ -388,8 +389,8 @@ def parse_log(text: str, source: str = "-") -> RunLog:
     tool_hits: set[str] = set()
     in_json = bench is not None and raw.lstrip().startswith(("[", "{"))
     for no, line in lines:
-        if not line.strip() or in_json:
-            continue
+        if not line.strip() or in_json or line.lstrip().startswith("#"):
+            continue  # '#' lines are comments (a header saying where the log came from)
         read = True
         if (m := _OVERRIDE.search(line)):
             overrides.append(Override(m.group(1), m.group(4), int(m.group(2)), m.group(3)))
@@ -433,6 +434,8 @@ def parse_log(text: str, source: str = "-") -> RunLog:
             if "sample time" not in line:
                 speeds.append(Speed("decode", _f(m.group(4)), "timings", n_tokens=int(m.group(2)),
                                     ms=_f(m.group(1)), line_no=no))
+        elif _SAMPLE_T.search(line):
+            pass  # sampling time: no throughput figure of the model
         elif (m := _CLI_T.search(line)):
             speeds.append(Speed("prefill", _f(m.group(1)), "llama-cli", line_no=no))
             speeds.append(Speed("decode", _f(m.group(2)), "llama-cli", line_no=no))
