@@ -15,7 +15,6 @@ from moeplan.check.parse import parse_log
 from moeplan.check.placement import recover_placement
 from moeplan.cli import app
 from moeplan.planner.memory.constants import memory_calibration_name, memory_constants
-from moeplan.planner.hardware.profile import Calibration
 from moeplan.planner.placement import Placement
 from moeplan.probes.models import resolve_model
 from moeplan.tuner.holdout import holdout_guard
