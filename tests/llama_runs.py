@@ -45,9 +45,12 @@ CASES = (
     Case("cpu-qwen3moe-rpc2-complete", "qwen3moe",
          Placement(cpu_moe_layers=(1, 2, 4), n_ctx=512, n_threads=2, n_batch=128, n_ubatch=64, cache_type_k="q8_0",
                    cache_type_v="q8_0", load_mode="no-mmap", n_gpus=2), rpc=2),
-    Case("cpu-gptoss-complete", "gpt-oss",
+    Case("cpu-gptoss-rpc1-complete", "gpt-oss",
          Placement(cpu_moe_layers=(0, 1, 3), n_ctx=512, n_threads=2, n_batch=64, n_ubatch=32, op_offload=False,
-                   load_mode="mmap", n_gpus=0)),
+                   load_mode="mmap", n_gpus=1), rpc=1),
+    Case("cpu-qwen3moe-server", "qwen3moe",
+         Placement(cpu_moe_layers=(0, 1, 2, 3, 4, 5), n_ctx=1024, n_threads=2, n_batch=256, n_ubatch=128,
+                   n_gpus=0, n_outputs_max=1), script="launch.sh"),
     Case("cpu-qwen3moe-rpc2-bench", "qwen3moe",
          Placement(cpu_moe_layers=(0, 5), n_ctx=512, n_threads=2, n_batch=128, n_ubatch=64, n_gpus=2), rpc=2,
          script="bench.sh"),
@@ -60,11 +63,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def rpc_binary(bin_dir: Path) -> Path | None:
+    """ggml's RPC server: `rpc-server`, named `ggml-rpc-server` in newer builds."""
+    return next((bin_dir / n for n in ("rpc-server", "ggml-rpc-server") if (bin_dir / n).is_file()), None)
+
+
 def start_rpc(bin_dir: Path, n: int) -> tuple[list[subprocess.Popen], str]:
     procs, ends = [], []
+    rpc = rpc_binary(bin_dir)
+    if rpc is None:
+        raise RuntimeError(f"no rpc-server in {bin_dir}")
     for _ in range(n):
         port = free_port()
-        procs.append(subprocess.Popen([str(bin_dir / "rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
+        procs.append(subprocess.Popen([str(rpc), "-H", "127.0.0.1", "-p", str(port)],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         ends.append(f"127.0.0.1:{port}")
     for e in ends:  # wait until each listens
@@ -102,16 +113,54 @@ def run_case(case: Case, bin_dir: Path, work: Path) -> tuple[object, object, str
         extra = ["--rpc", ends] if ends else []
         if case.script == "complete.sh":
             extra += ["--verbose", "-nr"]  # -nr: repacking off (some VMs fault on AMX); not a plan flag
+        elif case.script == "launch.sh":
+            extra += ["--port", str(free_port()), "--verbose", "-nr"]
         else:
             extra += ["-r", "1", "-p", "64", "-n", "8", "--repack", "0"]
         cmd = ["bash", str(folder / case.script), *extra]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=str(work))
-        if r.returncode != 0:
-            raise RuntimeError(f"{case.name}: exit {r.returncode}\n{r.stderr[-3000:]}")
-        text = (folder / "bench.json").read_text() if case.script == "bench.sh" else r.stderr + r.stdout
+        if case.script == "launch.sh":
+            text = _serve_once(cmd, int(extra[extra.index("--port") + 1]), work)
+        else:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=str(work))
+            if r.returncode != 0:
+                raise RuntimeError(f"{case.name}: exit {r.returncode}\n{r.stderr[-3000:]}")
+            text = (folder / "bench.json").read_text() if case.script == "bench.sh" else r.stderr + r.stdout
     finally:
         stop(procs)
     return m, plan, text, " ".join([case.script, *extra])
+
+
+def _serve_once(cmd: list[str], port: int, work: Path) -> str:
+    """Start llama-server, answer one completion, stop it; its log."""
+    import json
+    import urllib.request
+
+    log = work / "server.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=str(work))
+        try:
+            for _ in range(240):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"llama-server exited {proc.returncode}: {log.read_text()[-3000:]}")
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
+                        if resp.status == 200:
+                            break
+                except OSError:
+                    time.sleep(0.25)
+            body = json.dumps({"prompt": "The capital of France is", "n_predict": 16}).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                resp.read()
+            time.sleep(0.5)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return log.read_text()
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from launch_plans import write_runnable
-from llama_runs import CASES, DATA, WRITERS, Case, run_case
+from llama_runs import CASES, DATA, WRITERS, Case, rpc_binary, run_case
 from typer.testing import CliRunner
 
 from moeplan.check.compare import compare_run, differences
@@ -26,7 +26,8 @@ from moeplan.probes.models import resolve_model
 from moeplan.profiles.backends import read_priors
 
 BIN = os.environ.get("MOEPLAN_LLAMA_BIN", "")
-HAVE_BIN = bool(BIN) and all((Path(BIN) / n).is_file() for n in ("llama-completion", "llama-bench", "rpc-server"))
+HAVE_BIN = bool(BIN) and all((Path(BIN) / n).is_file() for n in ("llama-completion", "llama-bench")) \
+    and rpc_binary(Path(BIN)) is not None
 MIB = 1024 * 1024
 
 
@@ -60,16 +61,21 @@ def test_recorded_log_gives_back_the_plans_placement(case, tmp_path):
     assert f.is_file(), f"{f} is missing: record it with tests/llama_runs.py"
     m = _model(case, tmp_path)
     rows = _assert_plans_run(case, f.read_text(), m)
-    if case.script == "complete.sh":
+    if case.script != "bench.sh":
         _assert_buffers(case, rows)
 
 
 def _assert_buffers(case: Case, rows: dict) -> None:
     """What the planner predicts for these buffers, against what llama.cpp printed (MiB, 2 decimals)."""
     kv = [r for k, r in rows.items() if k[1] == "KV cache"]
-    assert kv and all(abs(r.predicted - r.observed) <= 0.01 * MIB for r in kv if r.predicted is not None)
+    assert kv and all(abs(r.predicted - r.observed) <= 0.0051 * MIB for r in kv if r.predicted is not None), \
+        [(r.device, r.predicted, r.observed) for r in kv]
+    # llama.cpp prints MiB with two decimals: +-0.005 MiB, plus 0.5% for alignment the planner leaves out
+    span = [r for k, r in rows.items() if k[1] == "weights (mapped file span)"]
+    assert all(r.observed >= r.predicted - 0.0051 * MIB for r in span)
     w = [r for k, r in rows.items() if k[1] == "weights" and r.predicted is not None]
-    assert w and all(abs(r.error) < 0.01 for r in w), [(r.device, r.predicted, r.observed) for r in w]
+    assert w and all(abs(r.predicted - r.observed) <= 0.0051 * MIB + 0.005 * r.observed for r in w), \
+        [(r.device, r.predicted, r.observed) for r in w]
     if case.rpc:
         per_dev = [k for k in rows if k[0].startswith("RPC") and k[1] == "weights"]
         assert len(per_dev) == case.rpc  # each device's own blocks, from the loader's layer lines
@@ -81,7 +87,7 @@ def _assert_buffers(case: Case, rows: dict) -> None:
 def test_emit_run_check_round_trip(case, tmp_path):
     m, plan, text, _ = run_case(case, Path(BIN), tmp_path)
     rows = _assert_plans_run(case, text, m)
-    if case.script == "complete.sh":
+    if case.script != "bench.sh":
         _assert_buffers(case, rows)
     # and through the command, against the plan file it was emitted from
     log = tmp_path / "run.log"

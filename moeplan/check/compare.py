@@ -136,21 +136,28 @@ def repack_types_of(run: RunLog, p: Placement) -> tuple[str, ...]:
     return ()
 
 
-def _dev_of(buffer_type: str, devices: list[str]) -> str:
+def _dev_of(buffer_type: str, devices) -> str:
+    """The device of a buffer type. RPC buffer types are 'RPC0[host:port]' for every remote
+    (ggml-rpc.cpp names the buffer type after the first device): the endpoint says which device
+    ('using device RPC1 (host:port)')."""
+    if buffer_type.endswith("]") and "[" in buffer_type:
+        endpoint = buffer_type[buffer_type.index("[") + 1:-1]
+        for d in devices:
+            if d.description == endpoint:
+                return d.name
     for d in devices:
-        if buffer_type == d or buffer_type.startswith(d + "[") or buffer_type.startswith(d + " "):
-            return d
+        if buffer_type == d.name or buffer_type.startswith(d.name + "[") or buffer_type.startswith(d.name + " "):
+            return d.name
     return buffer_type
 
 
 def _observed_device_buffers(run: RunLog) -> dict[str, dict[str, int]]:
     """device -> kind -> bytes for non-host buffers."""
-    devs = [d.name for d in run.devices]
     out: dict[str, dict[str, int]] = {}
     for b in run.buffers:
         if b.host:
             continue
-        d = _dev_of(b.buffer_type, devs)
+        d = _dev_of(b.buffer_type, run.devices)
         out.setdefault(d, {})
         out[d][b.kind] = out[d].get(b.kind, 0) + b.bytes
     return out
@@ -230,10 +237,8 @@ def memory_rows(run: RunLog, model: ModelSpec, p: Placement, consts: MemoryConst
         notes.append("no device buffer lines in the log: the GPU side is not compared")
 
     # the breakdown table: unaccounted = total - free - self per GPU
-    gpu_rows = [m for m in run.memory if not m.host]
+    gpu_rows = [m for m in run.memory if not m.host and not m.name.startswith("RPC")]
     for m in gpu_rows:
-        if m.name.startswith("RPC"):
-            continue
         rows.append(Row("memory", m.name, "context + pool (unaccounted)", it("cuda_context"),
                         (m.unaccounted_mib or 0) * MIB, formula("cuda_context") +
                         "; observed = total - free - self, which also holds other processes' memory",
@@ -249,11 +254,21 @@ def memory_rows(run: RunLog, model: ModelSpec, p: Placement, consts: MemoryConst
                                                                                         "weights_experts_cpu")
     if plain:
         # ggml_backend_alloc_ctx_tensors places each tensor at the buffer's alignment (32 bytes on the CPU)
-        pad_b = sum(-t.n_bytes % 32 for t in model.globals) + sum(-t.n_bytes % 32 for layer in model.trunk_layers
-                                                                   for t in layer.tensors) if cpu_only else 0
+        cpu = set(p.cpu_moe_layers)
+        if cpu_only:
+            host_t = list(model.globals) + [t for layer in model.trunk_layers for t in layer.tensors]
+        else:
+            host_t = [t for t in model.globals if t.group == "embed"] + [
+                t for layer in model.trunk_layers if layer.index in cpu for t in layer.tensors if t.group == "experts"]
+        pad_b = sum(-t.n_bytes % 32 for t in host_t)
         pred = it(*host_w) + pad_b
-        rows.append(Row("memory", "host", "weights", pred, sum(b.bytes for b in plain),
-                        formula(*host_w) + ("; + 32-byte alignment of each tensor" if pad_b else ""),
+        mapped = any(b.buffer_type.endswith("_Mapped") for b in plain)
+        span = ("; with mmap the mapped buffer is the file span from the first to the last host tensor "
+                "(src/llama-model-loader.cpp:1449-1464 get_mapping_range), so device tensors stored between them "
+                "count too: observed >= predicted" if mapped and not cpu_only else "")
+        rows.append(Row("memory", "host", "weights (mapped file span)" if span else "weights", pred,
+                        sum(b.bytes for b in plain),
+                        formula(*host_w) + ("; + 32-byte alignment of each tensor" if pad_b else "") + span,
                         ", ".join(sorted({b.buffer_type for b in plain}))))
         if any(b.buffer_type.endswith("_Mapped") for b in plain) and repack:
             notes.append("with mmap the CPU_Mapped buffer spans the whole file, repacked tensors included")
@@ -363,6 +378,10 @@ def differences(model: ModelSpec, plan_p: Placement, rec: Recovered, hw: Hardwar
         a, b = getattr(plan_p, f), getattr(rec.placement, f)
         if f == "n_threads_batch":
             a, b = plan_p.threads_batch, rec.placement.threads_batch
+        if f == "cpu_moe_layers" and plan_p.n_gpus == 0 and rec.placement.n_gpus == 0:
+            continue  # a CPU-only run keeps every expert on the CPU whatever the list says
+        if f == "kv_unified" and plan_p.n_seq <= 1 and rec.placement.n_seq <= 1:
+            continue  # one sequence: one stream either way (llama-context.cpp n_ctx_seq)
         if _norm(f, a) == _norm(f, b):
             continue
         if base_e is None:

@@ -190,7 +190,10 @@ def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = No
 
     # --- CPU experts
     moe = model.moe_layer_indices
-    if run.overrides:
+    if run.offloaded_layers is not None and run.offloaded_layers[0] == 0:
+        # -ngl 0: every block, experts included, stays on the CPU
+        ch["cpu_moe_layers"], ev["cpu_moe_layers"] = moe, "log"
+    elif run.overrides:
         cpu, n = cpu_layers_from_overrides(model, run)
         ch["cpu_moe_layers"], ev["cpu_moe_layers"] = cpu, "log"
         notes += n
@@ -296,6 +299,11 @@ def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = No
         ch["load_mode"], ev["load_mode"] = "no-mmap", "log"
     elif lm == "mmap":
         ch["load_mode"], ev["load_mode"] = "mmap", "flags"
+    elif str(rec.get("load_mode", "")) in ("none", "mmap", "mlock", "mmap+mlock"):
+        # llama-bench's load_mode field (tools/llama-bench/llama-bench.cpp -lm, llama_load_mode_name)
+        v = str(rec["load_mode"])
+        ch["load_mode"] = "no-mmap" if v == "none" else ("mlock" if "mlock" in v else "mmap")
+        ev["load_mode"] = "llama-bench"
 
     # --- devices
     gpus = [d.name for d in run.devices if not is_host_buffer(d.name)]
