@@ -59,7 +59,6 @@ def check_one(name: str, text: str, plan, model_arg: str | None, hw_profile, qua
     from moeplan.check.parse import parse_log
     from moeplan.check.placement import recover_placement
     from moeplan.planner.memory.constants import memory_constants
-    from moeplan.planner.placement import Placement
     from moeplan.profiles.backends import read_priors
 
     run = parse_log(text, source=name)
@@ -67,8 +66,7 @@ def check_one(name: str, text: str, plan, model_arg: str | None, hw_profile, qua
         raise InputError(f"{name}: no llama.cpp, ik_llama.cpp, llama-bench, KTransformers or SGLang figures found",
                          "give the program's full output (stderr too: 2>&1), or llama-bench -o json/jsonl/md")
     model = model_for(run, plan, model_arg, quant, size)
-    base = plan.placement if plan is not None else Placement()
-    rec = recover_placement(run, model, base)
+    rec = recover_placement(run, model, plan.placement if plan is not None else None)
     pr = read_priors(rec.placement.backend)
     consts = memory_constants(hw_profile, pr.name)
     res = compare_run(run, model, rec, hw_profile, pr, consts=consts,
