@@ -2,6 +2,8 @@
 
     commands -> ui -> tuner -> executor, launch -> probes -> profiles -> planner -> errors, units
                                                          io (the atomic writer) is usable from any layer but planner
+    check (pure parsing of run logs and their comparison with the planner) -> planner; used by
+    tuner, ui and commands
 
 Every `import` and `from ... import` in every module counts, including those inside
 functions (the lazy ones that keep start-up fast are still dependencies).
@@ -21,13 +23,15 @@ ALLOWED: dict[str, set[str]] = {
     "units": {"errors"},
     "planner": {"errors", "units"},
     "io": {"errors"},
+    "check": {"planner", "errors", "units"},
     "profiles": {"planner", "errors", "units"},
     "probes": {"planner", "profiles", "io", "errors", "units"},
     "launch": {"planner", "profiles", "probes", "io", "errors", "units"},
     "executor": {"planner", "profiles", "probes", "io", "errors", "units"},
-    "tuner": {"planner", "profiles", "probes", "launch", "executor", "io", "errors", "units"},
-    "ui": {"planner", "profiles", "probes", "launch", "tuner", "executor", "io", "errors", "units"},
-    "commands": {"planner", "profiles", "probes", "launch", "tuner", "executor", "ui", "io", "errors", "units"},
+    "tuner": {"planner", "profiles", "probes", "launch", "executor", "check", "io", "errors", "units"},
+    "ui": {"planner", "profiles", "probes", "launch", "tuner", "executor", "check", "io", "errors", "units"},
+    "commands": {"planner", "profiles", "probes", "launch", "tuner", "executor", "check", "ui", "io", "errors",
+                 "units"},
     "cli": {"commands", "errors"},
     "__main__": {"cli"},
     "__init__": set(),

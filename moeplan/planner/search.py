@@ -227,7 +227,10 @@ def _grow_ctx(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ra
 def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request,
                 consts: MemoryConstants | None = None) -> SearchResult:
     """The fastest placement for `req.objective` that fits the budgets. Raises InfeasibleError."""
-    consts = consts or MemoryConstants()
+    if consts is None:
+        from moeplan.planner.memory.constants import memory_constants
+
+        consts = memory_constants(hw, pr.name)
     vram, ram = _budgets(hw, req)
     has_gpu = bool(hw.gpus) and vram > 0
     n_gpus = max(1, len(hw.gpus)) if has_gpu else 0

@@ -826,6 +826,10 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
     """Memory, decode and prefill speed of placement `p` on `hw` with backend priors `pr`."""
     if not hw.gpus and p.n_gpus:
         p = p.with_(n_gpus=0)
+    if consts is None:
+        from moeplan.planner.memory.constants import memory_constants
+
+        consts = memory_constants(hw, pr.name)
     mem = estimate_memory(model, p, consts, repack_types=repack_types)
     f = resolve_factors(hw, pr, p, host_bytes=mem.ram_bytes)
     other_host = mem.ram_bytes - mem.get("weights_experts_cpu")

@@ -65,6 +65,14 @@ class MemoryConstants:
     margin_bytes: int = FIT_MARGIN_BYTES
     op_offload_min_batch: int = 32  # GGML_OP_OFFLOAD_MIN_BATCH
     kv_pad: int = 256
+    # the CUDA pool's high-water beyond the compute buffer, bytes per ubatch token, by K cache
+    # type ('' = any type); 0 until calibrated from logs (moeplan calibrate --from LOG)
+    cuda_pool_bytes_per_ubatch: tuple[tuple[str, float], ...] = ()
+    compute_extra_bytes: int = 0  # calibrated additive correction of the GPU compute buffer
+
+    def pool_per_ubatch(self, cache_type_k: str) -> float:
+        d = dict(self.cuda_pool_bytes_per_ubatch)
+        return d.get(cache_type_k, d.get("", 0.0))
 
 
 @dataclass(frozen=True)
@@ -325,10 +333,14 @@ def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | No
                                 f"{len(devices)} x CUDA context + cuBLAS workspace (backend prior)"))
     elif not cpu_only:
         gterms = compute_buffer_terms(model, p, gpu=True, consts=c)
+        if c.compute_extra_bytes:
+            gterms = {**gterms, "calibrated extra": c.compute_extra_bytes}
         items.append(MemoryItem("compute", "gpu", sum(gterms.values()),
                                 " + ".join(f"{k} {v / MIB:.0f} MiB" for k, v in gterms.items())))
-        items.append(MemoryItem("cuda_context", "gpu", c.cuda_context_bytes,
-                                "CUDA context + cuBLAS workspace (backend prior)"))
+        pool = round(c.pool_per_ubatch(p.cache_type_k) * n_ub)
+        items.append(MemoryItem("cuda_context", "gpu", c.cuda_context_bytes + pool,
+                                "CUDA context + cuBLAS workspace (backend prior)" +
+                                (f" + pool high-water {pool / MIB:.0f} MiB ({n_ub}-token ubatch)" if pool else "")))
 
     items.append(MemoryItem("weights_embed", "host", embd, "token_embd (llama.cpp keeps the input layer on the CPU)",
                             page_cache=mmap_backed))
