@@ -60,9 +60,9 @@ def main_options(
 
 def _register() -> None:
     # each module only defines its commands; the heavy imports happen inside them
-    from moeplan.commands import bench, hardware, launch, model, plan, tuner
+    from moeplan.commands import bench, check, hardware, launch, model, plan, tuner
 
-    for mod in (hardware, model, plan, launch, bench, tuner):
+    for mod in (hardware, model, plan, launch, bench, tuner, check):
         mod.register(app)
 
 

@@ -3,6 +3,8 @@
     commands -> ui -> tuner -> executor, launch -> probes -> profiles -> planner -> errors, units
                                                          io (the atomic writer) is usable from any layer but planner
                                                          planfile (reading plan files) sits on planner, for tuner and up
+    check (pure parsing of run logs and their comparison with the planner) -> planner; used by
+    tuner, ui and commands
 
 Every `import` and `from ... import` in every module counts, including those inside
 functions (the lazy ones that keep start-up fast are still dependencies).
@@ -23,14 +25,15 @@ ALLOWED: dict[str, set[str]] = {
     "planner": {"errors", "units"},
     "io": {"errors"},
     "planfile": {"planner", "errors", "units"},
+    "check": {"planner", "errors", "units"},
     "profiles": {"planner", "errors", "units"},
     "probes": {"planner", "profiles", "io", "errors", "units"},
     "launch": {"planner", "profiles", "probes", "io", "errors", "units"},
     "executor": {"planner", "profiles", "probes", "io", "errors", "units"},
-    "tuner": {"planner", "planfile", "profiles", "probes", "launch", "executor", "io", "errors", "units"},
-    "ui": {"planner", "planfile", "profiles", "probes", "launch", "tuner", "executor", "io", "errors", "units"},
-    "commands": {"planner", "planfile", "profiles", "probes", "launch", "tuner", "executor", "ui", "io", "errors",
-                 "units"},
+    "tuner": {"planner", "planfile", "profiles", "probes", "launch", "executor", "check", "io", "errors", "units"},
+    "ui": {"planner", "planfile", "profiles", "probes", "launch", "tuner", "executor", "check", "io", "errors", "units"},
+    "commands": {"planner", "planfile", "profiles", "probes", "launch", "tuner", "executor", "check", "ui", "io",
+                 "errors", "units"},
     "cli": {"commands", "errors"},
     "__main__": {"cli"},
     "__init__": set(),

@@ -28,6 +28,31 @@ def parse_pcie(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def parse_gpu_list(values: list[str]) -> tuple[list[str], list[tuple[int, int] | None]]:
+    """--gpu values -> one part name per card and its own link (None = the part's or --pcie):
+    'RTX 4090', 'RTX 4090:2' (two of them), 'RTX 3090@3x4' (on a gen 3 x4 riser)."""
+    names: list[str] = []
+    links: list[tuple[int, int] | None] = []
+    for v in values:
+        text, count = v, 1
+        m = re.match(r"^(.*?):\s*(\d+)\s*$", text)
+        if m:
+            text, count = m.group(1), int(m.group(2))
+            if count < 1:
+                raise InputError(f"--gpu {v!r}: the count must be at least 1", "for example --gpu 'RTX 4090:2'")
+        link = None
+        if "@" in text:
+            text, _, lk = text.rpartition("@")
+            link = parse_pcie(lk)
+        text = text.strip()
+        if not text:
+            raise InputError(f"cannot read --gpu {v!r}", "a part name, optionally @GENxLANES and :COUNT, "
+                             "for example --gpu 'RTX 3090@3x4:2'")
+        names += [text] * count
+        links += [link] * count
+    return names, links
+
+
 def parse_isa(text: str) -> tuple[str, ...]:
     from moeplan.probes.cpu import ISA_FLAGS
 
@@ -121,7 +146,7 @@ def register(app: typer.Typer) -> None:
     @app.command("hardware")
     @command
     def hardware_cmd(
-        gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU from the parts catalog: 'RTX 4090', 'RTX PRO 6000 Blackwell', H100 ...")] = None,
+        gpu: Annotated[Optional[list[str]], typer.Option("--gpu", help="GPU from the parts catalog: 'RTX 4090', 'RTX PRO 6000 Blackwell', H100 ...; repeat it for mixed cards, NAME:COUNT for several of one, NAME@GENxLANES for a card's own link ('RTX 3090@3x4:2').")] = None,
         gpu_count: Annotated[Optional[str], typer.Option("--gpu-count", help="Number of identical GPUs (default 1 with --gpu).")] = None,
         gpu_vram: Annotated[Optional[str], typer.Option("--gpu-vram", help="VRAM per GPU: 96G (binary) or 96GB.")] = None,
         gpu_bw: Annotated[Optional[str], typer.Option("--gpu-bw", help="GPU memory bandwidth peak: 1792GB/s.")] = None,
@@ -168,9 +193,19 @@ def register(app: typer.Typer) -> None:
             raise InputError("describe a machine: at least --ram and --cpu (or --cores)",
                              "for example: moeplan hardware --gpu 'RTX 4090' --cpu 'Ryzen 9 7950X' --ram 96G")
         gen, width = parse_pcie(pcie) if pcie else (None, None)
+        names, links = parse_gpu_list(gpu or [])
+        count = parse_count(gpu_count, "--gpu-count") if gpu_count is not None else None
+        mixed = len(set(names)) > 1 or any(links)
+        if len(names) > 1 and not mixed:
+            if count is not None and count != len(names):
+                raise InputError(f"--gpu-count {count} does not match the {len(names)} GPUs named",
+                                 "give the count once: --gpu 'RTX 4090:2' or --gpu 'RTX 4090' --gpu-count 2")
+            count = len(names)
         req = SpecRequest(
             name=name or "",
-            gpu=gpu, gpu_count=parse_count(gpu_count, "--gpu-count") if gpu_count is not None else None,
+            gpu=names[0] if names else None, gpu_count=count,
+            more_gpus=tuple(names[1:]) if mixed else (),
+            gpu_links=tuple(f"{lk[0]}x{lk[1]}" if lk else "" for lk in links) if any(links) else (),
             gpu_vram_bytes=parse_size(gpu_vram, "--gpu-vram") if gpu_vram else None,
             gpu_bw_bytes_per_s=parse_rate(gpu_bw, "--gpu-bw") if gpu_bw else None,
             gpu_fp16_flop_per_s=gpu_tflops * 1e12 if gpu_tflops else None,

@@ -19,7 +19,71 @@ PromptOpt = Annotated[int, typer.Option("--prompt", help="Prompt length for the 
 VramOpt = Annotated[Optional[str], typer.Option("--vram", help="What-if VRAM budget (all GPUs), e.g. 96G.")]
 RamOpt = Annotated[Optional[str], typer.Option("--ram", help="What-if host RAM, e.g. 512G.")]
 
+TsOpt = Annotated[Optional[str], typer.Option("--ts", help="Several GPUs: llama.cpp -ts weights (blocks per GPU, the output counted on the last), e.g. 57,7,7,9; default: the split moeplan would choose.")]
+GpusOpt = Annotated[Optional[str], typer.Option("--gpus", help="Use only these GPUs of the profile, by index: 0,2 (emitted as -dev CUDA0,CUDA2).")]
+
 OBJECTIVES = ("decode", "prefill", "balanced")
+
+
+def select_gpus(profile, gpus: str | None):
+    """The profile with only the GPUs `--gpus 0,2` names, in that order (llama.cpp -dev)."""
+    if not gpus:
+        return profile
+    from dataclasses import replace
+
+    try:
+        idx = [int(x) for x in gpus.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"cannot read --gpus {gpus!r}", "GPU indices separated by commas, for example --gpus 0,2") from None
+    known = {g.index: g for g in profile.gpus}
+    bad = [i for i in idx if i not in known]
+    if not idx or bad or len(set(idx)) != len(idx):
+        raise InputError(f"--gpus {gpus!r} names GPU(s) {bad or idx} that profile {profile.name!r} does not have "
+                         "(or names one twice)", "known GPU indices: " + ",".join(str(i) for i in sorted(known)))
+    chosen = tuple(replace(known[i], index=k) for k, i in enumerate(idx))
+    return replace(profile, gpus=chosen, notes=profile.notes + (f"GPUs {gpus} of the machine only (-dev)",),
+                   spec_inputs={**profile.spec_inputs, "devices": ",".join(f"CUDA{i}" for i in idx)})
+
+
+def _devices_extra(gpus: str | None) -> tuple[tuple[str, str], ...]:
+    if not gpus:
+        return ()
+    return (("devices", ",".join(f"CUDA{int(i)}" for i in gpus.split(",") if i.strip())),)
+
+
+def _with_devices(result, gpus: str | None):
+    """Put -dev of --gpus into the chosen placement (launch files emit it)."""
+    extra = _devices_extra(gpus)
+    if not extra:
+        return result
+    from dataclasses import replace
+
+    best = replace(result.best, placement=result.best.placement.with_(extra=result.best.placement.extra + extra))
+    return replace(result, best=best)
+
+
+def _device_split(spec, p, profile, ts: str | None, gpus: str | None):
+    """Several GPUs: the -ts given, else the split moeplan would choose for this placement
+    (when none fits, llama.cpp's even split, and the per-GPU table shows what is over)."""
+    from moeplan.planner.memory.accounting import MemoryConstants
+    from moeplan.planner.memory.devices import format_tensor_split, parse_tensor_split
+    from moeplan.planner.search import fit_placement
+
+    extra = tuple(kv for kv in p.extra if kv[0] != "tensor_split") + _devices_extra(gpus)
+    p = p.with_(extra=extra)
+    if p.n_gpus <= 1:
+        if ts:
+            raise InputError("--ts needs several GPUs", "drop --ts, or plan for a profile with several GPUs")
+        return p
+    if ts:
+        try:
+            w = parse_tensor_split(ts, p.n_gpus)
+        except ValueError:
+            raise InputError(f"cannot read --ts {ts!r} for {p.n_gpus} GPUs",
+                             "non-negative weights, one per GPU at most, for example --ts 57,7,7,9") from None
+        return p.with_(extra=p.extra + (("tensor_split", format_tensor_split(w)),))
+    return fit_placement(spec, p, profile, sum(g.vram_free_bytes if g.vram_free_bytes is not None else g.vram_bytes
+                                               for g in profile.gpus), MemoryConstants()) or p
 
 
 def _hardware(hw: str | None, vram: str | None = None, ram: str | None = None):
@@ -43,7 +107,8 @@ def register(app: typer.Typer) -> None:
         threads: ThreadsOpt = None, ubatch: UbatchOpt = 512, numa: NumaOpt = "none",
         no_op_offload: NoOpOffloadOpt = False, gpu_expert_cache: CacheOpt = None, draft: DraftOpt = 0,
         accept: AcceptOpt = 0.0, backend: BackendOpt = "llama.cpp", no_mmap: NoMmapOpt = False,
-        experts_used: ExpertsUsedOpt = None, cpu_only: CpuOnlyOpt = False, vram: VramOpt = None, ram: RamOpt = None, as_json: JsonOpt = False,
+        experts_used: ExpertsUsedOpt = None, cpu_only: CpuOnlyOpt = False, vram: VramOpt = None, ram: RamOpt = None,
+        tensor_split: TsOpt = None, gpus: GpusOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
         from moeplan.planner.cost.estimate import estimate, physical_cores
@@ -56,7 +121,7 @@ def register(app: typer.Typer) -> None:
 
         check_run_shape(depth, prompt)
         spec = resolve_model(model, quant=quant, size=size)
-        profile = _hardware(hw, vram, ram)
+        profile = select_gpus(_hardware(hw, vram, ram), gpus)
         p = resolve_placement(spec, backend=backend, cpu_moe_layers=cpu_moe_layers, cpu_layers=cpu_layers,
                               all_cpu_moe=all_cpu_moe, ctx=ctx, kv_type=kv_type, threads=threads,
                               default_threads=physical_cores(profile, Placement(numa=numa)), ubatch=ubatch, numa=numa,
@@ -64,6 +129,7 @@ def register(app: typer.Typer) -> None:
                               accept=accept, no_mmap=no_mmap, experts_used=experts_used,
                               logical_cpus=profile.cpu.n_threads)
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
+        p = _device_split(spec, p, profile, tensor_split, gpus)
         check_placement(p, model=spec, profile=profile)
         e = estimate(spec, p, profile, read_priors(backend), depth=depth, n_prompt=prompt)
         if as_json:
@@ -93,6 +159,7 @@ def register(app: typer.Typer) -> None:
         show_progress: ProgressOpt = False,
         binary: Annotated[Optional[str], typer.Option("--bin", help="Backend binary to check flags against / run.")] = None,
         explain: Annotated[bool, typer.Option("--explain", help="Show the formula of every figure.")] = False,
+        gpus: GpusOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Search every sensible placement, recommend the fastest that fits, and say why."""
@@ -124,13 +191,14 @@ def register(app: typer.Typer) -> None:
         for flag, n in (("--ctx", n_ctx), ("--min-ctx", n_min_ctx)):
             if n is not None:
                 check_ctx(n, flag, spec.name, spec.n_ctx_train)
-        profile = _hardware(hw, vram, ram)
+        profile = select_gpus(_hardware(hw, vram, ram), gpus)
         if threads is not None:
             check_threads(threads, profile.cpu.n_threads)
         priors = read_priors(backend)
         req = Request(backend=backend, objective=objective, n_ctx=n_ctx,
                       min_ctx=n_min_ctx, depth=depth, n_prompt=prompt, threads=threads)
         result = choose_plan(spec, profile, priors, req)
+        result = _with_devices(result, gpus)
         plan = build_plan(spec, profile, result, objective, size or "", moeplan_version=__version__)
         if validate:
             report = _validate(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,

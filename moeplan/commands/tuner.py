@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from moeplan.commands.common import JsonOpt, command
+from moeplan.commands.model import QuantOpt, SizeOpt
 from moeplan.errors import InputError
 
 
@@ -21,17 +22,43 @@ def _latest_results() -> Path:
     return files[-1]
 
 
+def _is_results(path: Path) -> bool:
+    """A results-*.json of tune --validate (a JSON object with plan and trials / validations)."""
+    import json
+
+    try:
+        doc = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and "plan" in doc
+
+
 def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     @command
     def calibrate_cmd(
-        from_: Annotated[Optional[Path], typer.Option("--from", help="Results of tune --validate (default: the latest).")] = None,
+        more: Annotated[Optional[list[Path]], typer.Argument(help="More files for --from (--from a.log b.log c.log).",
+                                                             show_default=False)] = None,
+        from_: Annotated[Optional[list[Path]], typer.Option("--from", help="Results of tune --validate (default: the latest), "
+                                                                     "or llama.cpp / llama-bench logs of real runs.")] = None,
         hw: Annotated[Optional[str], typer.Option("--hw", help="Hardware profile to calibrate (JSON, preset, or this machine).")] = None,
         out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the calibrated profile (default: update --hw's file, else the cache).")] = None,
+        model: Annotated[Optional[str], typer.Option("--model", help="With logs: the model when the log's path is not here.")] = None,
+        quant: QuantOpt = None, size: SizeOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Fit efficiency factors (GPU/CPU bandwidth, sync, compute, PCIe, NUMA) to measured runs;
         keep them only when they predict held-out runs better than the priors."""
+        files = list(from_ or []) + list(more or [])
+        if files and not all(_is_results(f) for f in files):
+            from moeplan.commands.logcal import calibrate_from_logs
+
+            calibrate_from_logs(files, hw, out, model, quant, size, as_json)
+            return
+        if len(files) > 1:
+            raise InputError("give one results file of tune --validate at a time",
+                             "or give llama.cpp / llama-bench logs, as many as you have")
+        from_ = files[0] if files else None
         from moeplan.planner.serde import to_jsonable
         from moeplan.io import PRIVATE, check_out_file
         from moeplan.probes.hwprofile import cache_dir, load_hardware, write_json_atomic

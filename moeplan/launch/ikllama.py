@@ -20,7 +20,7 @@ from __future__ import annotations
 from moeplan.errors import InputError
 from moeplan.launch.common import Command, EmitContext, Launch, Script, require_flags
 from moeplan.launch.flags import FlagSet, release_table, target_text
-from moeplan.launch.llamacpp import (PROMPT, check_kv_types, experts_used_parts, gpu_split_parts, model_requires,
+from moeplan.launch.llamacpp import (PROMPT, check_kv_types, device_notes, experts_used_parts, gpu_split_parts, model_requires,
                                      ngl_value, switch_value)
 from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
 from moeplan.launch.patterns import CPU_BUFFER, checked_expert_patterns, override_args
@@ -134,6 +134,8 @@ def emit(ctx: EmitContext) -> Launch:
     p = ctx.placement
     patterns = checked_expert_patterns(ctx.model, p.cpu_moe_layers)
     notes = _op_offload_notes(ctx) + list(numa_notes(p, ctx.os))
+    if p.n_gpus > 1 and ctx.extra("tensor_split"):
+        notes += device_notes(ctx)
     if p.load_mode != "mmap":
         notes.append("-rtr repacks the CPU expert tensors at load time and turns mmap off")
     fs_server, fs_once, fs_bench = ctx.flags["server"], ctx.flags["once"], ctx.flags["bench"]

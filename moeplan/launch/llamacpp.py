@@ -244,6 +244,8 @@ def _notes(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...]) -> list[str
     if p.n_gpus > 1 and not ctx.extra("tensor_split"):
         notes.append(f"-ts splits the blocks evenly over {p.n_gpus} GPUs; CPU-expert blocks take less "
                      "VRAM, so check nvidia-smi after loading")
+    elif p.n_gpus > 1:
+        notes += device_notes(ctx)
     if experts_used_parts(ctx):
         notes.append(f"the plan runs {p.n_experts_used} experts per token instead of the model's "
                      f"{ctx.model.n_experts_used} (--override-kv); llama-bench cannot override it, so bench.sh "
@@ -299,6 +301,32 @@ def emit(ctx: EmitContext) -> Launch:
                                      "no llama.cpp binary found: pass --bin to check your build"),
                   notes=tuple(_notes(ctx, fs_server, patterns)) + ctx.notes,
                   cpu_layers=tuple(p.cpu_moe_layers), patterns=patterns, bench_overrides=expected)
+
+
+def device_notes(ctx: EmitContext) -> list[str]:
+    """What each device holds under the plan's -ts, computed with llama.cpp's own rule (the
+    blocks by the cumulative split, the output layer on the last device: planner/memory/
+    devices.py); raises when the -ts does not give every block a GPU."""
+    from moeplan.planner.memory.devices import assign_blocks, parse_tensor_split
+
+    p = ctx.placement
+    try:
+        weights = parse_tensor_split(ctx.extra("tensor_split"), p.n_gpus)
+    except ValueError:
+        raise InputError(f"the plan's tensor_split {ctx.extra('tensor_split')!r} is not a list of at most "
+                         f"{p.n_gpus} non-negative numbers", "re-plan with `moeplan tune`") from None
+    devs, out_dev = assign_blocks(len(ctx.model.layers), weights)
+    cpu = set(p.cpu_moe_layers)
+    names = [d.strip() for d in (ctx.extra("devices") or "").split(",") if d.strip()]
+    notes = []
+    for d in range(p.n_gpus):
+        blocks = [ctx.model.layers[i].index for i, dv in enumerate(devs) if dv == d]
+        gpu_exp = [b for b in blocks if ctx.model.layers[b].kind == "moe" and b not in cpu]
+        name = names[d] if d < len(names) else f"GPU {d}"
+        what = (f"blocks {blocks[0]}-{blocks[-1]}" if blocks else "no blocks") + \
+            (f", experts of {len(gpu_exp)} of them" if blocks else "") + (", the output layer" if out_dev == d else "")
+        notes.append(f"-ts {ctx.extra('tensor_split')}: {name} holds {what}")
+    return notes
 
 
 def model_requires(ctx: EmitContext) -> tuple[tuple[str, str], ...]:

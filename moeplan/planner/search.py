@@ -28,6 +28,7 @@ from moeplan.planner.cost.estimate import cpu_nodes, dot_elements, estimate, phy
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes
+from moeplan.planner.memory.devices import fit_split, format_tensor_split
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Alternative, Estimate, Plan, digest_of, model_ref
@@ -94,11 +95,44 @@ def _budgets(hw: HardwareProfile, req: Request) -> tuple[int, int]:
     return vram, ram
 
 
+def gpu_budgets(hw: HardwareProfile, vram: int) -> tuple[int, ...]:
+    """VRAM budget of every GPU, in device order: its free (else total) memory, scaled so
+    that they sum to `vram` when a what-if total differs."""
+    sizes = [g.vram_free_bytes if g.vram_free_bytes is not None else g.vram_bytes for g in hw.gpus]
+    total = sum(sizes)
+    if not total or vram == total:
+        return tuple(sizes)
+    return tuple(int(s * vram / total) for s in sizes)
+
+
+def fit_placement(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int,
+                  consts: MemoryConstants) -> Placement | None:
+    """p with the whole-block -ts (Placement.extra tensor_split) under which every GPU fits;
+    p itself with one GPU; None when no split of the blocks fits."""
+    if p.n_gpus <= 1 or len(hw.gpus) <= 1:
+        return p
+    counts = fit_split(model, p, gpu_budgets(hw, vram), consts.cuda_context_bytes, consts.margin_bytes,
+                       consts.op_offload_min_batch)
+    if counts is None:
+        return None
+    extra = tuple(kv for kv in p.extra if kv[0] != "tensor_split") + (("tensor_split", format_tensor_split(counts)),)
+    return p.with_(extra=extra)
+
+
 def shortfall(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ram: int,
          consts: MemoryConstants, pr: BackendPriors) -> str:
-    """What is short (a message) when placement p does not fit; '' when it fits."""
+    """What is short (a message) when placement p does not fit; '' when it fits. With
+    several GPUs, fits = some split of the blocks over the GPUs fits every GPU."""
+    if p.n_gpus > 1 and len(hw.gpus) > 1:
+        fitted = fit_placement(model, p, hw, vram, consts)
+        if fitted is None:
+            mem = estimate_memory(model, p, consts)
+            return (f"VRAM: no split of the blocks over the {p.n_gpus} GPUs fits every GPU (needs "
+                    f"{mem.vram_required_bytes / GIB:.2f} GiB with a 1 GiB margin per GPU, budgets "
+                    + " + ".join(f"{b / GIB:.1f}" for b in gpu_budgets(hw, vram)) + " GiB)")
+        p = fitted
     mem = estimate_memory(model, p, consts)
-    if p.n_gpus and mem.vram_required_bytes > vram:
+    if p.n_gpus == 1 and mem.vram_required_bytes > vram:
         return f"VRAM short by {(mem.vram_required_bytes - vram) / GIB:.2f} GiB"
     anon = mem.ram_anon_bytes
     if pr.numa_aware:
@@ -193,7 +227,10 @@ def _grow_ctx(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ra
 def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request,
                 consts: MemoryConstants | None = None) -> SearchResult:
     """The fastest placement for `req.objective` that fits the budgets. Raises InfeasibleError."""
-    consts = consts or MemoryConstants()
+    if consts is None:
+        from moeplan.planner.memory.constants import memory_constants
+
+        consts = memory_constants(hw, pr.name)
     vram, ram = _budgets(hw, req)
     has_gpu = bool(hw.gpus) and vram > 0
     n_gpus = max(1, len(hw.gpus)) if has_gpu else 0
@@ -235,6 +272,7 @@ def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: R
                                                    vram, ram, consts, pr))
                             continue
                         p = base.with_(cpu_moe_layers=tuple(sorted(order[:c])))
+                        p = fit_placement(model, p, hw, vram, consts) or p
                     e = estimate(model, p, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
                     n_eval += 1
                     candidates.append(Candidate(p, e, _score(e, req.objective, kv)))
@@ -252,6 +290,7 @@ def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: R
         # spare VRAM below the next layer's experts goes to context; decode at the planned
         # depth and the ranking do not depend on it, so only the chosen plan is grown
         grown = _grow_ctx(model, best.placement, hw, vram, ram, consts, pr)
+        grown = fit_placement(model, grown, hw, vram, consts) or grown
         e = estimate(model, grown, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
         best = Candidate(grown, e, _score(e, req.objective, grown.cache_type_k))
     alts = _distinct_alternatives(candidates[1:], best)
@@ -315,6 +354,7 @@ def pareto_front(model: ModelSpec, best: Placement, order: tuple[int, ...], hw: 
         p = best.with_(cpu_moe_layers=tuple(sorted(order[:c])))
         if shortfall(model, p, hw, 1 << 62, ram, consts, pr):
             continue  # RAM-infeasible whatever the VRAM
+        p = fit_placement(model, p, hw, vram, consts) or fit_placement(model, p, hw, 1 << 62, consts) or p
         e = estimate(model, p, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
         out.append(Alternative(label=f"{c} CPU layers", placement=p, decode_tok_s=e.decode_tok_s,
                                prefill_tok_s=e.prefill_tok_s, vram_bytes=e.vram_bytes, ram_bytes=e.ram_bytes))
@@ -334,11 +374,14 @@ def one_more_gib(model: ModelSpec, best: Placement, order: tuple[int, ...], hw: 
     while k < c and not shortfall(model, best.with_(cpu_moe_layers=tuple(sorted(order[:c - k - 1]))), hw,
                                   extra, ram, consts, pr):
         k += 1
+    if k == 0 and best.n_gpus > 1:
+        return "not enough for another layer's experts on any GPU"
     if k == 0:
         mem_next = estimate_memory(model, p, consts).vram_required_bytes
         need = mem_next - vram
         return f"not enough for another layer's experts (the next needs {need / GIB:.2f} GiB more)"
     q = best.with_(cpu_moe_layers=tuple(sorted(order[:c - k])))
+    q = fit_placement(model, q, hw, extra, consts) or q
     e = estimate(model, q, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
     gain = e.decode_tok_s / base_e.decode_tok_s - 1
     return (f"{k} more layer{'s' if k > 1 else ''}' experts on the GPU: decode "

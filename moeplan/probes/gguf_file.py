@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 from moeplan.errors import ModelFormatError
 from moeplan.planner.limits import MAX_ALIGNMENT, MAX_GGUF_ARRAY_DEPTH, MAX_TENSOR_DIM, MAX_TENSOR_ELEMENTS
-from moeplan.planner.model.ggml import TYPE_BY_ID, TYPE_SIZES
+from moeplan.planner.model.ggml import ROW_META_BYTES, TYPE_BY_ID, TYPE_SIZES
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -160,7 +160,9 @@ def tensor_nbytes(type_id: int, shape: tuple[int, ...]) -> int | None:
         n *= d
     if not shape:
         n = 1
-    return n // block * size if block > 1 else n * size
+    rows = n // shape[0] if shape and shape[0] else 1
+    meta = ROW_META_BYTES.get(name, 0) * rows  # ik_llama.cpp's per-row scales (ggml.py)
+    return (n // block * size if block > 1 else n * size) + meta
 
 
 def read_gguf_header(path: str | os.PathLike) -> GGUFHeader:

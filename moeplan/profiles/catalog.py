@@ -6,6 +6,7 @@ import difflib
 import functools
 import json
 import re
+import statistics
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -49,10 +50,12 @@ def _pcie(text: str) -> tuple[int, int]:
 def gpu_parts() -> tuple[GpuPart, ...]:
     out = []
     for g in _read_toml("gpus.toml")["gpu"]:
-        gen, width = _pcie(g["pcie"])
+        # pcie and fp16_tflops are optional: 0 = not stated (the profile notes it as unknown)
+        gen, width = _pcie(g["pcie"]) if "pcie" in g else (0, 0)
         out.append(GpuPart(name=g["name"], aliases=tuple(g.get("aliases", ())), vram_bytes=int(g["vram_gib"] * GIB),
                            mem_bw_bytes_per_s=g["mem_bw_gbps"] * 1e9, pcie_gen=gen, pcie_width=width,
-                           fp16_flop_per_s=g["fp16_tflops"] * 1e12, compute_capability=g.get("cc", "")))
+                           fp16_flop_per_s=g.get("fp16_tflops", 0.0) * 1e12, compute_capability=g.get("cc", ""),
+                           source=g.get("source", ""), mobile=bool(g.get("mobile", False))))
     return tuple(out)
 
 
@@ -65,15 +68,20 @@ def cpu_parts() -> tuple[CpuPart, ...]:
         fam = fams[c["family"]]
         fclk = fabric.get(f"{c['family']}_fclk_ghz")
         cap = None
-        if c.get("ccds") and fclk:
+        # the desktop fabric cap only (see cpus.toml); server CCD limits belong to the machine model
+        if c.get("ccds") and fclk and c["segment"] == "desktop":
             cap = c["ccds"] * fabric["read_bytes_per_clk_per_ccd"] * fclk * 1e9
         out.append(CpuPart(
             name=c["name"], aliases=tuple(c.get("aliases", ())),
             vendor="amd" if c["name"].startswith("AMD") else "intel" if c["name"].startswith("Intel") else "",
             family=c["family"], cores=c["cores"], threads=c["threads"], base_hz=c["base_ghz"] * 1e9,
-            l3_bytes=int(c["l3_mib"] * MIB), channels=c["channels"], ram_type=c["ram_type"],
+            l3_bytes=int(c.get("l3_mib", 0) * MIB), channels=c["channels"], ram_type=c["ram_type"],
             ram_speed_mts=c["ram_speed_mts"], max_sockets=c["max_sockets"], segment=c["segment"],
-            isa=tuple(fam["isa"]), fp32_flop_per_cycle=fam["fp32_flop_per_cycle"], fabric_read_bytes_per_s=cap))
+            isa=tuple(fam["isa"]), fp32_flop_per_cycle=c.get("fp32_flop_per_cycle", fam["fp32_flop_per_cycle"]),
+            fabric_read_bytes_per_s=cap, boost_hz=c["boost_ghz"] * 1e9 if "boost_ghz" in c else None,
+            ccds=c.get("ccds"), cores_per_ccd=c.get("cores_per_ccd"),
+            ram_speeds_mts=tuple(sorted((k, int(v)) for k, v in c.get("ram_speeds", {}).items())),
+            mobile=bool(c.get("mobile", False)), source=c.get("source", "")))
     return tuple(out)
 
 
@@ -87,7 +95,28 @@ def efficiency() -> Efficiency:
         core_read_prior_bytes_per_s={k: v * 1e9 for k, v in e["prior"]["core_read_gbps"].items()},
         remote_distance={"intel": numa["remote_distance_intel"], "amd": numa["remote_distance_amd"],
                          "other": numa["remote_distance_other"]},
-        disks={k: (v["seq_read_gbps"] * 1e9, v["achievable"]) for k, v in e["disk"].items()})
+        disks={k: (v["seq_read_gbps"] * 1e9, v["achievable"]) for k, v in e["disk"].items()},
+        cpu_clock_prior_hz=_clock_priors(cpu_parts()), gpu_bw_by_vram=_gpu_bw_classes(gpu_parts()))
+
+
+def _clock_priors(parts: tuple[CpuPart, ...]) -> dict[str, float]:
+    """segment -> median base clock of the catalog's parts of that segment, laptop parts left
+    out (the prior for a CPU given by numbers without --cpu-ghz)."""
+    out = {}
+    for seg in sorted({p.segment for p in parts}):
+        clocks = [p.base_hz for p in parts if p.segment == seg and not p.mobile]
+        if clocks:
+            out[seg] = statistics.median(clocks)
+    return out
+
+
+def _gpu_bw_classes(parts: tuple[GpuPart, ...]) -> tuple[tuple[float, float, float, float, int], ...]:
+    """(vram_gib, median, min, max bandwidth, n) for each VRAM size in the catalog."""
+    by: dict[float, list[float]] = {}
+    for p in parts:
+        if p.mem_bw_bytes_per_s:
+            by.setdefault(round(p.vram_bytes / GIB, 1), []).append(p.mem_bw_bytes_per_s)
+    return tuple((v, statistics.median(bw), min(bw), max(bw), len(bw)) for v, bw in sorted(by.items()))
 
 
 def _keys(part: GpuPart | CpuPart) -> list[str]:
@@ -159,7 +188,8 @@ def build_profile(req: SpecRequest) -> HardwareProfile:
     """Resolve the request's part names and build the spec profile."""
     gpu = find_gpu(req.gpu) if req.gpu else None
     cpu = find_cpu(req.cpu) if req.cpu else None
-    return build_spec_profile(req, gpu, cpu, efficiency())
+    more = tuple(find_gpu(n) for n in req.more_gpus)
+    return build_spec_profile(req, gpu, cpu, efficiency(), more)
 
 
 def spec_request(data: dict[str, Any]) -> SpecRequest:

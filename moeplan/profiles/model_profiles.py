@@ -16,7 +16,7 @@ from typing import Any
 from moeplan.errors import InputError, ModelFormatError
 from moeplan.planner.model.spec import ModelSpec, make_tensor
 from moeplan.planner.model.native import NativeFormat
-from moeplan.planner.model.quants import QUANTS, apply_recipe, canonical_quant, scale_to_size
+from moeplan.planner.model.quants import apply_recipe, canonical_quant, quant_families, resolve_quant, scale_to_size
 from moeplan.planner.model.synth import gguf_hparams, layout_options, merged_config, tensor_specs
 from moeplan.planner.model.build import build_model_spec
 
@@ -87,11 +87,16 @@ def _native(profile: dict[str, Any]) -> NativeFormat:
     return NativeFormat(nat.get("scheme", "bf16"), tuple(sorted(nat.get("dtypes", {}).items())))
 
 
+# prefix of the model notes about the file's bytes (a recipe approximation, --size scaling) that
+# `estimate` / `plan` print with their own notes
+QUANT_NOTE = "quant: "
+
+
 def load_profile(name: str, quant: str | None = None, size_bytes: int | None = None,
                  root: str = str(PROFILE_DIR)) -> ModelSpec:
     """ModelSpec of a bundled profile under a quant recipe, optionally scaled to a file size.
 
-    quant: one of QUANTS (case-insensitive); default the profile's `default_quant`.
+    quant: a name resolve_quant accepts (case-insensitive); default the profile's `default_quant`.
     size_bytes: the real file size; routed-expert bytes are scaled so the file comes to it
     (quants.scale_to_size)."""
     profile = find_profile(name, root)
@@ -99,7 +104,7 @@ def load_profile(name: str, quant: str | None = None, size_bytes: int | None = N
     try:
         q = canonical_quant(q_name)
     except KeyError:
-        raise InputError(f"unknown quant {q_name!r}", "use one of " + ", ".join(QUANTS)) from None
+        raise InputError(f"unknown quant {q_name!r}", "use " + quant_families()) from None
     return spec_from_profile(profile, q, size_bytes)
 
 
@@ -115,10 +120,12 @@ def spec_from_profile(profile: dict[str, Any], quant: str, size_bytes: int | Non
     notes = [f"profile {profile['name']} ({profile.get('status', '?')}): tensor index synthesised from the "
              f"published config; types from the {quant} recipe"]
     notes += list(profile.get("notes", []))
+    if not native and resolve_quant(quant).note:
+        notes.append(QUANT_NOTE + resolve_quant(quant).note)
     label = quant if not native else f"native ({profile.get('native_format', '')})"
     result = scale_to_size(typed, n_vocab, size_bytes, native=native,
                            scales=profile.get("size", {}).get("scales", "experts"))
-    notes += list(result.notes)
+    notes += [QUANT_NOTE + n if size_bytes is not None else n for n in result.notes]
     if size_bytes is not None:
         label = f"{label} scaled to {size_bytes / 1e9:.2f} GB"
     tensors = [make_tensor(t.spec.name, t.spec.shape, t.ggml_type, t.n_bytes) for t in result.typed]

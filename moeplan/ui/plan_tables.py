@@ -54,11 +54,41 @@ def estimate_data(model: ModelSpec, p: Placement, e: Estimate, hw_name: str) -> 
         "decode_terms": to_jsonable(e.decode_terms),
         "prefill_terms": to_jsonable(e.prefill_terms),
         "memory": e.memory,
+        "vram_bytes_per_gpu": vram_bytes_per_gpu(e),
         "ram_bytes_per_node": [list(x) for x in e.ram_bytes_per_node],
         "factors": e.factors,
-        "notes": list(e.notes),
+        "notes": _quant_notes(model) + list(e.notes),
         "placement": p.to_dict(),
     }
+
+
+def vram_bytes_per_gpu(e: Estimate) -> list[int]:
+    """VRAM in use on every GPU, in device order ([] for a CPU-only run)."""
+    per = e.memory.get("per_gpu")
+    if per:
+        return [g["vram_bytes"] for g in per]
+    return [e.vram_bytes] if e.vram_bytes else []
+
+
+def gpu_table(e: Estimate) -> Table | None:
+    """Several GPUs: what each device holds and needs against its budget."""
+    per = e.memory.get("per_gpu")
+    if not per:
+        return None
+    t = Table(title="per GPU (GiB = 1024^3 bytes; needed = in use + llama.cpp's 1 GiB margin)")
+    for col in ("GPU", "blocks", "experts of", "weights", "KV", "compute", "ctx", "in use", "needed", "budget"):
+        t.add_column(col, justify="left" if col in ("GPU", "blocks", "experts of") else "right")
+    for g in per:
+        budget = g.get("budget_bytes")
+        over = budget is not None and g["vram_required_bytes"] > budget
+        name = g.get("name", "").replace("NVIDIA ", "").replace("GeForce ", "")
+        t.add_row(f"{g['device']} {name}".strip(),
+                  (g["blocks"] or "-") + (" + output" if g["output"] else ""), g["gpu_expert_blocks"] or "-",
+                  f"{(g['weights_dense_bytes'] + g['weights_experts_bytes']) / GIB:.2f}", f"{g['kv_bytes'] / GIB:.2f}",
+                  f"{g['compute_bytes'] / GIB:.2f}", f"{g['context_bytes'] / GIB:.2f}", f"{g['vram_bytes'] / GIB:.2f}",
+                  f"[red]{g['vram_required_bytes'] / GIB:.2f}[/red]" if over else f"{g['vram_required_bytes'] / GIB:.2f}",
+                  f"{budget / GIB:.2f}" if budget is not None else "?")
+    return t
 
 
 def placement_table(model: ModelSpec, p: Placement) -> Table:
@@ -93,7 +123,7 @@ def memory_table(e: Estimate, explain: bool = True) -> Table:
         t.add_row(item["name"], where, f"{item['bytes'] / GIB:.2f}", *((item["formula"],) if explain else ()))
     extra = ("",) if explain else ()
     t.add_row("VRAM in use", "gpu", f"{e.vram_bytes / GIB:.2f}", *extra)
-    t.add_row("VRAM needed (+1 GiB margin)", "gpu", f"{e.vram_required_bytes / GIB:.2f}",
+    t.add_row("VRAM needed (+1 GiB margin" + (" per GPU)" if e.memory.get("per_gpu") else ")"), "gpu", f"{e.vram_required_bytes / GIB:.2f}",
               *(("llama.cpp --fit keeps 1 GiB free",) if explain else ()))
     t.add_row("host RAM", "host", f"{e.ram_bytes / GIB:.2f}",
               *((", ".join(f"node {n}: {b / GIB:.1f}" for n, b in e.ram_bytes_per_node),) if explain else ()))
@@ -128,12 +158,20 @@ def speed_line(e: Estimate) -> Text:
     )
 
 
+def _quant_notes(model: ModelSpec) -> list[str]:
+    """The model's notes on its bytes (recipe approximations, --size scaling: 'quant: ...')."""
+    return [n for n in model.notes if n.startswith("quant: ")]
+
+
 def estimate_render(model: ModelSpec, p: Placement, e: Estimate) -> Group:
-    parts = [placement_table(model, p), memory_table(e),
-             terms_table(f"decode: where the time goes (per token, depth {e.depth})", e.decode_terms, "per token"),
+    parts = [placement_table(model, p), memory_table(e)]
+    gt = gpu_table(e)
+    if gt is not None:
+        parts.append(gt)
+    parts += [terms_table(f"decode: where the time goes (per token, depth {e.depth})", e.decode_terms, "per token"),
              terms_table("prefill: where the time goes (per prompt token)", e.prefill_terms, "per prompt token"),
              speed_line(e)]
-    for n in e.notes:
+    for n in _quant_notes(model) + list(e.notes):
         parts.append(Text(f"note: {n}"))
     return Group(*parts)
 
@@ -174,8 +212,11 @@ def tune_render(model: ModelSpec, plan: Plan, command: str = "", explain: bool =
         # one line, never wrapped inside an argument: it is copied into a shell (print the
         # group with crop=False so a line wider than the terminal overflows instead of being cut)
         parts += [Text("run it:", style="bold"), Text(command, no_wrap=True, overflow="ignore")]
-    parts += [placement_table(model, plan.placement), memory_table(e, explain),
-              terms_table("decode: where the time goes (per token)", e.decode_terms, "per token", explain)]
+    parts += [placement_table(model, plan.placement), memory_table(e, explain)]
+    gt = gpu_table(e)
+    if gt is not None:
+        parts.append(gt)
+    parts += [terms_table("decode: where the time goes (per token)", e.decode_terms, "per token", explain)]
     if explain:
         parts.append(terms_table("prefill: where the time goes (per prompt token)", e.prefill_terms,
                                  "per prompt token"))

@@ -41,12 +41,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from moeplan.errors import InputError
 from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
 from moeplan.planner.memory.accounting import (MemoryConstants, estimate_memory, kv_read_bytes)
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, Term
 from moeplan.planner.cost import factors as F
+from moeplan.planner.cost import machine
 from moeplan.planner.cost.priors import BackendPriors
 
 # nominal clock of the machine the batch-1 dot-product anchor was measured on (docs/design.md §4:
@@ -55,6 +57,10 @@ from moeplan.planner.cost.priors import BackendPriors
 REF_CLOCK_HZ = 2.1e9
 # 1.28 sigma: the reported range is about an 80% interval
 RANGE_SIGMA = 1.28
+# a read-only stream reaches ~90% of an Infinity Fabric link (profiles/parts/efficiency.toml
+# [fabric]) and ~70% of a QPI/UPI link's data rate (snoop and protocol traffic share it)
+FABRIC_READ = 0.90
+LINK_READ = 0.70
 _SOURCE_ERR = {"measured": 0.07, "calibrated": 0.05, "nvml": 0.1, "sysfs": 0.1, "user": 0.15,
                "spec-sheet": 0.15, "prior": 0.3}
 
@@ -86,6 +92,8 @@ class Factors:
     cross_socket: bool
     cpu_only: bool
     numa_note: str
+    barrier_x: float = 1.0  # cost of a thread barrier across the sockets used, x one socket's
+    oversub_s_per_barrier: float = 0.0  # threads beyond the logical CPUs (machine.py)
 
     def to_dict(self) -> dict:
         out: dict = {}
@@ -105,7 +113,7 @@ def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
     if fig is None or not fig.value:
         return None
     err = _SOURCE_ERR.get(fig.source, 0.2)
-    if fig.source == "measured" and fig.spread:
+    if fig.source in ("measured", "prior") and fig.spread:
         err = max(err, fig.spread / 2)
     return fig.effective, fig.source, err
 
@@ -182,7 +190,7 @@ def physical_cores(hw: HardwareProfile, p: Placement) -> int:
     return max(1, sum(n.n_physical_cores for n in used_nodes(hw, p)) or hw.cpu.n_cores)
 
 
-def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Factors:
+def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_bytes: float = 0.0) -> Factors:
     """Turn the profile's figures, calibration and backend priors into the model's rates."""
     cpu_only = not hw.gpus or p.n_gpus == 0
     gpu = hw.gpus[0] if hw.gpus else None
@@ -192,11 +200,9 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     g = _fig(gpu.mem_bw_bytes_per_s) if gpu else None
     if g:
         bw_g = Rate(g[0] * eta_g, f"{g[1]} x {eta_src} eta_gpu={eta_g:.2f}", math.hypot(g[2], eta_err))
-    elif not cpu_only:
-        from moeplan.errors import ProbeError
-
-        raise ProbeError(f"{hw.name}: gpus[0].mem_bw_bytes_per_s is missing; the cost model needs the GPU's "
-                         "memory bandwidth", "add it (moeplan hardware --gpu-bw 1008GB/s ...), or plan with --cpu-only")
+    elif gpu and not cpu_only:
+        raise InputError(f"GPU {gpu.index} ({gpu.name}) has no memory bandwidth figure in the hardware profile",
+                         "rebuild it with `moeplan hardware ... --gpu-bw 448GB/s` or measure with `moeplan probe`")
     else:
         bw_g = Rate(0.0, "none", 0.0, "no GPU")
     mfu, mfu_src, mfu_err = _factor(F.GPU_MFU, pr.gpu_mfu, pr, hw)
@@ -219,7 +225,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
     else:
         h2d = Rate(0.0, "none", 0.0)
 
-    # CPU: threads, nodes, NUMA policy
+    # CPU: threads, nodes, NUMA policy, the machine model (machine.py)
     nodes = used_nodes(hw, p)
     all_nodes = cpu_nodes(hw)
     n_nodes = len(all_nodes)
@@ -254,44 +260,87 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 0.5 * (1 - 1 / len(nodes))  # first touch by spread threads: half stays remote
         note = "threads spread over nodes, pages first-touched by them"
-    else:  # none: threads spread by the OS, pages first-touched by the loader on one node
-        mem_nodes_bw = bws[0][0]
+    else:  # none: threads spread by the OS, pages on the loader's node until it is full
+        k = machine.pages_nodes(host_bytes, [n.mem_total_bytes for n in nodes])
+        mem_nodes_bw = sum(b[0] for b in bws[:k])
         f_remote = 1 - 1 / len(nodes)
-        note = f"no NUMA policy: pages on one node, {f_remote:.0%} of reads remote"
-    cores_per_node = max(1, sum(n.n_physical_cores or len(n.cpus) for n in nodes) // len(nodes))
+        note = (f"no NUMA policy: pages on {'one node' if k == 1 else f'{k} nodes (one node is too small)'}, "
+                f"{f_remote:.0%} of reads remote")
+    # threads on cores: SMT siblings and threads beyond the logical CPUs add no read rate
+    n_cores = sum(n.n_physical_cores or len(n.cpus) for n in nodes) or hw.cpu.n_cores
+    n_logical = sum(len(n.cpus) for n in nodes) or hw.cpu.n_threads
+    tu = machine.thread_use(T, n_cores, n_logical)
+    sockets_n = max(1, round(len(nodes) * max(1, hw.cpu.n_sockets) / max(1, n_nodes)))
+    cores_per_node = max(1, n_cores // len(nodes))
     core_fig = _fig(hw.cpu.core_read_bytes_per_s)
     share, share_src, share_err = _factor(F.CORE_READ_SHARE, pr.core_read_share, pr, hw)
-    if core_fig and share_src == "prior":
-        b_core = core_fig[0]
+    fam_core = machine.core_read_prior(hw)
+    if share_src != "prior":
+        b_core, b_how = share * (sum(b[0] for b in bws) / len(bws)) / cores_per_node, share_src
+    elif core_fig and core_fig[1] in ("measured", "calibrated", "user"):
+        b_core, b_how = core_fig[0], core_fig[1]
+    elif fam_core:
+        b_core, b_how = fam_core[0], "Little's law prior"
+    elif core_fig:
+        b_core, b_how = core_fig[0], core_fig[1]
     else:
-        b_core = share * (sum(b[0] for b in bws) / len(bws)) / cores_per_node
-    bw_loc = min(T * b_core, eta_c * mem_nodes_bw)
-    bw_val = bw_loc / ((1 - f_remote) + f_remote / max(rho, 1e-3)) if f_remote else bw_loc
+        b_core, b_how = share * (sum(b[0] for b in bws) / len(bws)) / cores_per_node, share_src
+    thread_bw = tu.on_cores * b_core
+    ccd = machine.ccd_read_cap(hw, math.ceil(tu.on_cores / sockets_n))
+    ccd_bw = ccd[0] * FABRIC_READ * sockets_n if ccd else math.inf
+    dram_bw = eta_c * mem_nodes_bw
+    bw_loc = min(thread_bw, ccd_bw, dram_bw)
+    rem_bw = rho * bw_loc
+    link = machine.socket_link_cap(hw, len(nodes), sockets_n) if f_remote else None
+    if link and sockets_n > 2:
+        # more than two sockets: remote reads spread over many links at once; the links,
+        # not one pair's remote/local ratio, bound them
+        rem_bw = min(bw_loc, link[0] * LINK_READ)
+    elif link:
+        rem_bw = min(rem_bw, link[0] * LINK_READ)
+    bw_val = 1 / ((1 - f_remote) / bw_loc + f_remote / max(rem_bw, 1.0)) if f_remote else bw_loc
     src_err = max(b[2] for b in bws)
-    thread_bound = T * b_core < eta_c * mem_nodes_bw
-    err = math.hypot(src_err, share_err if thread_bound else etac_err, rho_err * f_remote)
+    bound = min((thread_bw, "threads"), (ccd_bw, "ccd"), (dram_bw, "dram"))[1]
+    err = math.hypot(src_err, {"threads": share_err, "ccd": 0.15, "dram": etac_err}[bound], rho_err * f_remote)
     srcs = sorted({b[1] for b in bws})
-    how = (f"{T} threads x {b_core / 1e9:.1f} GB/s per core ({share_src})" if thread_bound
-           else f"{'/'.join(srcs)} x {etac_src} eta_cpu={eta_c:.2f}")
+    smt = f", {tu.smt_threads} on SMT siblings add none" if tu.smt_threads else ""
+    if bound == "threads":
+        how = f"{tu.on_cores} threads on cores x {b_core / 1e9:.1f} GB/s per core ({b_how}{smt})"
+    elif bound == "ccd":
+        how = f"CCD links: {ccd[1]} x {FABRIC_READ:.2f}" if ccd else ""
+    else:
+        how = f"{'/'.join(srcs)} x {etac_src} eta_cpu={eta_c:.2f}"
+    if link and f_remote:
+        note += f"; remote reads {rem_bw / 1e9:.0f} GB/s ({link[1]})"
     bw_c = Rate(bw_val, how, err, note)
 
-    clock = hw.cpu.base_clock_hz or REF_CLOCK_HZ
+    clock, clock_how = machine.all_core_clock_hz(hw, REF_CLOCK_HZ)
     r_dot, rdot_src, rdot_err = _factor(F.CPU_DOT, pr.cpu_dot_weights_per_cycle, pr, hw)
-    if not hw.cpu.base_clock_hz:
+    if not hw.cpu.base_clock_hz or (hw.cpu.core_flop_per_s is not None
+                                    and hw.cpu.core_flop_per_s.source == "prior"):
         rdot_err = math.hypot(rdot_err, 0.3)
-    dot = Rate(r_dot * clock * T, f"{rdot_src} ({r_dot:.1f} weights/cycle x {clock / 1e9:.2f} GHz)", rdot_err)
+    isa_x, isa_how = machine.isa_dot_scale(hw, pr.name) if rdot_src == "prior" else (1.0, "calibrated")
+    # a thread on an SMT sibling shares its core's vector units; an oversubscribed one waits
+    dot_threads = tu.on_cores + 0.1 * tu.smt_threads
+    dot = Rate(r_dot * isa_x * clock * dot_threads,
+               f"{rdot_src} ({r_dot:.1f} weights/cycle x {isa_how} x {clock_how} x {dot_threads:g} threads)", rdot_err)
     isa_class = cpu_isa_class(hw)
     core_peak = _fig(hw.cpu.core_flop_per_s)
-    peak = core_peak[0] if core_peak else clock * (64 if "avx512f" in hw.cpu.isa else 32) * 0.85
+    clock_x = clock / (hw.cpu.base_clock_hz or clock)
+    peak = core_peak[0] * clock_x if core_peak else clock * (64 if "avx512f" in hw.cpu.isa else 32) * 0.85
     eff_prior = pr.cpu_mm_eff.get(isa_class) or max(pr.cpu_mm_eff.values(), default=0.0)
     eff, eff_src, eff_err = _factor(F.CPU_MM_EFF, eff_prior, pr, hw)
-    cpu_flop = Rate(eff * peak * max(1, p.threads_batch), f"{eff_src} ({isa_class}, {eff:.2f} of FP32 peak)",
+    tb = machine.thread_use(p.threads_batch, n_cores, n_logical)
+    cpu_flop = Rate(eff * peak * (tb.on_cores + 0.1 * tb.smt_threads),
+                    f"{eff_src} ({isa_class}, {eff:.2f} of FP32 peak at {clock / 1e9:.2f} GHz)",
                     math.hypot(eff_err, core_peak[2] if core_peak else 0.3))
 
     sockets_used = len(nodes) > 1 and hw.cpu.n_sockets > 1
-    xs = 2.0 if sockets_used else 1.0
+    # a barrier's counter line crosses the socket links: one hop more per doubling of sockets
+    xs = 1.0 + math.log2(sockets_n) if sockets_used else 1.0
     s_sync, ss_src, ss_err = _factor(F.S_SYNC_S, pr.s_sync_s, pr, hw)
-    barrier = pr.n_cpu_ops_per_layer * pr.s_barrier_s_per_thread * T * xs
+    oversub = machine.oversubscription_s_per_barrier(tu)
+    barrier = pr.n_cpu_ops_per_layer * (pr.s_barrier_s_per_thread * T * xs + oversub)
     sync = Rate(s_sync + barrier, ss_src, ss_err)
     sl, sl_src, sl_err = _factor(F.S_LAYER_GPU_S, pr.s_layer_gpu_s, pr, hw)
     tt, tt_src, tt_err = _factor(F.T_TOKEN_S, pr.t_token_s, pr, hw)
@@ -302,7 +351,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement) -> Fac
                    cpu_dot_elem_per_s=dot, cpu_flop_per_s=cpu_flop, s_sync_s=sync,
                    s_layer_gpu_s=Rate(sl, sl_src, sl_err), t_token_s=Rate(tt, tt_src, tt_err),
                    nvme_bytes_per_s=nvme, remote_share=f_remote, cross_socket=sockets_used,
-                   cpu_only=cpu_only, numa_note=note)
+                   cpu_only=cpu_only, numa_note=note, barrier_x=xs, oversub_s_per_barrier=oversub)
 
 
 # ---- pieces of the model --------------------------------------------------------------------
@@ -375,7 +424,8 @@ def _resident_share(model: ModelSpec, p: Placement, hw: HardwareProfile, mem_hos
 
 
 def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
-                          f: Factors, depth: int, resident_share: float = 1.0) -> tuple[list[Term], dict[str, float], float]:
+                          f: Factors, depth: int, resident_share: float = 1.0,
+                          devices: tuple = ()) -> tuple[list[Term], dict[str, float], float]:
     """Terms of one decode step (seconds), their errors, and tokens produced per step."""
     k, n = p.n_experts_used or model.n_experts_used, model.n_experts
     cpu = set(p.cpu_moe_layers)
@@ -416,9 +466,11 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
                               f"{attn / 1e9:.1f} GFLOP at depth {depth} / {f.cpu_flop_per_s.value / 1e9:.0f} GFLOP/s"))
             errs["cpu_attention"] = f.cpu_flop_per_s.rel_err
         n_ops = len(model.trunk_layers)
-        terms.append(Term("barriers", n_ops * pr.n_cpu_ops_per_layer * 2 * pr.s_barrier_s_per_thread * p.n_threads
-                          * (2.0 if f.cross_socket else 1.0), "sync",
+        terms.append(Term("barriers", n_ops * pr.n_cpu_ops_per_layer * 2 * (pr.s_barrier_s_per_thread * p.n_threads
+                          * f.barrier_x + f.oversub_s_per_barrier), "sync",
                           f"{n_ops} layers x {pr.n_cpu_ops_per_layer * 2} ops x thread barrier"))
+    elif devices:
+        _multi_gpu_decode_terms(model, p, hw, pr, f, depth, n_step, touched, devices, terms, errs)
     else:
         t_gw = (r_dense + gpu_exp + cpu_bytes * hit) / f.bw_gpu_bytes_per_s.value
         terms.append(Term("gpu_weights_read", t_gw, "gpu-mem",
@@ -446,6 +498,7 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
                 terms.append(Term("attention_compute_excess", t_af - t_kv, "gpu-compute",
                                   f"{attn / 1e9:.1f} GFLOP of attention at depth {depth} beyond the KV read"))
                 errs["attention_compute_excess"] = f.gpu_flop_per_s.rel_err
+    if not f.cpu_only:
         terms.append(Term("gpu_launch", len(model.trunk_layers) * f.s_layer_gpu_s.value, "gpu-compute",
                           f"{len(model.trunk_layers)} layers x {f.s_layer_gpu_s.value * 1e6:.0f} us"))
         errs["gpu_launch"] = f.s_layer_gpu_s.rel_err
@@ -484,12 +537,137 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
     return terms, errs, tokens_per_step
 
 
+# one hop of the pipeline between two GPUs, per step: ggml_backend_sched_compute_splits
+# (ggml/src/ggml-backend.cpp) waits for the previous split's event and copies the hidden
+# state into the next device (ggml_backend_tensor_copy_async: cudaMemcpyPeerAsync, staged
+# through host memory when the GPUs have no P2P). A prior: one small copy's latency plus the
+# event round trip, ~ two PCIe transactions and a driver call; rel. error 0.5.
+S_HOP_S = 20e-6
+S_HOP_REL_ERR = 0.5
+
+
+def device_link_bytes_per_s(hw: HardwareProfile, f: Factors, index: int) -> float:
+    """Host<->GPU copy rate of GPU `index` (its own PCIe link), else the first GPU's figure."""
+    if index < len(hw.gpus):
+        fig = _fig(hw.gpus[index].h2d_bytes_per_s)
+        if fig:
+            return fig[0] * (f.h2d_bytes_per_s.value / max(1.0, _fig(hw.gpus[0].h2d_bytes_per_s)[0])
+                             if _fig(hw.gpus[0].h2d_bytes_per_s) else 0.8)
+    return f.h2d_bytes_per_s.value
+
+
+def device_bw_bytes_per_s(hw: HardwareProfile, f: Factors, index: int) -> float:
+    """Achievable memory bandwidth of GPU `index`: its own figure times the same eta_gpu."""
+    base = _fig(hw.gpus[0].mem_bw_bytes_per_s) if hw.gpus else None
+    fig = _fig(hw.gpus[index].mem_bw_bytes_per_s) if index < len(hw.gpus) else None
+    if fig and base:
+        return f.bw_gpu_bytes_per_s.value * fig[0] / base[0]
+    return f.bw_gpu_bytes_per_s.value
+
+
+def _device_read_bytes(model: ModelSpec, dev, touched: float, depth: int, p: Placement) -> tuple[float, float]:
+    """(weight bytes, KV bytes) GPU `dev` reads per decoded token."""
+    blocks = set(dev.blocks)
+    w = 0.0
+    for layer in model.trunk_layers:
+        if layer.index in blocks:
+            w += layer.resident_bytes
+            if layer.kind == "moe" and layer.index in dev.gpu_expert_blocks:
+                w += layer.expert_bytes * touched
+    if dev.output:
+        w += sum(t.n_bytes for t in model.globals if t.group != "embed")
+    kv = kv_read_bytes(model, depth, p.cache_type_k, p.cache_type_v, blocks=blocks) if depth else 0
+    return w, kv
+
+
+def _multi_gpu_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors,
+                            depth: int, n_step: int, touched: float, devices: tuple, terms: list[Term],
+                            errs: dict[str, float]) -> None:
+    """Layer split: the devices run one after another (a pipeline with one token in flight),
+    each reading its own blocks' weights and KV at its own bandwidth, plus one hop per
+    boundary (S_HOP_S + the hidden state over the slower of the two links)."""
+    parts, kv_parts = [], []
+    t_w = t_kv = 0.0
+    for d in devices:
+        w, kv = _device_read_bytes(model, d, touched, depth + n_step - 1, p)
+        bw = device_bw_bytes_per_s(hw, f, d.index)
+        t_w += w / bw
+        t_kv += kv / bw
+        parts.append(f"GPU{d.index} {w / 1e9:.2f} GB / {bw / 1e9:.0f} GB/s")
+        if kv:
+            kv_parts.append(f"GPU{d.index} {kv / 1e9:.3f} GB")
+    terms.append(Term("gpu_weights_read", t_w, "gpu-mem", "pipeline: " + " + ".join(parts)))
+    errs["gpu_weights_read"] = f.bw_gpu_bytes_per_s.rel_err
+    if t_kv:
+        terms.append(Term("kv_read", t_kv, "gpu-mem", f"KV at depth {depth}: " + " + ".join(kv_parts)))
+        errs["kv_read"] = f.bw_gpu_bytes_per_s.rel_err
+    used = [d for d in devices if d.blocks or d.output]
+    hops = max(0, len(used) - 1)
+    if hops:
+        act = 4 * model.n_embd * n_step
+        t_h = 0.0
+        for a, b in zip(used, used[1:]):
+            link = min(device_link_bytes_per_s(hw, f, a.index), device_link_bytes_per_s(hw, f, b.index))
+            t_h += S_HOP_S + act / max(1.0, link)
+        terms.append(Term("device_hops", t_h, "sync",
+                          f"{hops} hop(s) between GPUs x ({S_HOP_S * 1e6:.0f} us + {act / 1e3:.0f} kB hidden state "
+                          "over the slower link)"))
+        errs["device_hops"] = S_HOP_REL_ERR
+
+
+def _multi_gpu_prefill(model: ModelSpec, p: Placement, hw: HardwareProfile, f: Factors, u: int, share: float,
+                       per_tok: float, attn: float, offload_cpu_params: float, devices: tuple) -> tuple[float, str, float]:
+    """Seconds per ubatch of the GPU side of a layer split: each device's matmuls (compute or
+    weight reads, whichever is longer, at its own rate; the offloaded CPU experts on GPU0,
+    where ggml-backend sends them) one after another, and the ubatch's hidden states crossing
+    every boundary over the slower link."""
+    n_attn = max(1, sum(1 for layer in model.trunk_layers if any(c.name == "k" for c in layer.kv)))
+    total, parts = 0.0, []
+    base_flop = _fig(hw.gpus[0].fp16_flop_per_s) if hw.gpus else None
+    for d in devices:
+        blocks = set(d.blocks)
+        params = 0.0
+        rd = 0.0
+        n_a = 0
+        for layer in model.trunk_layers:
+            if layer.index not in blocks:
+                continue
+            params += sum(t.n_elements for t in layer.tensors
+                          if t.group not in ("experts", "expert_aux", "norm") and len(t.shape) >= 2)
+            rd += layer.resident_bytes
+            n_a += any(c.name == "k" for c in layer.kv)
+            if layer.index in d.gpu_expert_blocks:
+                params += layer.expert_elements * per_tok
+                rd += layer.expert_bytes * share
+        if d.output:
+            params += sum(t.n_elements for t in model.globals if t.group == "output")
+        if d.index == 0:
+            params += offload_cpu_params
+        flops = u * (2 * params + attn * n_a / n_attn)
+        fig = _fig(hw.gpus[d.index].fp16_flop_per_s) if d.index < len(hw.gpus) else None
+        rate = f.gpu_flop_per_s.value * (fig[0] / base_flop[0] if fig and base_flop else 1.0)
+        bw = device_bw_bytes_per_s(hw, f, d.index)
+        t = max(flops / max(1.0, rate), rd / max(1.0, bw))
+        total += t
+        parts.append(f"GPU{d.index} {t * 1e3:.1f} ms")
+    used = [d for d in devices if d.blocks or d.output]
+    t_h = 0.0
+    for a, b in zip(used, used[1:]):
+        link = min(device_link_bytes_per_s(hw, f, a.index), device_link_bytes_per_s(hw, f, b.index))
+        t_h += S_HOP_S + 4 * model.n_embd * u / max(1.0, link)
+    return total, " + ".join(parts), t_h
+
+
 def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
-                           f: Factors, n_prompt: int) -> tuple[list[Term], dict[str, float]]:
+                           f: Factors, n_prompt: int, devices: tuple = ()) -> tuple[list[Term], dict[str, float]]:
     """Terms of processing an n_prompt-token prompt, in seconds per prompt token."""
     k, n = p.n_experts_used or model.n_experts_used, model.n_experts
     n_prompt = max(1, n_prompt)
     u = max(1, min(p.n_ubatch, n_prompt))
+    cpu_layers = bool(set(p.cpu_moe_layers))
+    layerwise = p.op_offload and machine.kt_layerwise_prefill(pr.name, n_prompt, cpu_layers and not f.cpu_only)
+    if layerwise:
+        u = min(n_prompt, machine.KT_CHUNKED_PREFILL_TOKENS)
     n_ub = math.ceil(n_prompt / u)
     cpu = set(p.cpu_moe_layers)
     share = distinct_experts(n, k, u) / max(1, n)
@@ -506,6 +684,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
         offload = p.op_offload and u * k >= 32 * n
     else:
         offload = pr.op_offload == "weights"
+    offload = offload or layerwise
     terms: list[Term] = []
     errs: dict[str, float] = {}
     scale = n_ub / n_prompt  # per-ubatch seconds -> seconds per prompt token
@@ -515,7 +694,17 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
         terms.append(Term("cpu_matmul", t * scale, "cpu-compute",
                           f"{flops / 1e12:.2f} TFLOP per ubatch / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s"))
         errs["cpu_matmul"] = f.cpu_flop_per_s.rel_err
-    else:
+    elif devices:
+        t_g, how, t_h = _multi_gpu_prefill(model, p, hw, f, u, share, per_tok, attn,
+                                           exp_params(moe_cpu) if offload else 0.0, devices)
+        terms.append(Term("gpu_matmul", t_g * scale, "gpu-compute",
+                          f"per device, one after another, per ubatch of {u}: {how}"))
+        errs["gpu_matmul"] = f.gpu_flop_per_s.rel_err
+        if t_h:
+            terms.append(Term("device_hops", t_h * scale, "pcie",
+                              f"hidden states of {u} tokens crossing {len(devices) - 1} GPU boundaries"))
+            errs["device_hops"] = S_HOP_REL_ERR
+    if not f.cpu_only and not devices:
         gpu_params = p_dense + exp_params(moe_gpu) + (exp_params(moe_cpu) if offload else 0.0)
         flops = u * (2 * gpu_params + attn)
         t_c = flops / max(1.0, f.gpu_flop_per_s.value)
@@ -525,12 +714,15 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                           f"max({flops / 1e12:.2f} TFLOP / {f.gpu_flop_per_s.value / 1e12:.0f} TFLOP/s, "
                           f"{r / 1e9:.2f} GB / {f.bw_gpu_bytes_per_s.value / 1e9:.0f} GB/s) per ubatch of {u}"))
         errs["gpu_matmul"] = f.gpu_flop_per_s.rel_err
+    if not f.cpu_only:
         if moe_cpu:
             if offload:
-                full = 1.0 if pr.op_offload == "weights" else share
+                full = 1.0 if pr.op_offload == "weights" or layerwise else share
                 b = sum(layer.expert_bytes for layer in moe_cpu) * full
+                what = ("all experts of the CPU layers uploaded layer by layer (KTransformers GPU prefill)"
+                        if layerwise else "used experts")
                 terms.append(Term("h2d_experts", b / max(1.0, f.h2d_bytes_per_s.value) * scale, "pcie",
-                                  f"{b / 1e9:.2f} GB of used experts per ubatch of {u} / "
+                                  f"{b / 1e9:.2f} GB of {what} per ubatch of {u} / "
                                   f"{f.h2d_bytes_per_s.value / 1e9:.1f} GB/s"))
                 errs["h2d_experts"] = f.h2d_bytes_per_s.rel_err
             else:
@@ -616,22 +808,39 @@ def node_ram_split(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: Back
     return ((nodes[0].id, host_bytes),)
 
 
+def _memory_dict(mem, hw: HardwareProfile) -> dict:
+    """The breakdown's JSON; with several GPUs each device's entry also names the GPU and its
+    budget (free memory, else total)."""
+    d = mem.to_dict()
+    for g in d.get("per_gpu", ()):
+        if g["device"] < len(hw.gpus):
+            gpu = hw.gpus[g["device"]]
+            g["name"] = gpu.name
+            g["budget_bytes"] = gpu.vram_free_bytes if gpu.vram_free_bytes is not None else gpu.vram_bytes
+    return d
+
+
 def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, *, depth: int = 0,
              n_prompt: int = 4096, consts: MemoryConstants | None = None,
              repack_types: tuple[str, ...] = ()) -> Estimate:
     """Memory, decode and prefill speed of placement `p` on `hw` with backend priors `pr`."""
     if not hw.gpus and p.n_gpus:
         p = p.with_(n_gpus=0)
+    if consts is None:
+        from moeplan.planner.memory.constants import memory_constants
+
+        consts = memory_constants(hw, pr.name)
     mem = estimate_memory(model, p, consts, repack_types=repack_types)
-    f = resolve_factors(hw, pr, p)
+    f = resolve_factors(hw, pr, p, host_bytes=mem.ram_bytes)
     other_host = mem.ram_bytes - mem.get("weights_experts_cpu")
     res_share = _resident_share(model, p, hw, other_host)
-    dterms, derrs, per_step = estimate_decode_terms(model, p, hw, pr, f, depth, res_share)
+    devices = mem.devices if not f.cpu_only else ()
+    dterms, derrs, per_step = estimate_decode_terms(model, p, hw, pr, f, depth, res_share, devices)
     dterms = fitted_term_scales(dterms, pr.term_scale.get("decode", {}))
     t_step = sum(t.seconds for t in dterms)
     decode = per_step / t_step if t_step > 0 else 0.0
     dr = _terms_range(dterms, derrs)
-    pterms, perrs = estimate_prefill_terms(model, p, hw, pr, f, n_prompt)
+    pterms, perrs = estimate_prefill_terms(model, p, hw, pr, f, n_prompt, devices)
     pterms = fitted_term_scales(pterms, pr.term_scale.get("prefill", {}))
     t_pp = sum(t.seconds for t in pterms)
     prefill = 1.0 / t_pp if t_pp > 0 else 0.0
@@ -662,7 +871,7 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
         vram_bytes=0 if f.cpu_only else mem.vram_bytes,
         vram_required_bytes=0 if f.cpu_only else mem.vram_required_bytes,
         ram_bytes=host,
-        memory=mem.to_dict(),
+        memory=_memory_dict(mem, hw),
         ram_bytes_per_node=node_ram_split(model, p, hw, pr, host if not pr.numa_aware else mem.ram_bytes),
         depth=depth,
         factors=f.to_dict(),

@@ -159,6 +159,12 @@ class Cpu:
     # of memory_channels / ram_type / ram_speed_mts: dmi / spec-sheet / user; "" = unknown
     memory_source: str = ""
     n_dimms: int | None = None  # populated DIMMs (DMI type 17), when readable
+    # topology for the machine model (planner/cost/machine.py), from the parts catalog;
+    # ''/None = unknown (a probed CPU not in the catalog: inferred from vendor and ISA)
+    family: str = ""  # microarchitecture family as in profiles/parts/cpus.toml (zen4, sapphire-rapids, ...)
+    segment: str = ""  # desktop / server
+    ccds_per_socket: int | None = None  # AMD core dies per socket
+    cores_per_ccd: int | None = None
 
 
 @dataclass(frozen=True)

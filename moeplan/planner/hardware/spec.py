@@ -13,6 +13,7 @@ Formulas (all one direction, decimal bytes):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from moeplan.errors import InputError
@@ -33,6 +34,9 @@ class GpuPart:
     fp16_flop_per_s: float
     compute_capability: str = ""
     aliases: tuple[str, ...] = ()
+    # optional catalog facts (parts.toml): where the figures come from, laptop part
+    source: str = ""
+    mobile: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,13 @@ class CpuPart:
     fp32_flop_per_cycle: int
     fabric_read_bytes_per_s: float | None = None  # per socket, Ryzen desktop only
     aliases: tuple[str, ...] = ()
+    # optional topology and provenance from the catalog (None / empty = not stated)
+    boost_hz: float | None = None
+    ccds: int | None = None  # core dies per socket (AMD CCDs)
+    cores_per_ccd: int | None = None
+    ram_speeds_mts: tuple[tuple[str, int], ...] = ()  # (ddr4 / ddr5 / mrdimm / lpddr5x, fastest rated MT/s)
+    mobile: bool = False
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,11 @@ class Efficiency:
     core_read_prior_bytes_per_s: dict[str, float]
     remote_distance: dict[str, int]
     disks: dict[str, tuple[float, float]] = field(default_factory=dict)  # class -> (bytes/s, achievable)
+    # priors for numbers-only profiles, derived from the parts catalog (catalog.efficiency):
+    # segment -> median base clock of the catalog's x86 parts of that segment
+    cpu_clock_prior_hz: dict[str, float] = field(default_factory=dict)
+    # VRAM classes of the catalog's GPUs: (vram_gib, median, min, max bandwidth in bytes/s, n parts)
+    gpu_bw_by_vram: tuple[tuple[float, float, float, float, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,14 +118,28 @@ class SpecRequest:
     disk: str | None = None
     disk_read_bytes_per_s: float | None = None
     os: str = "linux"  # linux | windows: the OS the machine will run (NUMA binding, WDDM, launch files)
+    # mixed cards: the parts of GPUs 1, 2, ... when they differ from `gpu` (GPU 0), and
+    # per-GPU links 'GENxWIDTH' ('' = the part's own or --pcie); empty for identical GPUs
+    more_gpus: tuple[str, ...] = ()
+    gpu_links: tuple[str, ...] = ()
 
 
 def _src(overridden: bool) -> str:
     return "user" if overridden else "spec-sheet"
 
 
+def spec_inputs_of(req: SpecRequest) -> dict:
+    """The request as JSON, without the mixed-card fields when unused (so profiles of
+    identical GPUs keep the inputs they had before those fields existed)."""
+    d = to_jsonable(req)
+    for k in ("more_gpus", "gpu_links"):
+        if not d.get(k):
+            d.pop(k, None)
+    return d
+
+
 def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | None,
-                       eff: Efficiency) -> HardwareProfile:
+                       eff: Efficiency, more_gpus: tuple[GpuPart, ...] = ()) -> HardwareProfile:
     """The HardwareProfile of a machine described by parts and numbers. Raises InputError
     when something needed is missing (RAM size, CPU cores) or inconsistent."""
     if not req.ram_bytes or req.ram_bytes <= 0:
@@ -146,7 +176,7 @@ def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | Non
     notes += core_notes
     nodes, node_notes = _spec_nodes(req, cpu, eff, spec_cpu, n_nodes)
     notes += node_notes
-    gpus, gpu_notes = _spec_gpus(req, gpu, eff, nodes)
+    gpus, gpu_notes = _spec_gpus(req, gpu, eff, nodes, more_gpus)
     notes += gpu_notes
     storage = _spec_storage(req, eff)
     profile = HardwareProfile(
@@ -158,7 +188,7 @@ def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | Non
         system=System(ram_total_bytes=req.ram_bytes),
         storage=storage,
         notes=tuple(notes),
-        spec_inputs=to_jsonable(req),
+        spec_inputs=spec_inputs_of(req),
         os=req.os,
     )
     return replace(profile, warnings=profile_warnings(profile))
@@ -169,11 +199,21 @@ def _default_name(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | None, so
     if n_gpus:
         label = gpu.name.replace("NVIDIA ", "").replace("GeForce ", "") if gpu else \
             f"{(req.gpu_vram_bytes or 0) / GIB:.0f} GiB GPU"
-        parts.append(f"{n_gpus}x {label}" if n_gpus > 1 else label)
+        if req.more_gpus:
+            names = [label] + [n.replace("NVIDIA ", "").replace("GeForce ", "") for n in req.more_gpus]
+            counts: dict[str, int] = {}
+            for n in names:
+                counts[n] = counts.get(n, 0) + 1
+            parts.append(" + ".join(f"{c}x {n}" if c > 1 else n for n, c in counts.items()))
+        else:
+            parts.append(f"{n_gpus}x {label}" if n_gpus > 1 else label)
     cname = cpu.name if cpu else f"{req.cores}-core CPU"
     parts.append(f"{sockets}x {cname}" if sockets > 1 else cname)
     parts.append(f"{(req.ram_bytes or 0) / GIB:.0f} GiB RAM")
     return " + ".join(parts)
+
+
+X86_ISA_PRIOR = ("avx", "avx2", "fma", "f16c")
 
 
 def _isa_flop_per_cycle(isa: tuple[str, ...]) -> tuple[int, str]:
@@ -188,21 +228,34 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
               threads_ps: int) -> tuple[Cpu, list[str]]:
     notes = []
     isa = tuple(req.isa) if req.isa is not None else (cpu.isa if cpu else ())
-    if not isa:
+    segment = cpu.segment if cpu else ("desktop" if (req.channels or 0) <= 2 else "server")
+    if cpu is None and req.isa is None:
+        # a CPU given by numbers: `moeplan hardware` describes x86 machines (DDR channels,
+        # PCIe GPUs); every x86-64 part of the last decade has AVX2/FMA (Haswell, Zen 1 on)
+        isa = X86_ISA_PRIOR
+        notes.append("ISA not given: x86 with AVX2/FMA assumed, no AVX-512/AMX (pass --isa to change)")
+    elif not isa:
         notes.append("ISA unknown (pass --isa avx2,avx512f,...): kernel choice cannot be predicted")
     ghz_hz = req.cpu_ghz * 1e9 if req.cpu_ghz else (cpu.base_hz if cpu else None)
+    clock_prior = False
+    if ghz_hz is None and eff.cpu_clock_prior_hz.get(segment):
+        ghz_hz, clock_prior = eff.cpu_clock_prior_hz[segment], True
+        notes.append(f"CPU clock not given: {ghz_hz / 1e9:.2f} GHz assumed, the median base clock of the "
+                     f"catalog's {segment} x86 parts (pass --cpu-ghz)")
     if cpu is not None and req.isa is None:
         fpc, why = cpu.fp32_flop_per_cycle, f"{cpu.family} family"
     else:
         fpc, why = _isa_flop_per_cycle(isa)
     core_flop = None
     if ghz_hz:
-        core_flop = Figure(value=ghz_hz * fpc, source=_src(req.cpu_ghz is not None or cpu is None or req.isa is not None),
-                           method=f"FP32 FMA peak per core: {ghz_hz / 1e9:.2f} GHz base x {fpc} FLOP/cycle ({why})",
+        core_flop = Figure(value=ghz_hz * fpc,
+                           source="prior" if clock_prior else
+                           _src(req.cpu_ghz is not None or cpu is None or req.isa is not None),
+                           method=f"FP32 FMA peak per core: {ghz_hz / 1e9:.2f} GHz "
+                                  f"{'(prior) ' if clock_prior else 'base '}x {fpc} FLOP/cycle ({why})",
                            achievable=eff.cpu_sgemm)
     else:
         notes.append("CPU clock unknown (pass --cpu-ghz): no CPU compute figure")
-    segment = cpu.segment if cpu else ("desktop" if (req.channels or 0) <= 2 else "server")
     prior = eff.core_read_prior_bytes_per_s.get(segment)
     core_read = None
     if prior:
@@ -220,8 +273,9 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
         n_cores=cores_ps * sockets,
         n_threads=threads_ps * sockets,
         isa=isa,
-        l3_bytes=cpu.l3_bytes * sockets if cpu else None,
+        l3_bytes=cpu.l3_bytes * sockets if cpu and cpu.l3_bytes else None,
         base_clock_hz=ghz_hz,
+        max_clock_hz=cpu.boost_hz if cpu and req.cpu_ghz is None else None,
         core_read_bytes_per_s=core_read,
         core_flop_per_s=core_flop,
         memory_channels=channels_ps * sockets if channels_ps else None,
@@ -229,6 +283,10 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
         ram_speed_mts=speed,
         source=_src(cpu is None or req.cores is not None),
         memory_source=("user" if mem_user else "spec-sheet") if (channels_ps or ram_type or speed) else "",
+        family=cpu.family if cpu else "",
+        segment=segment,
+        ccds_per_socket=cpu.ccds if cpu else None,
+        cores_per_ccd=cpu.cores_per_ccd if cpu else None,
     ), notes
 
 
@@ -279,54 +337,93 @@ def _spec_nodes(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, c: Cpu,
 
 
 def _spec_gpus(req: SpecRequest, part: GpuPart | None, eff: Efficiency,
-               nodes: tuple[NumaNode, ...]) -> tuple[tuple[Gpu, ...], list[str]]:
+               nodes: tuple[NumaNode, ...], more: tuple[GpuPart, ...] = ()) -> tuple[tuple[Gpu, ...], list[str]]:
     given = part is not None or req.gpu_vram_bytes is not None
     count = req.gpu_count if req.gpu_count is not None else (1 if given else 0)
+    if more:
+        if req.gpu_count is not None and req.gpu_count != 1 + len(more):
+            raise InputError(f"--gpu-count {req.gpu_count} does not match the {1 + len(more)} GPUs named",
+                             "give --gpu once per card (or NAME:COUNT) and drop --gpu-count")
+        count = 1 + len(more)
     if count <= 0:
         return (), ["no GPU in this profile: CPU-only planning"]
     if not given:
         raise InputError("--gpu-count needs a GPU: give --gpu NAME or --gpu-vram SIZE",
                          "for example --gpu 'RTX 4090' or --gpu-vram 24G --gpu-bw 1008GB/s --pcie 4x16")
-    notes = []
+    links = tuple(req.gpu_links) + ("",) * (count - len(req.gpu_links))
+    parts = (part,) + tuple(more) if more else (part,) * count
+    notes: list[str] = []
+    gpus = []
+    for i, pt in enumerate(parts):
+        gen, width = (int(links[i].split("x")[0]), int(links[i].split("x")[1])) if links[i] else (None, None)
+        one, n = _spec_gpu(req, pt, eff, nodes, i, gen, width)
+        gpus.append(one)
+        notes += [x for x in n if x not in notes]
+    return tuple(gpus), notes
+
+
+def _spec_gpu(req: SpecRequest, part: GpuPart | None, eff: Efficiency, nodes: tuple[NumaNode, ...], index: int,
+              link_gen: int | None, link_width: int | None) -> tuple[Gpu, list[str]]:
+    """GPU `index` of a spec profile: its part's figures (or the numbers given), its link."""
+    notes: list[str] = []
     vram = req.gpu_vram_bytes or part.vram_bytes  # type: ignore[union-attr]
     bw = _peak(req.gpu_bw_bytes_per_s, part.mem_bw_bytes_per_s if part else None, "--gpu-bw", part,
                "GPU memory bandwidth", "device-memory bandwidth peak; achievable: copy/STREAM-like kernels",
-               eff.gpu_mem, notes)
+               eff.gpu_mem, notes, quiet=True)
+    if bw is None:
+        bw = gpu_bw_class_prior(vram, eff, notes)
     fp16 = _peak(req.gpu_fp16_flop_per_s, part.fp16_flop_per_s if part else None, "--gpu-tflops", part,
                  "GPU FP16 rate", "dense FP16 tensor peak (FP16 accumulate); achievable: large cuBLAS GEMMs",
                  eff.gpu_fp16, notes)
-    gen = req.pcie_gen or (part.pcie_gen if part else None)
-    width = req.pcie_width or (part.pcie_width if part else None)
+    gen = link_gen or req.pcie_gen or (part.pcie_gen if part else None)
+    width = link_width or req.pcie_width or (part.pcie_width if part else None)
     h2d = None
-    if req.h2d_bytes_per_s:
+    if req.h2d_bytes_per_s and not link_gen:
         h2d = Figure(value=req.h2d_bytes_per_s, source="user", method="--h2d, used as given")
     elif pcie_bytes_per_s(gen, width):
-        h2d = Figure(value=pcie_bytes_per_s(gen, width) or 0.0, source=_src(req.pcie_gen is not None),
+        h2d = Figure(value=pcie_bytes_per_s(gen, width) or 0.0, source=_src(req.pcie_gen is not None or bool(link_gen)),
                      method=f"PCIe gen {gen} x{width} peak, one direction; achievable: pinned cudaMemcpy",
                      achievable=eff.pcie_pinned)
     else:
         notes.append("PCIe link unknown (pass --pcie 4x16): no host-to-GPU figure")
     home = nodes[req.gpu_node]
-    gpus = tuple(Gpu(index=i, name=part.name if part else "GPU from numbers", vram_bytes=vram,
-                     compute_capability=part.compute_capability if part else "", mem_bw_bytes_per_s=bw,
-                     fp16_flop_per_s=fp16, pcie_gen=gen, pcie_width=width, pcie_gen_max=gen,
-                     pcie_width_max=width, h2d_bytes_per_s=h2d,
-                     d2h_bytes_per_s=replace(h2d, method=h2d.method + " (assumed equal to host-to-GPU)")
-                     if h2d else None,
-                     numa_node=home.id, local_cpus=format_cpulist(home.cpus), source=_src(part is None))
-                 for i in range(count))
-    return gpus, notes
+    gpu = Gpu(index=index, name=part.name if part else "GPU from numbers", vram_bytes=vram,
+              compute_capability=part.compute_capability if part else "", mem_bw_bytes_per_s=bw,
+              fp16_flop_per_s=fp16, pcie_gen=gen, pcie_width=width, pcie_gen_max=gen,
+              pcie_width_max=width, h2d_bytes_per_s=h2d,
+              d2h_bytes_per_s=replace(h2d, method=h2d.method + " (assumed equal to host-to-GPU)")
+              if h2d else None,
+              numa_node=home.id, local_cpus=format_cpulist(home.cpus), source=_src(part is None))
+    return gpu, notes
+
+
+def gpu_bw_class_prior(vram_bytes: int, eff: Efficiency, notes: list[str]) -> Figure | None:
+    """A GPU given without bandwidth: the median bandwidth of the catalog's GPUs with the same
+    VRAM (the nearest VRAM class when none has it), source 'prior', its spread = (max - min) /
+    median of that class so that the estimate's range widens with it."""
+    if not eff.gpu_bw_by_vram or vram_bytes <= 0:
+        notes.append("GPU memory bandwidth unknown (pass --gpu-bw)")
+        return None
+    gib = vram_bytes / GIB
+    cls = min(eff.gpu_bw_by_vram, key=lambda c: (abs(math.log(c[0] / gib)), -c[4]))
+    vram_c, med, lo, hi, n = cls
+    notes.append(f"GPU memory bandwidth not given: {med / 1e9:.0f} GB/s assumed, the median of the catalog's "
+                 f"{n} GPU(s) with {vram_c:g} GiB (they range {lo / 1e9:.0f}-{hi / 1e9:.0f} GB/s; pass --gpu-bw)")
+    return Figure(value=med, source="prior", spread=(hi - lo) / med if med else 0.0,
+                  method=f"VRAM-class prior: median device-memory bandwidth of {n} catalog GPU(s) with "
+                         f"{vram_c:g} GiB ({lo / 1e9:.0f}-{hi / 1e9:.0f} GB/s)", achievable=eff.gpu_mem)
 
 
 def _peak(given: float | None, catalog_value: float | None, option: str, part: GpuPart | None, label: str,
-          what: str, achievable: float, notes: list[str]) -> Figure | None:
+          what: str, achievable: float, notes: list[str], quiet: bool = False) -> Figure | None:
     """A GPU peak from the command line (`user`) or the catalog (`spec-sheet`), or a note."""
     if given:
         return Figure(value=given, source="user", method=f"{option}: {what}", achievable=achievable)
     if part is not None and catalog_value:
         return Figure(value=catalog_value, source="spec-sheet", method=f"{part.name} spec sheet: {what}",
                       achievable=achievable)
-    notes.append(f"{label} unknown (pass {option})")
+    if not quiet:
+        notes.append(f"{label} unknown (pass {option})")
     return None
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.planner.memory import compute_buffer as cb
+from moeplan.planner.memory.devices import DeviceMemory, device_memory, parse_tensor_split
 from moeplan.planner.model.ggml import canonical_type, row_bytes
 from moeplan.planner.model.spec import KvComponent, LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
@@ -64,6 +65,14 @@ class MemoryConstants:
     margin_bytes: int = FIT_MARGIN_BYTES
     op_offload_min_batch: int = 32  # GGML_OP_OFFLOAD_MIN_BATCH
     kv_pad: int = 256
+    # the CUDA pool's high-water beyond the compute buffer, bytes per ubatch token, by K cache
+    # type ('' = any type); 0 until calibrated from logs (moeplan calibrate --from LOG)
+    cuda_pool_bytes_per_ubatch: tuple[tuple[str, float], ...] = ()
+    compute_extra_bytes: int = 0  # calibrated additive correction of the GPU compute buffer
+
+    def pool_per_ubatch(self, cache_type_k: str) -> float:
+        d = dict(self.cuda_pool_bytes_per_ubatch)
+        return d.get(cache_type_k, d.get("", 0.0))
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,14 @@ class MemoryItem:
 class MemoryBreakdown:
     items: tuple[MemoryItem, ...]
     margin_bytes: int
+    # several GPUs (layer split): each device's VRAM, in device order (devices.py)
+    devices: tuple[DeviceMemory, ...] = ()
+
+    @property
+    def vram_bytes_per_gpu(self) -> tuple[int, ...]:
+        if self.devices:
+            return tuple(d.vram_bytes for d in self.devices)
+        return (self.vram_bytes,) if self.margin_bytes else ()
 
     def total(self, device: str) -> int:
         return sum(i.n_bytes for i in self.items if i.device == device)
@@ -106,6 +123,12 @@ class MemoryBreakdown:
         return sum(i.n_bytes for i in self.items if i.name == name)
 
     def to_dict(self) -> dict:
+        d = self._to_dict()
+        if self.devices:
+            d["per_gpu"] = [dev.to_dict() for dev in self.devices]
+        return d
+
+    def _to_dict(self) -> dict:
         return {
             "vram_bytes": self.vram_bytes,
             "vram_required_bytes": self.vram_required_bytes,
@@ -208,10 +231,13 @@ def kv_layer_bytes_per_token(layer: LayerSpec, type_k: str = "f16", type_v: str 
 
 
 def kv_read_bytes(model: ModelSpec, depth: int, type_k: str = "f16", type_v: str = "f16",
-                  n_ubatch: int = 1) -> int:
-    """KV bytes attention reads to decode one token at context depth `depth`."""
+                  n_ubatch: int = 1, blocks: set[int] | None = None) -> int:
+    """KV bytes attention reads to decode one token at context depth `depth` (of `blocks` only
+    when given: one device's share of a layer split)."""
     total = 0
     for layer in model.trunk_layers:
+        if blocks is not None and layer.index not in blocks:
+            continue
         for c in layer.kv:
             row = kv_row_bytes(c, type_k, type_v)
             if c.cells == "ctx":
@@ -296,12 +322,25 @@ def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | No
                   f"(K {p.cache_type_k}, V {p.cache_type_v}, n_seq {p.n_seq})")
     items.append(MemoryItem("kv_cache", "gpu" if (p.kv_offload and not cpu_only) else "host", kv, kv_formula))
 
-    if not cpu_only:
+    devices: tuple[DeviceMemory, ...] = ()
+    if not cpu_only and p.n_gpus > 1:
+        weights = tensor_split_weights(p)
+        devices = device_memory(model, p, weights, c.cuda_context_bytes, c.margin_bytes, c.op_offload_min_batch)
+        items.append(MemoryItem("compute", "gpu", sum(d.compute_bytes for d in devices),
+                                " + ".join(f"GPU{d.index} {d.compute_bytes / MIB:.0f} MiB" for d in devices)
+                                + " (one buffer per device; staging on GPU0, logits on the output's device)"))
+        items.append(MemoryItem("cuda_context", "gpu", c.cuda_context_bytes * len(devices),
+                                f"{len(devices)} x CUDA context + cuBLAS workspace (backend prior)"))
+    elif not cpu_only:
         gterms = compute_buffer_terms(model, p, gpu=True, consts=c)
+        if c.compute_extra_bytes:
+            gterms = {**gterms, "calibrated extra": c.compute_extra_bytes}
         items.append(MemoryItem("compute", "gpu", sum(gterms.values()),
                                 " + ".join(f"{k} {v / MIB:.0f} MiB" for k, v in gterms.items())))
-        items.append(MemoryItem("cuda_context", "gpu", c.cuda_context_bytes,
-                                "CUDA context + cuBLAS workspace (backend prior)"))
+        pool = round(c.pool_per_ubatch(p.cache_type_k) * n_ub)
+        items.append(MemoryItem("cuda_context", "gpu", c.cuda_context_bytes + pool,
+                                "CUDA context + cuBLAS workspace (backend prior)" +
+                                (f" + pool high-water {pool / MIB:.0f} MiB ({n_ub}-token ubatch)" if pool else "")))
 
     items.append(MemoryItem("weights_embed", "host", embd, "token_embd (llama.cpp keeps the input layer on the CPU)",
                             page_cache=mmap_backed))
@@ -322,4 +361,14 @@ def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | No
                             "graph inputs (KQ masks, ids) and token-embedding rows, which llama.cpp keeps on the CPU"))
     items.append(MemoryItem("output", "host", model.n_vocab * 4 * p.n_seq,
                             "logits buffer n_vocab * n_outputs * 4 (one output per sequence)"))
-    return MemoryBreakdown(items=tuple(items), margin_bytes=0 if cpu_only else c.margin_bytes)
+    margin = 0 if cpu_only else c.margin_bytes * max(1, len(devices))
+    return MemoryBreakdown(items=tuple(items), margin_bytes=margin, devices=devices)
+
+
+def tensor_split_weights(p: Placement) -> tuple[float, ...]:
+    """The plan's -ts (Placement.extra tensor_split) as weights per device; without one,
+    equal weights (what moeplan emits then: -ts 1,1,...)."""
+    ts = dict(p.extra).get("tensor_split")
+    if ts:
+        return parse_tensor_split(ts, p.n_gpus)
+    return (1.0,) * p.n_gpus

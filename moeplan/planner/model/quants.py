@@ -6,8 +6,9 @@ A recipe turns the synthesised tensor index (synth.py) into (type, bytes) per te
            (ffn_gate_inp), ssm_conv1d and the DSA indexer.proj are F32, the rest BF16. Where the
            converter keeps the checkpoint's own format it does so (gpt-oss MXFP4 experts;
            DeepSeek V4: MXFP4 experts, FP8 -> Q8_0, BF16 / F32 kept, I32 hash table).
-* Q8_0 ... llama-quantize from that BF16 file (src/llama-quant.cpp llama_tensor_get_type):
-  IQ1_S    tensors it may quantize get the ftype's default type, adjusted by
+* Q8_0 ... llama-quantize from that BF16 file (src/llama-quant.cpp llama_tensor_get_type), every
+  F32      file type of tools/quantize QUANT_OPTIONS: tensors it may quantize get the ftype's
+           default type, adjusted by
            llama_tensor_get_type_impl (output.weight Q6_K / Q5_K / Q8_0, token_embd for IQ
            quants, attn_v and ffn_down 'use_more_bits' layers, the 8-expert (Mixtral) rules),
            then tensor_type_fallback when a row (ne0) is not a multiple of the block size.
@@ -16,6 +17,9 @@ A recipe turns the synthesised tensor index (synth.py) into (type, bytes) per te
            IQ1_S; for IQ4_XS it only removes the Q5_K bump of the first n/8 ffn_down).
 * MXFP4    llama-quantize MXFP4_MOE: 3-D tensors MXFP4, everything else it may quantize Q8_0.
 * native   the published checkpoint (native.py): FP8 with block scales, MXFP4, BF16.
+* IQ2_KS ... ik_llama.cpp types: its type table (ggml.py) and an approximation of its rules.
+* UD-Q2_K_XL, Q4_K_XL, Q4_K_L ...: a base recipe with floors for the tensors such mixes keep at
+           higher bits (resolve_quant; an approximation, said in the notes).
 
 Counters follow llama-quantize: tensors are visited in llama_model_loader order (model-level
 tensors, then block by block, names sorted within a block); n_layer of the ffn_down rules is
@@ -29,26 +33,118 @@ from typing import Any
 from moeplan.planner.model.ggml import TYPE_SIZES, row_bytes
 from moeplan.planner.model.synth import TensorSpec
 
-# llama-quantize ftype -> default ggml type (llama_ftype_get_default_type)
+# llama-quantize file types (tools/quantize/quantize.cpp QUANT_OPTIONS at the vendored commit)
+# -> default ggml type (src/llama-quant.cpp llama_ftype_get_default_type). 'MXFP4' is MXFP4_MOE.
 FTYPE_DEFAULT: dict[str, str] = {
-    "Q8_0": "Q8_0", "Q6_K": "Q6_K", "Q5_K_M": "Q5_K", "Q4_K_M": "Q4_K", "Q3_K_M": "Q3_K",
-    "Q2_K": "Q2_K", "IQ4_XS": "IQ4_XS", "IQ2_M": "IQ2_S", "IQ2_XXS": "IQ2_XXS", "IQ1_S": "IQ1_S",
-    "MXFP4": "MXFP4",
+    "Q1_0": "Q1_0", "Q2_0": "Q2_0", "Q4_0": "Q4_0", "Q4_1": "Q4_1", "MXFP4": "MXFP4", "Q5_0": "Q5_0",
+    "Q5_1": "Q5_1", "IQ2_XXS": "IQ2_XXS", "IQ2_XS": "IQ2_XS", "IQ2_S": "IQ2_XS", "IQ2_M": "IQ2_S",
+    "IQ1_S": "IQ1_S", "IQ1_M": "IQ1_M", "TQ1_0": "TQ1_0", "TQ2_0": "TQ2_0", "Q2_K": "Q2_K", "Q2_K_S": "Q2_K",
+    "IQ3_XXS": "IQ3_XXS", "IQ3_S": "IQ3_S", "IQ3_M": "IQ3_S", "IQ3_XS": "IQ3_S", "Q3_K_S": "Q3_K",
+    "Q3_K_M": "Q3_K", "Q3_K_L": "Q3_K", "IQ4_NL": "IQ4_NL", "IQ4_XS": "IQ4_XS", "Q4_K_S": "Q4_K",
+    "Q4_K_M": "Q4_K", "Q5_K_S": "Q5_K", "Q5_K_M": "Q5_K", "Q6_K": "Q6_K", "Q8_0": "Q8_0",
+    "F16": "F16", "F32": "F32",
 }
+# ik_llama.cpp's llama-quantize types (src/llama-quantize.cpp: default_type = the type of the
+# same name); their bytes per block come from ik_llama.cpp's ggml type table (ggml.py)
+IK_FTYPES: tuple[str, ...] = (
+    "IQ1_KT", "IQ2_KS", "IQ2_K", "IQ2_KL", "IQ2_KT", "IQ3_KS", "IQ3_K", "IQ3_KT", "IQ4_KSS", "IQ4_KS",
+    "IQ4_K", "IQ4_KT", "IQ5_KS", "IQ5_K", "IQ6_K", "Q6_0", "Q4_0_R8", "Q5_0_R4", "Q6_0_R4", "Q8_0_R8",
+    "Q2_K_R4", "Q3_K_R4", "Q4_K_R4", "Q5_K_R4", "Q6_K_R4", "Q8_K_R8", "IQ1_S_R4", "IQ1_M_R4",
+    "IQ2_XXS_R4", "IQ2_XS_R4", "IQ2_S_R4", "IQ3_XXS_R4", "IQ3_S_R4", "IQ4_NL_R4", "IQ4_XS_R8",
+    "IQ2_K_R4", "IQ3_K_R4", "IQ4_K_R4", "IQ5_K_R4", "IQ4_KS_R4", "IQ5_KS_R4",
+)
 QUANTS = tuple(FTYPE_DEFAULT) + ("BF16", "native")
-ALIASES = {"MXFP4_MOE": "MXFP4", "NATIVE": "native", "BF16": "BF16"}
+# QUANT_OPTIONS aliases ("Q4_K" = Q4_K_M ...) and moeplan's own names
+ALIASES = {"MXFP4_MOE": "MXFP4", "NATIVE": "native", "BF16": "BF16", "Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M",
+           "Q5_K": "Q5_K_M", "FP16": "F16", "FP32": "F32"}
 
-_IQ_LOW = ("IQ2_XXS", "IQ1_S", "IQ2_M")  # the IQ2/IQ1 branch of llama_tensor_get_type_impl
+# Unsloth's dynamic quants: 'UD-' prefix and/or '_XL' suffix (UD-Q2_K_XL, UD-IQ1_S, Q4_K_XL). The
+# routed experts follow the base recipe; the tensors Unsloth documents keeping at higher bits
+# (unsloth.ai/blog/deepseekr1-dynamic: "attention 4 or 6 bit, the first 3 dense layers 4 or 6 bit,
+# shared experts 6 bit, embedding 4 bit, lm_head 6 bit"; docs.unsloth.ai "Unsloth Dynamic 2.0
+# GGUFs": the layer choice varies per model) are raised to at least these types. An
+# approximation of a per-model choice: `--size` with the real file size scales it to the bytes.
+UNSLOTH_FLOOR = {"attn": "Q4_K", "ffn": "Q4_K", "shexp": "Q6_K", "embed": "Q4_K", "output": "Q6_K"}
+# '_L' files (bartowski's Q3_K_XL ... naming, llama-quantize --output-tensor-type q8_0
+# --token-embedding-type q8_0): the base recipe with embedding and output in Q8_0
+LARGE_FLOOR = {"embed": "Q8_0", "output": "Q8_0"}
+
+_IQ_LOW = ("IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ2_S", "IQ2_M", "IQ1_M")  # the IQ2/IQ1 branch of get_type_impl
+_IQ_OUT_Q5K = ("IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ2_S", "IQ2_M", "IQ1_M")
+
+
+@dataclass(frozen=True)
+class QuantName:
+    """A --quant name resolved: the llama-quantize / ik_llama.cpp ftype whose rules give the
+    types (`base`), the floor types of a dynamic mix, and what the recipe approximates."""
+
+    label: str  # canonical spelling
+    base: str  # a key of FTYPE_DEFAULT, an IK_FTYPES entry, 'BF16' or 'native'
+    family: str  # llama.cpp / ik_llama.cpp / unsloth / large / moeplan
+    floor: tuple[tuple[str, str], ...] = ()  # role -> lowest type of a dynamic mix
+    note: str = ""
+
+
+def _plain(up: str) -> str | None:
+    up = ALIASES.get(up, up)
+    if up in FTYPE_DEFAULT or up in ("BF16", "native") or up in IK_FTYPES:
+        return up
+    return None
+
+
+def resolve_quant(name: str) -> QuantName:
+    """'q4_k_m' -> Q4_K_M; 'UD-Q2_K_XL' -> Q2_K with Unsloth's floors; 'IQ3_KS' -> ik_llama.cpp.
+    Raises KeyError for names it does not know."""
+    raw = name.strip()
+    up = raw.upper().replace("-", "_") if not raw.upper().startswith("UD-") else raw.upper()
+    if raw.lower() == "native":
+        return QuantName("native", "native", "moeplan")
+    base = _plain(up)
+    if base is not None:
+        fam = "ik_llama.cpp" if base in IK_FTYPES else "moeplan" if base in ("BF16", "native") else "llama.cpp"
+        note = ""
+        if fam == "ik_llama.cpp":
+            note = (f"{base}: ik_llama.cpp type; bytes per weight from its ggml type table, tensor choice "
+                    "after ik_llama.cpp's output / embedding / attention rules, the rest in the base type "
+                    "(published ik_llama.cpp files are often custom mixes: give --size)")
+        return QuantName(base, base, fam, note=note)
+    ud = up.startswith("UD-") or up.startswith("UD_")
+    stem = up[3:] if ud else up
+    xl = stem.endswith("_XL")
+    large = not xl and stem.endswith("_L")
+    if xl:
+        stem = stem[:-3]
+    elif large:
+        stem = stem[:-2]
+    if not (ud or xl or large):
+        raise KeyError(name)
+    # Q3_K_XL -> Q3_K_M, Q4_K_XL -> Q4_K_M, Q8_K_XL -> Q8_0; IQ2_XXS / IQ1_S / Q2_K as they are
+    cand = {"Q8_K": "Q8_0", "Q6_K": "Q6_K"}.get(stem) or _plain(stem) or _plain(stem + "_M")
+    if cand is None or cand in ("BF16", "native"):
+        raise KeyError(name)
+    if ud or xl:
+        label = ("UD-" if ud else "") + stem + ("_XL" if xl else "_L" if large else "")
+        return QuantName(label, cand, "unsloth", tuple(sorted(UNSLOTH_FLOOR.items())),
+                         f"{label}: Unsloth dynamic quant approximated as {cand} for the routed experts with "
+                         "attention and dense FFN at least Q4_K, shared experts and output at least Q6_K, "
+                         "embedding at least Q4_K (Unsloth's documented choice; per-model details differ: "
+                         "give --size for the real bytes)")
+    label = stem + "_L"
+    return QuantName(label, cand, "large", tuple(sorted(LARGE_FLOOR.items())),
+                     f"{label}: {cand} with token embedding and output in Q8_0 (the '_L' convention)")
 
 
 def canonical_quant(name: str) -> str:
-    """'q4_k_m' -> 'Q4_K_M', 'mxfp4_moe' -> 'MXFP4'. Raises KeyError for unknown names."""
-    up = name.strip().upper()
-    if up in ALIASES:
-        return ALIASES[up]
-    if up in FTYPE_DEFAULT:
-        return up
-    raise KeyError(name)
+    """'q4_k_m' -> 'Q4_K_M', 'mxfp4_moe' -> 'MXFP4', 'ud-q2_k_xl' -> 'UD-Q2_K_XL'.
+    Raises KeyError for unknown names."""
+    return resolve_quant(name).label
+
+
+def quant_families() -> str:
+    """The accepted names, for an error hint."""
+    return ("llama-quantize types (" + ", ".join(n for n in FTYPE_DEFAULT if n != "MXFP4") + ", MXFP4_MOE), "
+            "BF16, native; Unsloth UD-<type> and <type>_XL (UD-Q2_K_XL, UD-IQ1_S, Q4_K_XL); <type>_L; "
+            "ik_llama.cpp types (" + ", ".join(IK_FTYPES[:15]) + ", ... _R4)")
 
 
 @dataclass(frozen=True)
@@ -151,7 +247,7 @@ def _fallback(target: str, ne0: int) -> str:
         return target
     table = {"IQ1_S": "IQ4_NL", "IQ1_M": "IQ4_NL", "IQ2_XXS": "IQ4_NL", "IQ2_XS": "IQ4_NL",
              "IQ2_S": "IQ4_NL", "IQ3_XXS": "IQ4_NL", "IQ3_S": "IQ4_NL", "IQ4_XS": "IQ4_NL",
-             "Q2_K": "Q4_0", "Q3_K": "Q4_0", "TQ1_0": "Q4_0", "TQ2_0": "Q4_0",
+             "Q2_0": "Q4_0", "Q2_K": "Q4_0", "Q3_K": "Q4_0", "TQ1_0": "Q4_0", "TQ2_0": "Q4_0",
              "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
     ret = table.get(target, target)
     if ne0 % TYPE_SIZES[ret][0]:
@@ -168,6 +264,7 @@ class _State:
     n_expert: int
     n_layer_all: int
     imatrix: bool = True
+    tied: bool = False  # no output.weight: token_embd is quantized as the output
     n_attention_wv: int = 0
     i_attention_wv: int = 0
     i_ffn_down: int = 0
@@ -177,75 +274,186 @@ def _layer_of(name: str) -> int:
     return int(name.split(".")[1]) if name.startswith("blk.") else 0
 
 
+def _ffn_layer(qs: _State, name: str, counter: int) -> int:
+    """layer_info: the block number parsed from the name for MoE models, else the counter."""
+    return _layer_of(name) if qs.n_expert > 1 else counter
+
+
 def _impl(qs: _State, new: str, spec: TensorSpec, cat: str) -> str:
-    """llama_tensor_get_type_impl, for the ftypes in FTYPE_DEFAULT."""
+    """llama_tensor_get_type_impl (src/llama-quant.cpp at the vendored commit), every ftype of
+    FTYPE_DEFAULT; the Falcon, 70B, GLM5-next and BailingMoE3 branches are left out (no
+    bundled model takes them)."""
     ft = qs.ftype
     attn_v_like = cat in ("attn_v", "attn_qkv", "attn_kv_b")
-    if cat == "output":
+    if cat == "output" or (qs.tied and cat == "token_embd"):
         nx = spec.shape[0]
         if ft == "MXFP4" or nx % TYPE_SIZES[new][0]:
             return "Q8_0"
-        if ft in _IQ_LOW:
+        if ft in _IQ_OUT_Q5K:
             return "Q5_K"
         return new if new == "Q8_0" else "Q6_K"
     if ft == "MXFP4":
         return "MXFP4" if len(spec.shape) > 2 and spec.shape[2] > 1 else "Q8_0"
     if cat == "token_embd":
-        if ft in ("IQ2_XXS", "IQ1_S"):
+        if ft in ("IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M"):
             return "Q2_K"
-        if ft == "IQ2_M":
+        if ft in ("IQ2_S", "IQ2_M", "IQ3_XXS"):
             return "IQ3_S"
+        if ft in ("TQ1_0", "TQ2_0", "Q2_0"):
+            return "Q4_K"
         return new
     if ft in _IQ_LOW:
+        iq2_sm = ft in ("IQ2_S", "IQ2_M")
         if attn_v_like:
             qs.i_attention_wv += 1
             if qs.n_gqa >= 4 or qs.n_expert >= 4:
                 return "Q4_K"
-            return "IQ3_S" if ft == "IQ2_M" else "Q2_K"
+            return "IQ3_S" if iq2_sm else "Q2_K"
         if qs.n_expert == 8 and cat == "attn_k":
             return "Q4_K"
         if cat == "ffn_down":
             bump = qs.i_ffn_down < qs.n_layer_all // 8
             qs.i_ffn_down += 1
             if bump:
-                return "IQ3_S" if ft == "IQ2_M" else "Q2_K"
+                return "IQ3_S" if iq2_sm else "Q2_K"
             return new
         if cat == "attn_output":
             if qs.n_expert == 8:
                 return "Q5_K"
-            return {"IQ1_S": "IQ2_XXS", "IQ2_M": "IQ3_S"}.get(ft, new)
+            if ft in ("IQ1_S", "IQ1_M"):
+                return "IQ2_XXS"
+            return "IQ3_S" if iq2_sm else new
         return new
     if attn_v_like:
         i, n = qs.i_attention_wv, qs.n_attention_wv
         qs.i_attention_wv += 1
         if ft == "Q2_K":
             new = "Q4_K" if qs.n_gqa >= 4 else "Q3_K"
+        elif ft == "Q2_K_S" and qs.n_gqa >= 4:
+            new = "Q4_K"
+        elif ft == "IQ3_XXS":
+            new = "Q4_K" if qs.n_gqa >= 4 else "IQ3_XXS" if qs.imatrix else "IQ3_S"
+        elif ft in ("IQ3_XS", "IQ3_S") and qs.n_gqa >= 4:
+            new = "Q4_K"
+        elif ft == "IQ3_M":
+            new = "Q4_K"
         elif ft == "Q3_K_M":
             new = "Q5_K" if i < 2 else "Q4_K"
-        elif ft == "IQ4_XS" and qs.n_gqa >= 4:
+        elif ft == "Q3_K_L":
+            new = "Q5_K"
+        elif ft in ("IQ4_NL", "IQ4_XS") and qs.n_gqa >= 4:
             new = "Q5_K"
         elif ft in ("Q4_K_M", "Q5_K_M") and _use_more_bits(i, n):
             new = "Q6_K"
+        elif ft == "Q4_K_S" and i < 4:
+            new = "Q5_K"
         if qs.n_expert == 8:
             new = "Q8_0"
         return new
     if cat == "attn_k":
-        return "Q8_0" if qs.n_expert == 8 else new
+        if qs.n_expert == 8:
+            return "Q8_0"
+        return {"IQ3_XS": "IQ3_XXS", "IQ3_XXS": "IQ2_S"}.get(ft, new)
+    if cat == "attn_q":
+        return {"IQ3_XS": "IQ3_XXS", "IQ3_XXS": "IQ2_S"}.get(ft, new)
     if cat == "ffn_down":
-        il, n = _layer_of(spec.name), qs.n_layer_all
+        il, n = _ffn_layer(qs, spec.name, qs.i_ffn_down), qs.n_layer_all
+        qs.i_ffn_down += 1
         if ft == "Q2_K":
             return "Q3_K"
+        if ft == "Q2_K_S":
+            return "Q4_K" if il < n // 8 else new
+        if ft == "IQ3_XXS" and not qs.imatrix:
+            return "Q4_K" if il < n // 8 else "Q3_K"
         if ft == "Q3_K_M":
-            return "Q5_K" if il < n // 16 else "Q4_K"
-        if ft in ("Q4_K_M", "Q5_K_M") and _use_more_bits(il, n):
-            return "Q6_K"
-        if ft == "IQ4_XS" and il < n // 8 and not qs.imatrix:
+            return "Q5_K" if il < n // 16 else "Q4_K"  # non-Falcon: use_more_bits or not, Q4_K
+        if ft == "IQ3_M" and (il < n // 8 or (qs.n_expert == 8 and _use_more_bits(il, n))):
+            return "Q4_K"
+        if ft == "Q3_K_L":
             return "Q5_K"
+        if ft == "Q4_K_M":
+            return "Q6_K" if _use_more_bits(il, n) else new
+        if il < n // 8 and ft in ("IQ4_NL", "IQ4_XS") and not qs.imatrix:
+            return "Q5_K"
+        if ft == "Q5_K_M" and _use_more_bits(il, n):
+            return "Q6_K"
+        if ft == "Q4_K_S" and il < n // 8:
+            return "Q5_K"
+        if ft in ("Q4_0", "Q5_0") and qs.imatrix and il < n // 8:
+            return "Q4_1" if ft == "Q4_0" else "Q5_1"
         return new
     if cat == "attn_output":
         if qs.n_expert == 8:
-            return "Q5_K" if ft in ("Q2_K", "Q3_K_M", "Q4_K_M", "IQ4_XS") else new
-        return {"Q2_K": "Q3_K", "Q3_K_M": "Q4_K"}.get(ft, new)
+            bumped = ("Q2_K", "IQ3_XS", "IQ3_XXS", "Q3_K_S", "Q3_K_M", "IQ4_NL", "Q4_K_S", "Q4_K_M", "IQ3_S",
+                      "IQ3_M", "IQ4_XS")
+            return "Q5_K" if ft in bumped else new
+        return {"Q2_K": "Q3_K", "IQ3_XXS": "IQ3_S", "Q3_K_M": "Q4_K", "Q3_K_L": "Q5_K", "IQ3_M": "Q4_K"}.get(ft, new)
+    if cat in ("ffn_gate", "ffn_up"):
+        il = _layer_of(spec.name)
+        n = qs.n_layer_all
+        if ft == "IQ3_XS" and n // 8 <= il < 7 * n // 8:
+            return "IQ3_XXS"
+        return new
+    return new
+
+
+# ik_llama.cpp (src/llama-quantize.cpp llama_tensor_get_type, commit 8337e4cd): the output /
+# embedding rules, the low-bit branches (IQ2_KS and the _R4 I-quants, IQ1_*_R4, IQ2_KT) and the
+# generic attention rule for MoE models (n_expert >= 4: attn_v and every attn_k* tensor Q8_0).
+_IK_OUT_Q5K = ("IQ2_K", "IQ3_K", "IQ2_KS", "IQ3_K_R4", "IQ3_KS", "IQ2_K_R4", "IQ3_XXS_R4", "IQ2_KL",
+               "IQ1_S_R4", "IQ1_M_R4", "IQ2_KT", "IQ3_KT", "IQ1_KT")
+_IK_OUT_KEEP = ("Q8_0", "Q8_0_R8", "IQ6_K", "Q6_K_R4", "Q8_K_R8")
+
+
+def _impl_ik(qs: _State, new: str, spec: TensorSpec, cat: str) -> str:
+    ft, name = qs.ftype, spec.name
+    if cat == "output" or (qs.tied and cat == "token_embd"):
+        if spec.shape[0] % 256:
+            return "Q8_0"
+        if ft in _IK_OUT_Q5K:
+            return "IQ4_K" if qs.tied else "Q5_K"
+        if ft in ("IQ2_XXS_R4", "IQ2_XS_R4"):
+            return "IQ4_K_R4" if qs.tied else "Q5_K_R4"
+        if ft in ("IQ3_S_R4", "IQ4_KS", "IQ4_KSS", "IQ4_KS_R4") and qs.tied:
+            return "IQ5_K"
+        return new if new in _IK_OUT_KEEP else "Q6_K"
+    if cat == "token_embd":
+        if ft in ("IQ2_XXS_R4", "IQ2_XS_R4", "IQ1_S_R4", "IQ1_M_R4"):
+            return "Q2_K"
+        if ft == "IQ3_KT":
+            return "IQ3_S"
+        if ft == "IQ3_XXS_R4":
+            return "IQ3_K"
+        return new
+    low = {"IQ2_KS": "", "IQ2_XXS_R4": "", "IQ2_XS_R4": "", "IQ1_S_R4": "_R4", "IQ1_M_R4": "_R4", "IQ2_KT": ""}
+    if ft in low:
+        r4 = low[ft]
+        if "attn_v.weight" in name:
+            qs.i_attention_wv += 1
+            if qs.n_expert >= 4 or qs.n_gqa >= 4:
+                return "IQ4_K" + r4
+            return ("IQ3_K" + r4) if qs.n_gqa >= 2 or (ft == "IQ2_KS" and qs.n_expert >= 2) else new
+        if qs.n_expert >= 8 and ("attn_k" in name or "attn_q" in name):
+            return "Q4_K" + r4
+        if "attn_qkv.weight" in name:
+            return "IQ3_K" if ft == "IQ2_KT" else "IQ2_K" + r4
+        if "_shexp.weight" in name and ft in ("IQ1_S_R4", "IQ1_M_R4", "IQ2_KT"):
+            return "IQ4_K" + r4
+        if "ffn_down" in name:
+            il = _ffn_layer(qs, name, qs.i_ffn_down)
+            bump = (il < qs.n_layer_all // 8) if ft in ("IQ1_S_R4", "IQ1_M_R4", "IQ2_KT") else \
+                qs.i_ffn_down < qs.n_layer_all // 8
+            qs.i_ffn_down += 1
+            if bump:
+                return {"IQ2_KT": "IQ3_K", "IQ1_S_R4": "Q2_K_R4", "IQ1_M_R4": "Q2_K_R4"}.get(ft, "Q2_K")
+            return new
+        if "attn_output.weight" in name:
+            return ("Q5_K" + r4) if qs.n_expert >= 4 else new
+        return new
+    if "attn_v.weight" in name and qs.n_expert >= 4:
+        return "Q8_0"
+    if "attn_k" in name and "attn_v.weight" not in name and qs.n_expert >= 4:
+        return "Q8_0"
     return new
 
 
@@ -256,18 +464,41 @@ def loader_order(specs: list[TensorSpec]) -> list[TensorSpec]:
 
 def quantize_types(specs: list[TensorSpec], source: dict[str, str], ftype: str, *,
                    n_gqa: int, n_expert: int, n_layer_all: int, imatrix: bool = True) -> dict[str, str]:
-    """llama-quantize `ftype` applied to a file whose tensor types are `source` (name -> type)."""
-    default = FTYPE_DEFAULT[ftype]
+    """llama-quantize `ftype` (a key of FTYPE_DEFAULT, or an ik_llama.cpp type of IK_FTYPES)
+    applied to a file whose tensor types are `source` (name -> type)."""
+    ik = ftype in IK_FTYPES
+    default = ftype if ik else FTYPE_DEFAULT[ftype]
+    quantized = TYPE_SIZES[default][0] > 1  # ggml_is_quantized: F16 / F32 take no rules
     order = loader_order(specs)
-    qs = _State(ftype, n_gqa, n_expert, n_layer_all, imatrix)
+    tied = not any(t.name == "output.weight" for t in specs)
+    qs = _State(ftype, n_gqa, n_expert, n_layer_all, imatrix, tied)
     qs.n_attention_wv = sum(1 for t in order if _category(t.name) in ("attn_v", "attn_qkv", "attn_kv_b"))
     out: dict[str, str] = {}
     for t in order:
         if not allows_quantization(t.name, t.shape):
             out[t.name] = source[t.name]
             continue
-        new = _impl(qs, default, t, _category(t.name))
+        if not quantized:
+            out[t.name] = default
+            continue
+        new = (_impl_ik if ik else _impl)(qs, default, t, _category(t.name))
         out[t.name] = _fallback(new, t.shape[0])
+    return out
+
+
+def _raise_to_floor(specs: list[TensorSpec], types: dict[str, str], floor: dict[str, str]) -> dict[str, str]:
+    """A dynamic mix: each tensor of a floored role (attn / ffn / shexp / embed / output) that
+    llama-quantize may quantize gets at least the floor type's bits per weight."""
+    from moeplan.planner.model.ggml import bits_per_weight
+
+    out = dict(types)
+    for t in specs:
+        f = floor.get(t.role)
+        if f is None or not allows_quantization(t.name, t.shape):
+            continue
+        cur = out[t.name]
+        if bits_per_weight(cur) < bits_per_weight(f):
+            out[t.name] = _fallback(f, t.shape[0])
     return out
 
 
@@ -289,25 +520,28 @@ def quant_facts(hp: dict[str, Any]) -> dict[str, int]:
 
 def apply_recipe(specs: list[TensorSpec], hp: dict[str, Any], quant: str, native: Any,
                  keeps: str = "") -> list[Typed]:
-    """(type, bytes) of every tensor under `quant` (a name of QUANTS).
+    """(type, bytes) of every tensor under `quant` (any name resolve_quant accepts).
 
     `native` is a native.NativeFormat: the checkpoint dtype of each tensor, which the
     converter keeps for some models (`keeps`, see converter_type) and which
     `quant == 'native'` reports."""
     from moeplan.planner.model.native import native_bytes
 
+    q = resolve_quant(quant)
     by_name = {t.name: t for t in specs}
-    if quant == "native":
+    if q.base == "native":
         out = []
         for t in specs:
             dt = native.dtype(t)
             out.append(Typed(t, dt, native_bytes(t, dt, native.scale_bytes, by_name)))
         return out
     source = {t.name: converter_type(t, native.dtype(t), keeps) for t in specs}
-    if quant == "BF16":
+    if q.base == "BF16":
         types = source
     else:
-        types = quantize_types(specs, source, quant, **quant_facts(hp))
+        types = quantize_types(specs, source, q.base, **quant_facts(hp))
+    if q.floor:
+        types = _raise_to_floor(specs, types, dict(q.floor))
     return [Typed(t, types[t.name], tensor_bytes(types[t.name], t.shape)) for t in specs]
 
 
@@ -373,6 +607,21 @@ def scale_to_size(typed: list[Typed], n_vocab: int, size_bytes: int | None, *,
     kept = total - p_bytes
     target = size_bytes - meta - kept
     bpw = 8 * target / p_elems if p_elems else 0.0
+    below = ""
+    if part and bpw < 1.0:
+        # the file is smaller than what the recipe keeps: the publisher requantized the kept part
+        # too (a 2-bit DeepSeek V4 Flash file is 81 GB while its MXFP4 experts alone take 147 GB),
+        # so every tensor llama-quantize may quantize is scaled by one factor
+        all_q = [i for i, t in enumerate(typed) if allows_quantization(t.spec.name, t.spec.shape)]
+        a_bytes = sum(typed[i].n_bytes for i in all_q)
+        a_target = size_bytes - meta - (total - a_bytes)
+        kept_what = "routed experts" if scales == "dense" else "non-expert tensors"
+        below = (f"the file is smaller than the {(kept + meta) / 1e9:.2f} GB of {kept_what} (and metadata) this "
+                 "recipe keeps: the routed experts are scaled down too; ")
+        part, p_bytes, target, what = all_q, a_bytes, a_target, "experts and the other quantizable tensors"
+        p_elems = sum(typed[i].spec.n_elements for i in part)
+        kept = total - p_bytes
+        bpw = 8 * target / p_elems if p_elems else 0.0
     if not part or bpw < 1.0 or bpw > 32.0:
         raise InputError(
             f"--size {size_bytes / 1e9:.2f} GB does not fit this model: the tensors it keeps take "
@@ -387,7 +636,7 @@ def scale_to_size(typed: list[Typed], n_vocab: int, size_bytes: int | None, *,
     for i in part[: target - acc]:
         out[i] = Typed(out[i].spec, out[i].ggml_type, out[i].n_bytes + 1)
     bpw0 = 8 * p_bytes / p_elems
-    notes = (f"--size {size_bytes / 1e9:.2f} GB ({size_bytes / 2**30:.2f} GiB): {what} scaled x{target / p_bytes:.4f} "
+    notes = (f"--size {size_bytes / 1e9:.2f} GB ({size_bytes / 2**30:.2f} GiB): {below}{what} scaled x{target / p_bytes:.4f} "
              f"({bpw0:.2f} -> {bpw:.2f} bits per weight); the other tensors keep the recipe's types; "
              f"{meta / 1e6:.1f} MB of GGUF metadata estimated",)
     return Sized(tuple(out), size_bytes, notes)

@@ -1,0 +1,126 @@
+"""`moeplan check`: read llama.cpp-family logs and llama-bench output, compare with the plan."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from moeplan.commands.common import JsonOpt, command
+from moeplan.commands.model import QuantOpt, SizeOpt
+from moeplan.errors import InputError
+
+PlanOpt = Annotated[Optional[Path], typer.Option("--plan", help="plan.json the run was launched from (default: "
+                                                                "compare with the estimate of the log's own placement).")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", help="GGUF file or profile name when the log's model "
+                                                                 "path is not on this machine.")]
+
+
+def read_inputs(paths: list[str]) -> list[tuple[str, str]]:
+    """(name, text) of each LOG_OR_JSON; '-' is stdin (read once). Raises InputError on a missing file."""
+    out = []
+    stdin_used = False
+    for p in paths:
+        if p == "-":
+            if stdin_used:
+                raise InputError("'-' given twice", "stdin can be read once; save the second log to a file")
+            stdin_used = True
+            out.append(("-", sys.stdin.read()))
+            continue
+        path = Path(p)
+        if not path.is_file():
+            raise InputError(f"{p}: no such file", "give a llama.cpp log, llama-bench output, or - for stdin")
+        out.append((p, path.read_bytes().decode("utf-8", errors="replace")))
+    return out
+
+
+def model_for(run, plan, model_arg: str | None, quant: str | None = None, size: str | None = None):
+    """The ModelSpec the log's run used: --model, else the plan's, else the path the log names."""
+    from moeplan.probes.models import resolve_model
+
+    if model_arg:
+        return resolve_model(model_arg, quant=quant, size=size)
+    if plan is not None:
+        path, quant, size = plan.model.reopen_args()
+        return resolve_model(path, quant=quant, size=size)
+    if run.model_path and Path(run.model_path).is_file():
+        return resolve_model(run.model_path)
+    named = run.model_path or (run.bench[0].get("model_filename") if run.bench else "") or ""
+    if named and Path(str(named)).is_file():
+        return resolve_model(str(named))
+    raise InputError(f"{run.source}: the log's model {named or '(not named)'} is not on this machine",
+                     "pass --model with the GGUF file or a profile name, or --plan with the plan it ran")
+
+
+def check_one(name: str, text: str, plan, model_arg: str | None, hw_profile, quant: str | None = None,
+              size: str | None = None):
+    from moeplan.check.compare import compare_run
+    from moeplan.check.parse import parse_log
+    from moeplan.check.placement import recover_placement
+    from moeplan.planner.memory.constants import memory_constants
+    from moeplan.profiles.backends import read_priors
+
+    run = parse_log(text, source=name)
+    if run.tool == "unknown":
+        raise InputError(f"{name}: no llama.cpp, ik_llama.cpp, llama-bench, KTransformers or SGLang figures found",
+                         "give the program's full output (stderr too: 2>&1), or llama-bench -o json/jsonl/md")
+    model = model_for(run, plan, model_arg, quant, size)
+    rec = recover_placement(run, model, plan.placement if plan is not None else None)
+    pr = read_priors(rec.placement.backend)
+    consts = memory_constants(hw_profile, pr.name)
+    res = compare_run(run, model, rec, hw_profile, pr, consts=consts,
+                      plan_placement=plan.placement if plan is not None else None)
+    notes = list(res.notes)
+    logged = run.model_meta.get("general.name") or ""
+    arch = run.model_meta.get("arch") or ""
+    if arch and arch != model.arch:
+        notes.insert(0, f"the log's model architecture is {arch}, the compared model's {model.arch}")
+    if plan is not None and run.model_path and Path(run.model_path).name != Path(plan.model.path).name \
+            and plan.model.source != "profile":
+        notes.insert(0, f"the log loaded {run.model_path}, the plan is for {plan.model.path}"
+                        + (f" ({logged})" if logged else ""))
+    from dataclasses import replace
+
+    return run, replace(res, notes=tuple(notes))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("check")
+    @command
+    def check_cmd(
+        logs: Annotated[list[str], typer.Argument(help="llama.cpp / ik_llama.cpp / llama-bench / KTransformers / "
+                                                       "SGLang output files, or - for stdin")],
+        plan_path: PlanOpt = None,
+        hw: Annotated[Optional[str], typer.Option("--hw", help="Hardware profile the run ran on (JSON, preset, or "
+                                                               "this machine).")] = None,
+        model: ModelOpt = None, quant: QuantOpt = None, size: SizeOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Compare what a run used and measured (buffers per device, speeds) with the plan's prediction."""
+        import json
+
+        from moeplan.planner.plan import Plan
+        from moeplan.probes.hwprofile import load_hardware
+        from moeplan.ui.console import emit_json, stdout_console
+
+        plan = None
+        if plan_path is not None:
+            try:
+                plan = Plan.from_dict(json.loads(Path(plan_path).read_text()))
+            except FileNotFoundError:
+                raise InputError(f"{plan_path}: no such file", "pass the plan.json tune --emit wrote") from None
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InputError(f"{plan_path}: not a moeplan plan ({exc})",
+                                 "pass the plan.json that tune --out / --emit wrote") from None
+        inputs = read_inputs(logs)
+        profile = load_hardware(hw)
+        results = [check_one(name, text, plan, model, profile, quant, size) for name, text in inputs]
+        if as_json:
+            emit_json({"logs": [{"parsed": run.to_dict(), "check": res.to_dict()} for run, res in results]})
+            return
+        from moeplan.ui.check_tables import check_render
+
+        con = stdout_console()
+        for _, res in results:
+            con.print(check_render(res))

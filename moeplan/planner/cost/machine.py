@@ -1,0 +1,295 @@
+"""The machine model behind the CPU terms: memory topology, read rate as a function of the
+threads used, socket links, clocks and ISA (pure; docs/cost-model.md "Machine model").
+
+Each function is one mechanism with its source. The cost model (estimate.py) calls them while
+resolving its factors; a profile's measured figure (`moeplan probe`) always wins over these
+priors, and `moeplan calibrate` over both.
+
+Symbols: T threads, C physical cores, L logical CPUs of the nodes the threads run on, n NUMA
+nodes used, line = 64 B.
+
+  core read rate      b_core = lines_in_flight x 64 B / loaded latency          (Little's law)
+  CCD read cap        BW_ccd = min(ccds, T_socket) x links x bytes/clk x FCLK   (AMD GMI)
+  thread read rate    BW_T   = min(T_cores, C) x b_core                          (SMT adds none)
+  CPU read rate       BW     = min(BW_T, BW_ccd x sockets, eta x sum BW_node)
+  remote reads        BW_rem = min(rho x BW, socket links x link rate / mean hops)
+  all-core clock      f      = base + 0.75 x (boost - base)
+  dot rate            r      = r_anchor x isa_scale(backend, ISA) x f x min(T, C)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from moeplan.planner.hardware.profile import HardwareProfile
+
+LINE_BYTES = 64
+
+
+@dataclass(frozen=True)
+class MemorySystem:
+    """What one core and its die can pull from DRAM, per microarchitecture family.
+
+    lines_in_flight: L2 misses (demand + L2 prefetch) one core keeps outstanding; latency_ns:
+    loaded DRAM latency of the platform class; ccd_bytes_per_clk: read width of one GMI link
+    from a CCD to the IO die (AMD; None = monolithic die / mesh); fclk_ghz: fabric clock of the
+    family with its rated memory; wide_gmi_max_ccds: parts with at most this many CCDs connect
+    each CCD with two GMI links (GMI-Wide); socket_link_bytes_per_s and socket_links: one
+    inter-socket link's rate per direction and links per socket (QPI/UPI/xGMI)."""
+
+    lines_in_flight: int
+    latency_ns: float
+    ccd_bytes_per_clk: int | None = None
+    fclk_ghz: float | None = None
+    wide_gmi_max_ccds: int = 0
+    socket_link_bytes_per_s: float = 0.0
+    socket_links: int = 0
+    socket_links_mp: int = 0  # links per socket on the family's 4/8-socket parts (0 = same)
+    source: str = ""
+
+
+# Sources:
+#  lines in flight: Intel 64 and IA-32 Architectures Optimization Reference Manual (Haswell /
+#   Broadwell / Skylake: 16-entry L2 superqueue; Ice Lake / Sunny Cove: 32 L2 misses; Golden
+#   Cove and later: 48 L2 misses), AMD Software Optimization Guides (Zen 2/3: 32 L2 misses to
+#   L3/memory in flight per core; Zen 4/5: 64, with the L2 prefetchers sharing them);
+#  latency: loaded DRAM latency of the platform class (client ring ~85 ns, chiplet desktop
+#   ~85 ns, server mesh / IO die 110-140 ns, Haswell-EX behind scalable memory buffers ~150 ns);
+#  GMI: 32 B/clk read per CCD link (AMD EPYC 7002/9004 architecture white papers); GMI3-Wide on
+#   4-CCD EPYC 9004 parts (4th Gen EPYC architecture white paper: two links per CCD); FCLK with
+#   the rated memory: Rome 1.467 GHz (DDR4-2933 1:1), Milan 1.6 GHz (DDR4-3200 1:1), Genoa /
+#   Turin ~2.0 GHz (EPYC 9004/9005 BIOS & workload tuning guides);
+#  socket links: QPI 9.6 GT/s x 2 B = 19.2 GB/s (E5 v3/v4: 2 links, E7 v3/v4: 3 links), UPI
+#   10.4 GT/s = 20.8 GB/s (Skylake/Cascade Lake-SP: 2-3 links), UPI 11.2 GT/s = 22.4 GB/s
+#   (Ice Lake-SP: 3), UPI 2.0 16 GT/s = 32 GB/s (Sapphire/Emerald Rapids: 4), UPI 2.0 24 GT/s
+#   = 48 GB/s (Granite Rapids: 6), xGMI 16 lanes x 18 Gb/s = 36 GB/s (Rome/Milan: 4), xGMI3
+#   16 x 32 Gb/s = 64 GB/s (Genoa/Turin: 4; Lenovo LP1852: "four xGMI links ... 512 GB/s
+#   between sockets", both directions); one direction each.
+FAMILIES: dict[str, MemorySystem] = {
+    "haswell": MemorySystem(16, 120.0, socket_link_bytes_per_s=19.2e9, socket_links=2, socket_links_mp=3,
+                            source="Haswell/Broadwell-EP/EX: 16-entry superqueue"),
+    "skylake-sp": MemorySystem(16, 110.0, socket_link_bytes_per_s=20.8e9, socket_links=3,
+                               source="Skylake-SP: 16-entry superqueue, UPI 10.4 GT/s"),
+    "cascade-lake": MemorySystem(16, 110.0, socket_link_bytes_per_s=20.8e9, socket_links=3,
+                                 source="Cascade Lake-SP: 16-entry superqueue, UPI 10.4 GT/s"),
+    "icelake-sp": MemorySystem(32, 120.0, socket_link_bytes_per_s=22.4e9, socket_links=3,
+                               source="Ice Lake-SP: 32 L2 misses, UPI 11.2 GT/s"),
+    "sapphire-rapids": MemorySystem(48, 130.0, socket_link_bytes_per_s=32e9, socket_links=4,
+                                    source="Golden Cove server core: 48 L2 misses, UPI 2.0 16 GT/s"),
+    "granite-rapids": MemorySystem(48, 140.0, socket_link_bytes_per_s=48e9, socket_links=6,
+                                   source="Redwood Cove: 48 L2 misses, UPI 2.0 24 GT/s"),
+    "sierra-forest": MemorySystem(32, 140.0, socket_link_bytes_per_s=48e9, socket_links=6,
+                                  source="Crestmont: 32 L2 misses per module share"),
+    "comet-lake": MemorySystem(16, 85.0, source="Skylake client: 16-entry superqueue"),
+    "rocket-lake": MemorySystem(32, 85.0, source="Cypress Cove: 32 L2 misses"),
+    "alder-lake": MemorySystem(48, 85.0, source="Golden/Raptor Cove client: 48 L2 misses"),
+    "zen2": MemorySystem(32, 110.0, ccd_bytes_per_clk=32, fclk_ghz=1.467, socket_link_bytes_per_s=36e9,
+                         socket_links=4, source="Zen 2: 32 L2 misses; GMI2 32 B/clk at 1.467 GHz"),
+    "zen3": MemorySystem(32, 110.0, ccd_bytes_per_clk=32, fclk_ghz=1.6, socket_link_bytes_per_s=36e9,
+                         socket_links=4, source="Zen 3: 32 L2 misses; GMI2 32 B/clk at 1.6 GHz"),
+    "zen4": MemorySystem(64, 115.0, ccd_bytes_per_clk=32, fclk_ghz=2.0, wide_gmi_max_ccds=4,
+                         socket_link_bytes_per_s=64e9, socket_links=4,
+                         source="Zen 4: 64 L2 misses; GMI3 32 B/clk at 2.0 GHz, GMI3-Wide on 4-CCD parts"),
+    "zen5": MemorySystem(64, 115.0, ccd_bytes_per_clk=32, fclk_ghz=2.0, wide_gmi_max_ccds=4,
+                         socket_link_bytes_per_s=64e9, socket_links=4,
+                         source="Zen 5: 64 L2 misses; GMI3 32 B/clk at 2.0 GHz, GMI3-Wide on 4-CCD parts"),
+    "zen5-mobile": MemorySystem(64, 100.0, source="Zen 5 mobile (monolithic)"),
+}
+# desktop parts of a server family reach DRAM with a shorter path (no mesh / big IO die)
+DESKTOP_LATENCY_NS = 85.0
+
+
+def cpu_family(hw: HardwareProfile) -> str:
+    """The profile's microarchitecture family: the catalog's when the profile carries it, else
+    inferred from vendor and ISA (probed machines; '' when nothing says)."""
+    c = hw.cpu
+    if c.family:
+        return c.family
+    isa = set(c.isa)
+    vendor = c.vendor or ("amd" if "amd" in c.model.lower() else "intel" if "intel" in c.model.lower() else "")
+    if not vendor:
+        return ""
+    if vendor == "amd":
+        if "avx512f" in isa:
+            return "zen4"
+        return "zen3" if isa else ""
+    if "amx_tile" in isa:
+        return "sapphire-rapids"
+    if "avx512_vnni" in isa:
+        return "cascade-lake" if c.n_sockets > 1 or (c.n_cores or 0) > 16 else "rocket-lake"
+    if "avx512f" in isa:
+        return "skylake-sp"
+    if "avx_vnni" in isa:
+        return "alder-lake"
+    if "avx2" in isa:
+        return "haswell" if c.n_sockets > 1 else "comet-lake"
+    return ""
+
+
+def memory_system(hw: HardwareProfile) -> MemorySystem | None:
+    return FAMILIES.get(cpu_family(hw))
+
+
+def core_read_prior(hw: HardwareProfile) -> tuple[float, str] | None:
+    """b_core by Little's law for the family: lines in flight x 64 B / loaded latency."""
+    ms = memory_system(hw)
+    if ms is None:
+        return None
+    lat = ms.latency_ns
+    if hw.cpu.segment == "desktop" and not hw.cpu.family.startswith("zen5-mobile"):
+        lat = min(lat, DESKTOP_LATENCY_NS)
+    rate = ms.lines_in_flight * LINE_BYTES / (lat * 1e-9)
+    return rate, f"{ms.lines_in_flight} lines x 64 B / {lat:.0f} ns = {rate / 1e9:.1f} GB/s per core ({ms.source})"
+
+
+def ccd_read_cap(hw: HardwareProfile, threads_per_socket: int) -> tuple[float, str] | None:
+    """Per socket: the CCDs the threads run on times their GMI read rate (AMD chiplet server and
+    workstation parts). Linux spreads runnable threads over idle last-level-cache domains first
+    (the scheduler's LLC-aware load balancing), so T threads occupy min(ccds, T) CCDs. Desktop
+    parts are already capped in their spec profile (profiles/parts/cpus.toml [fabric])."""
+    ms = memory_system(hw)
+    c = hw.cpu
+    ccds = c.ccds_per_socket
+    if ms is None or not ms.ccd_bytes_per_clk or not ccds or c.segment == "desktop":
+        return None
+    links = 2 if ccds <= ms.wide_gmi_max_ccds else 1
+    used = max(1, min(ccds, threads_per_socket))
+    cap = used * links * ms.ccd_bytes_per_clk * (ms.fclk_ghz or 0.0) * 1e9
+    wide = " (GMI-Wide: 2 links)" if links == 2 else ""
+    return cap, (f"{used} of {ccds} CCDs x {links * ms.ccd_bytes_per_clk} B x {ms.fclk_ghz:.2f} GHz FCLK"
+                 f"{wide} = {cap / 1e9:.0f} GB/s per socket")
+
+
+def socket_link_cap(hw: HardwareProfile, n_nodes_used: int, n_sockets_used: int) -> tuple[float, str] | None:
+    """Remote reads over the inter-socket links: every socket receives on its links, a remote
+    page more than one hop away crosses links twice. Sockets with k links reach k others
+    directly (glueless topologies); the rest are two hops away."""
+    ms = memory_system(hw)
+    if ms is None or n_sockets_used < 2 or not ms.socket_links:
+        return None
+    links = (ms.socket_links_mp or ms.socket_links) if n_sockets_used > 2 else ms.socket_links
+    others = n_sockets_used - 1
+    direct = min(others, links)
+    hops = (direct + 2 * (others - direct)) / others
+    cap = n_sockets_used * links * ms.socket_link_bytes_per_s / hops
+    if n_sockets_used == 2:  # two sockets: all links between the same pair
+        cap = 2 * links * ms.socket_link_bytes_per_s
+    return cap, (f"{n_sockets_used} sockets x {links} links x {ms.socket_link_bytes_per_s / 1e9:.1f} GB/s"
+                 f" / {hops:.2f} mean hops = {cap / 1e9:.0f} GB/s of remote reads")
+
+
+@dataclass(frozen=True)
+class ThreadUse:
+    """How T threads sit on the cores of the nodes they run on."""
+
+    threads: int
+    cores: int  # physical cores of those nodes
+    logical: int  # logical CPUs of those nodes
+    on_cores: int  # threads that have a core to themselves: min(T, cores)
+    smt_threads: int  # threads sharing a core with another (T - cores, up to logical - cores)
+    oversubscribed: int  # threads beyond the logical CPUs (time-sliced by the OS)
+
+
+def thread_use(threads: int, cores: int, logical: int) -> ThreadUse:
+    cores, logical = max(1, cores), max(cores, logical)
+    t = max(1, threads)
+    return ThreadUse(t, cores, logical, min(t, cores), max(0, min(t, logical) - cores), max(0, t - logical))
+
+
+# A thread waiting at a barrier for a thread the OS has descheduled waits for that thread's
+# next time slice: CFS's minimum granularity, 0.75 ms x (1 + log2(min(ncpus, 8))) = 3 ms on
+# machines with 8+ CPUs (kernel/sched/fair.c, sysctl_sched_min_granularity / base_slice);
+# with spinning worker threads (ggml's threadpool, KTransformers' CPUInfer) the waiting
+# threads keep their CPUs, so an oversubscribed thread gets one slice per other thread's
+# slice on its CPU: every barrier costs about one slice x the oversubscription share.
+SCHED_SLICE_S = 3e-3
+
+
+def oversubscription_s_per_barrier(tu: ThreadUse) -> float:
+    return SCHED_SLICE_S * tu.oversubscribed / tu.logical if tu.oversubscribed else 0.0
+
+
+def all_core_clock_hz(hw: HardwareProfile, ref_hz: float) -> tuple[float, str]:
+    """Clock of every core under a sustained vector load: between base and single-core boost.
+    Vendors' all-core turbo tables put it at 70-90% of the way from base to max boost (Core
+    i9-14900K P-cores 5.7 of 3.2-6.0 GHz; EPYC 9654 3.55 of 2.4-3.7 GHz all-core boost; Xeon
+    Platinum 8480+ 3.0 of 2.0-3.8 GHz); 0.75 of the way is used. Without a boost figure the
+    base clock stands (probed profiles measure it)."""
+    c = hw.cpu
+    base = c.base_clock_hz or ref_hz
+    if c.max_clock_hz and c.max_clock_hz > base:
+        f = base + 0.75 * (c.max_clock_hz - base)
+        return f, f"{f / 1e9:.2f} GHz all-core (base {base / 1e9:.2f} + 0.75 x (boost {c.max_clock_hz / 1e9:.2f} - base))"
+    return base, f"{base / 1e9:.2f} GHz"
+
+
+# Batch-1 dot-product throughput of the backend's CPU kernels by ISA class, relative to the
+# anchor (mainline llama.cpp on an AVX-512 VNNI server core, docs/design.md §4):
+#  mainline ggml-cpu (ggml/src/ggml-cpu/arch/x86/quants.c): the K-quant and Q8_0 vec_dot loops
+#   are 256-bit AVX2 code on every x86 part; mul_sum_us8_pairs_float uses VPDPBUSD when
+#   __AVX512VNNI__&&__AVX512VL__ or __AVXVNNI__ is defined, else the two-instruction
+#   VPMADDUBSW + VPMADDWD pair -> AVX2 without VNNI ~0.75 of the anchor;
+#  ik_llama.cpp (ggml/src/iqk/iqk_mul_mat.cpp): HAVE_FANCY_SIMD (AVX512F+VNNI+VL+BW+DQ) runs
+#   512-bit kernels (x1.3 the AVX2 path on full-width AVX-512 cores, x1.1 on Zen 4's
+#   double-pumped 256-bit units), AVX2 elsewhere with its own repacked layouts;
+#  KTransformers (kt-kernel / llamafile sgemm): AVX-512 kernels on AVX-512 parts, AVX2 kernels
+#   otherwise (kt-kernel README: AMX for Intel, AVX512/AVX2 backends).
+ISA_DOT_SCALE = {
+    "llama.cpp": {"neon": 0.7, "avx2": 0.75, "avx_vnni": 1.0, "avx512f": 0.8, "avx512_vnni": 1.0, "amx": 1.0},
+    "ik_llama.cpp": {"neon": 0.7, "avx2": 0.8, "avx_vnni": 1.0, "avx512f": 0.9, "avx512_vnni": 1.3, "amx": 1.3},
+    "ktransformers": {"neon": 0.6, "avx2": 0.7, "avx_vnni": 0.8, "avx512f": 0.9, "avx512_vnni": 1.0, "amx": 1.0},
+}
+# Zen 4 executes a 512-bit op as two 256-bit halves (cpus.toml families.zen4): the 512-bit
+# kernels gain only their lower instruction count
+HALF_WIDTH_AVX512_FAMILIES = {"zen4", "zen5-mobile", "rocket-lake"}
+
+
+def dot_isa_class(hw: HardwareProfile) -> str:
+    isa = set(hw.cpu.isa)
+    if "amx_tile" in isa:
+        return "amx"
+    if "avx512_vnni" in isa:
+        return "avx512_vnni"
+    if "avx512f" in isa:
+        return "avx512f"
+    if "avx_vnni" in isa:
+        return "avx_vnni"
+    if "avx2" in isa:
+        return "avx2"
+    return "neon" if isa else "avx2"
+
+
+def isa_dot_scale(hw: HardwareProfile, backend: str) -> tuple[float, str]:
+    cls = dot_isa_class(hw)
+    table = ISA_DOT_SCALE.get(backend, ISA_DOT_SCALE["llama.cpp"])
+    x = table.get(cls, 1.0)
+    if x > 1.0 and cpu_family(hw) in HALF_WIDTH_AVX512_FAMILIES:
+        x = 1.0 + (x - 1.0) / 3
+    return x, f"{backend} {cls} kernels x{x:.2f}"
+
+
+def pages_nodes(host_bytes: float, node_mem_bytes: list[int]) -> int:
+    """Nodes the pages of a file read without a NUMA policy end up on: the loader's node first,
+    the next nodes by distance once it is full (the page allocator's zonelist fallback; llama.cpp
+    maps with MAP_POPULATE from one thread when no --numa is given, llama-mmap.cpp)."""
+    if not node_mem_bytes or host_bytes <= 0:
+        return 1
+    per = max(1, min(node_mem_bytes))
+    return max(1, min(len(node_mem_bytes), math.ceil(host_bytes / (per * 0.9))))
+
+
+# KTransformers >= 0.4 (kt-kernel + SGLang): a prompt of at least --kt-gpu-prefill-threshold
+# tokens is prefilled on the GPU layer by layer, each MoE layer's experts copied to a shared
+# full-GPU layer first (sglang python/sglang/srt/layers/moe/kt_ep_wrapper.py KTConfig
+# .gpu_prefill_token_threshold, kt_full_context.py SharedFullContext "full GPU layer for prefill
+# token threshold fallback"); `kt run` defaults the threshold to 4096
+# (kt-kernel/python/cli/commands/run.py: resolve(kt_gpu_prefill_threshold, ..., 4096)) and
+# chunks prefill by CHUNKED_PREFILL_SIZE 4096 tokens, so every chunk uploads every CPU layer's
+# experts once. Shorter prompts run the CPU experts (AMX / AVX-512 kernels). KTransformers 0.2/0.3
+# (and `--no-op-offload`, i.e. --kt-gpu-prefill-threshold 0) prefill on the CPU.
+KT_GPU_PREFILL_TOKENS = 4096
+KT_CHUNKED_PREFILL_TOKENS = 4096
+
+
+def kt_layerwise_prefill(backend: str, n_prompt: int, has_cpu_experts_and_gpu: bool) -> bool:
+    return backend == "ktransformers" and has_cpu_experts_and_gpu and n_prompt >= KT_GPU_PREFILL_TOKENS

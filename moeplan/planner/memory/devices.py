@@ -1,0 +1,243 @@
+"""Several GPUs: which device holds each block, and the VRAM of every device (pure).
+
+llama.cpp `-sm layer` (src/llama-model.cpp, llama_model_base::load_tensors, commit 0c1e570):
+
+  * L1557-1587: `splits` = the `-ts` weights (all zero or absent: each device's free memory),
+    summed cumulatively and normalised, in `float` (32-bit) arithmetic;
+  * L1589-1590: i_gpu_start = max(n_layer_all + 1 - n_gpu_layers, 0),
+    act_gpu_layers = min(n_gpu_layers, n_layer_all + 1): the output layer counts as layer
+    n_layer_all, so `-ngl n_layer_all + 1` puts every block and the output on the GPUs;
+  * L1597: block il goes to device upper_bound(splits, float(il - i_gpu_start) / act_gpu_layers),
+    the first device whose cumulative share exceeds the block's position;
+  * L1614: dev_output = the same rule for il = n_layer_all: the output layer (output_norm,
+    output) is on the last device that gets any share; token_embd stays on the CPU (L1604).
+
+With `-ts c_0,c_1,...` where the c_d are whole block counts (the output counted on the last
+device), device d gets blocks C_{d-1} .. C_d - 1 (C the running sum): float(C)/float(N) is the
+same number on both sides of the comparison, so the assignment is exact, not rounded.
+
+What else is per device:
+  * KV cache: src/llama-kv-cache.cpp L216-217 puts layer il's K/V tensors on
+    model.dev_layer(il) (with KV offload), so a block's cache is on the block's device;
+  * compute buffer: ggml_backend_sched keeps one buffer per backend, sized by ggml-alloc over
+    the graph nodes that backend runs (ggml/src/ggml-backend.cpp ggml_backend_sched_reserve);
+    every device copies the graph inputs it uses (the KQ masks, row ids) as split inputs and
+    receives the previous device's hidden state, so each device's buffer is the
+    attention/MoE peak of compute_buffer.py, the output phase (logits) only on the device of
+    the output layer, and the op-offload staging copy only on the first device: the scheduler
+    hands an op whose weight is in a host buffer to the first backend, in priority order, that
+    wants to offload it (ggml-backend.cpp L970-975, `for (int b = 0; b < src_backend_id; b++)`);
+  * the CUDA context and cuBLAS workspace exist once per device, and llama.cpp --fit keeps its
+    1 GiB margin free on every device (common/fit: fit_target is per device).
+Expert tensors overridden with `-ot ...=CPU` leave their block's device; everything else of a
+block stays with the block.
+"""
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Sequence
+
+from moeplan.planner.memory import compute_buffer as cb
+from moeplan.planner.model.spec import ModelSpec
+from moeplan.planner.placement import Placement
+
+
+def f32(x: float) -> float:
+    """Round to IEEE single precision (llama.cpp computes the split points in float)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def split_points(weights: Sequence[float]) -> list[float]:
+    """llama.cpp's normalised cumulative splits (float arithmetic, L1579-1587)."""
+    acc = f32(0.0)
+    cum = []
+    for w in weights:
+        acc = f32(acc + f32(float(w)))
+        cum.append(acc)
+    if acc <= 0:
+        raise ValueError("tensor split weights sum to zero")
+    return [f32(c / acc) for c in cum]
+
+
+def assign_blocks(n_layer_all: int, weights: Sequence[float], n_gpu_layers: int | None = None) -> tuple[tuple[int, ...], int]:
+    """(device of every block 0..n_layer_all-1, device of the output layer); -1 = the CPU.
+
+    `weights` is the -ts list in device order; n_gpu_layers defaults to every block plus the
+    output (what moeplan emits)."""
+    ngl = n_layer_all + 1 if n_gpu_layers is None else n_gpu_layers
+    splits = split_points(weights)
+    start = max(n_layer_all + 1 - ngl, 0)
+    act = min(ngl, n_layer_all + 1)
+
+    def dev(il: int) -> int:
+        if il < start or il - start >= act:
+            return -1
+        x = f32(float(il - start) / act)
+        return min(bisect_right(splits, x), len(splits) - 1)
+
+    return tuple(dev(il) for il in range(n_layer_all)), dev(n_layer_all)
+
+
+def counts_from_assignment(devs: Sequence[int], out_dev: int, n_devices: int) -> tuple[int, ...]:
+    """Blocks (and the output layer) per device: the exact -ts of an assignment."""
+    counts = [0] * n_devices
+    for d in devs:
+        counts[d] += 1
+    counts[out_dev] += 1
+    return tuple(counts)
+
+
+def parse_tensor_split(text: str, n_devices: int) -> tuple[float, ...]:
+    """'20,21,20' -> (20.0, 21.0, 20.0); missing devices get 0 (llama.cpp's rule). ValueError on junk."""
+    parts = [x.strip() for x in text.replace("/", ",").split(",") if x.strip()]
+    vals = tuple(float(x) for x in parts)
+    if len(vals) > n_devices or any(v < 0 for v in vals) or sum(vals) <= 0:
+        raise ValueError(text)
+    return vals + (0.0,) * (n_devices - len(vals))
+
+
+def format_tensor_split(counts: Sequence[float]) -> str:
+    return ",".join(str(int(c)) if float(c).is_integer() else f"{c:g}" for c in counts)
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """VRAM of one device of a layer split, in bytes, term by term."""
+
+    index: int
+    blocks: tuple[int, ...]
+    output: bool
+    weights_dense_bytes: int
+    weights_experts_bytes: int
+    kv_bytes: int
+    compute_bytes: int
+    context_bytes: int
+    margin_bytes: int
+    gpu_expert_blocks: tuple[int, ...] = ()
+
+    @property
+    def vram_bytes(self) -> int:
+        return (self.weights_dense_bytes + self.weights_experts_bytes + self.kv_bytes + self.compute_bytes
+                + self.context_bytes)
+
+    @property
+    def vram_required_bytes(self) -> int:
+        return self.vram_bytes + self.margin_bytes
+
+    def to_dict(self) -> dict:
+        return {"device": self.index, "blocks": _ranges(self.blocks), "output": self.output,
+                "gpu_expert_blocks": _ranges(self.gpu_expert_blocks),
+                "weights_dense_bytes": self.weights_dense_bytes, "weights_experts_bytes": self.weights_experts_bytes,
+                "kv_bytes": self.kv_bytes, "compute_bytes": self.compute_bytes, "context_bytes": self.context_bytes,
+                "vram_bytes": self.vram_bytes, "margin_bytes": self.margin_bytes,
+                "vram_required_bytes": self.vram_required_bytes}
+
+
+def _ranges(ix: Sequence[int]) -> str:
+    out: list[str] = []
+    for i in sorted(ix):
+        if out and out[-1][1] == i - 1:
+            out[-1] = (out[-1][0], i)  # type: ignore[assignment]
+        else:
+            out.append((i, i))  # type: ignore[arg-type]
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class _BlockCost:
+    dense: int
+    experts: int  # routed experts, 0 when they are on the CPU
+    kv: int
+
+
+def _block_costs(model: ModelSpec, p: Placement) -> dict[int, _BlockCost]:
+    from moeplan.planner.memory.accounting import kv_layer_bytes
+
+    n_ub = cb.reserve_shape(p).n_tokens
+    cpu = set(p.cpu_moe_layers)
+    out = {}
+    for layer in model.layers:
+        nextn = layer.kind == "nextn"
+        kv = kv_layer_bytes(layer, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, n_ub,
+                            kv_unified=p.kv_unified) if p.kv_offload else 0
+        out[layer.index] = _BlockCost(dense=0 if nextn else layer.resident_bytes,
+                                      experts=layer.expert_bytes if layer.kind == "moe" and layer.index not in cpu else 0,
+                                      kv=kv)
+    return out
+
+
+def device_compute_bytes(model: ModelSpec, p: Placement, first: bool, has_output: bool, min_batch: int) -> int:
+    """Compute buffer of one device (see the module docstring): staging only on the first
+    device, the output phase only on the device of the output layer."""
+    staging = cb.staging_bytes(model, p, min_batch) if first else 0
+    key = ("cb-dev", first, has_output, staging, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn,
+           p.cache_type_k, p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
+    hit = model.memo.get(key)
+    if hit is not None:
+        return hit
+    phases = cb.compute_phases(model, p, staging, gpu=True)
+    if not has_output and "output" in phases and len(phases) > 1:
+        phases = {k: v for k, v in phases.items() if k != "output"}
+    _, phase = cb.peak_phase(phases)
+    val = model.memo[key] = sum(phase.values())
+    return val
+
+
+def device_memory(model: ModelSpec, p: Placement, weights: Sequence[float], context_bytes: int,
+                  margin_bytes: int, min_batch: int = 32) -> tuple[DeviceMemory, ...]:
+    """Per-device VRAM of placement p split over len(weights) devices by -ts `weights`."""
+    n_dev = len(weights)
+    devs, out_dev = assign_blocks(len(model.layers), weights)
+    costs = _block_costs(model, p)
+    out_bytes = sum(t.n_bytes for t in model.globals if t.group != "embed")
+    result = []
+    for d in range(n_dev):
+        blocks = tuple(model.layers[i].index for i, dv in enumerate(devs) if dv == d)
+        has_out = out_dev == d
+        dense = sum(costs[b].dense for b in blocks) + (out_bytes if has_out else 0)
+        experts = sum(costs[b].experts for b in blocks)
+        kv = sum(costs[b].kv for b in blocks)
+        comp = device_compute_bytes(model, p, d == 0, has_out, min_batch)
+        result.append(DeviceMemory(index=d, blocks=blocks, output=has_out, weights_dense_bytes=dense,
+                                   weights_experts_bytes=experts, kv_bytes=kv, compute_bytes=comp,
+                                   context_bytes=context_bytes, margin_bytes=margin_bytes,
+                                   gpu_expert_blocks=tuple(b for b in blocks if costs[b].experts)))
+    return tuple(result)
+
+
+def fit_split(model: ModelSpec, p: Placement, budgets: Sequence[int], context_bytes: int, margin_bytes: int,
+              min_batch: int = 32) -> tuple[int, ...] | None:
+    """Whole-block -ts counts under which every device fits its budget, or None.
+
+    Blocks are contiguous per device (llama.cpp's rule), so this is a partition of the block
+    sequence: device after device takes as many of the remaining blocks as fit beside its
+    fixed costs (context, margin, compute buffer), the last device takes the rest and the
+    output layer. Costs add up block by block, so if any contiguous partition fits, this one
+    does (each greedy boundary is at or past the feasible one's)."""
+    n_dev = len(budgets)
+    costs = _block_costs(model, p)
+    out_bytes = sum(t.n_bytes for t in model.globals if t.group != "embed")
+    order = [layer.index for layer in model.layers]
+    counts = [0] * n_dev
+    pos = 0
+    for d in range(n_dev):
+        last = d == n_dev - 1
+        fixed = context_bytes + margin_bytes + device_compute_bytes(model, p, d == 0, last, min_batch)
+        used = fixed + (out_bytes if last else 0)
+        if last:
+            used += sum(costs[b].kv + costs[b].dense + costs[b].experts for b in order[pos:])
+            if used > budgets[d]:
+                return None
+            counts[d] = len(order) - pos + 1
+            break
+        while pos < len(order):
+            c = costs[order[pos]]
+            need = c.dense + c.experts + c.kv
+            if used + need > budgets[d]:
+                break
+            used += need
+            counts[d] += 1
+            pos += 1
+    return tuple(counts)

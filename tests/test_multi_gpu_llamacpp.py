@@ -1,0 +1,78 @@
+"""Per-device placement and buffers against a real llama.cpp split over RPC devices.
+
+tests/data/llama_memory_multi/<case>.json: moeplan's emitted complete.sh (the plan's -ts and
+-ot overrides) run by a CPU-only llama.cpp build with two or three `rpc-server` processes as
+devices (tests/llama_rpc.py --record). The tests regenerate each fixture, check it is the file
+that ran, and compare per device:
+
+  blocks on each device and the output layer's device   exact (llama.cpp's debug log)
+  expert tensors kept on the CPU                         exact (the -ot override log)
+  weights buffer of each device                          exact (every tensor 32-byte aligned)
+  KV buffer of each device                               exact
+  compute buffer of each device                          not below llama.cpp's, above by <= 15%
+
+test_live_rpc re-runs the first case when MOEPLAN_LLAMA_BIN names a build with rpc-server.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from llama_rpc import CASES, DATA, measured, predict, rpc_server_path, run_case, write_case_model
+
+RECORDS = {p.stem: json.loads(p.read_text()) for p in sorted(DATA.glob("*.json"))}
+BY_NAME = {c.name: c for c in CASES}
+BIN = os.environ.get("MOEPLAN_LLAMA_BIN", "")
+COMPUTE_OVER = 0.15
+
+
+def _check(model, case, rec):
+    pred = predict(model, case)
+    meas = measured(rec, case.n_devices)
+    n = len(model.layers)
+    want_layers = {str(i): f"RPC{d}" for i, d in enumerate(pred["block_devices"])}
+    want_layers[str(n)] = f"RPC{pred['output_device']}"
+    assert rec["layer_devices"] == want_layers
+    want_cpu = sorted(t.name for t in model.tensors if t.group == "experts" and t.layer in case.cpu_moe_layers)
+    assert rec["cpu_overrides"] == want_cpu
+    assert rec["emitted_flags"]["-ts"] == case.tensor_split
+    for pd, md in zip(pred["devices"], meas):
+        assert pd["blocks"] == [b for b in md["blocks"] if b < n], pd["device"]  # n: the output layer
+        assert pd["weights_bytes"] == md["weights_bytes"], pd["device"]
+        assert pd["kv_bytes"] == md["kv_bytes"], pd["device"]
+        # the device buffer is predicted from the single-device phases: never below what
+        # llama.cpp reserved, and above it by at most COMPUTE_OVER (a device does not hold
+        # the token ids and, but for the last, out_ids; its hidden-state input doubles as the
+        # first residual - see docs/multi-gpu.md)
+        over = (pd["compute_bytes"] - md["compute_bytes"]) / md["compute_bytes"]
+        assert 0 <= over <= COMPUTE_OVER, (pd["device"], pd["compute_bytes"], md["compute_bytes"])
+
+
+def test_recordings_cover_the_cases():
+    assert set(RECORDS) == set(BY_NAME)
+    for rec in RECORDS.values():
+        assert rec["exact"] is True and len(rec["llama_cpp"]["commit"]) >= 7
+        assert "--rpc RPC_ENDPOINTS" in rec["command"] and rec["emitted_flags"]["-ts"]
+
+
+@pytest.mark.parametrize("name", sorted(RECORDS))
+def test_recorded_devices_match_the_plan(name, tmp_path):
+    case = BY_NAME[name]
+    rec = RECORDS[name]
+    _, model = write_case_model(case, tmp_path)
+    assert model.digest() == rec["fixture"]["digest"], "the fixture writer changed since the recording; re-record"
+    _check(model, case, rec)
+
+
+@pytest.mark.skipif(not BIN or rpc_server_path(Path(BIN)) is None,
+                    reason="set MOEPLAN_LLAMA_BIN to a llama.cpp build/bin with ggml-rpc-server (-DGGML_RPC=ON)")
+def test_live_rpc(tmp_path):
+    from llama_memlog import build_alloc_shim
+
+    case = CASES[0]
+    rec = run_case(case, Path(BIN), tmp_path, build_alloc_shim(tmp_path))
+    _, model = write_case_model(case, tmp_path / "again")
+    _check(model, case, rec)

@@ -1,0 +1,136 @@
+"""The parts catalog: size, provenance, topology fields, and name resolution of the
+families added for issue 16 (desktop/laptop Core, Ryzen X3D, Threadripper, EPYC F parts,
+Xeon Scalable 1st-5th gen, Xeon 6, Xeon W, Xeon E5/E7, laptop and workstation RTX)."""
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+
+from moeplan.errors import InputError
+from moeplan.planner.hardware.spec import SpecRequest
+from moeplan.profiles import catalog
+
+
+def _raw(name: str) -> list[dict]:
+    with open(catalog.profiles_dir() / "parts" / name, "rb") as f:
+        data = tomllib.load(f)
+    return data["cpu"] if name == "cpus.toml" else data["gpu"]
+
+
+def test_catalog_sizes():
+    assert len(catalog.cpu_parts()) >= 150
+    assert len(catalog.gpu_parts()) >= 80
+
+
+@pytest.mark.parametrize("kind", ["cpus.toml", "gpus.toml"])
+def test_every_part_has_a_source_url_and_a_unique_name(kind):
+    rows = _raw(kind)
+    names = [r["name"] for r in rows]
+    assert len(names) == len(set(names))
+    for r in rows:
+        assert re.match(r"https://[\w.-]+\.(com|net|org)/", r.get("source", "")), r["name"]
+
+
+def test_every_part_loads_with_sane_figures():
+    for c in catalog.cpu_parts():
+        assert c.threads >= c.cores >= 1 and 0.8e9 <= c.base_hz <= 6e9, c.name
+        assert c.channels >= 1 and 1000 <= c.ram_speed_mts <= 10000 and c.max_sockets in (1, 2, 4, 8), c.name
+        assert c.isa and c.fp32_flop_per_cycle in (16, 32, 64), c.name
+        if c.boost_hz is not None:
+            assert c.boost_hz >= c.base_hz, c.name
+        if c.ccds and c.cores_per_ccd:
+            assert c.ccds * c.cores_per_ccd == c.cores, c.name
+        assert c.source
+    for g in catalog.gpu_parts():
+        assert g.vram_bytes > 0 and g.mem_bw_bytes_per_s > 0 and g.source, g.name
+
+
+@pytest.mark.parametrize("query, name", [
+    ("i5-13400", "Intel Core i5-13400"),
+    ("Core i5-13400", "Intel Core i5-13400"),
+    ("i5-13400F", "Intel Core i5-13400"),
+    ("Core Ultra 7 265K", "Intel Core Ultra 7 265K"),
+    ("i9-14900HX", "Intel Core i9-14900HX"),
+    ("Ryzen 9 9950X3D", "AMD Ryzen 9 9950X3D"),
+    ("Ryzen 5 5600X", "AMD Ryzen 5 5600X"),
+    ("EPYC 9175F", "AMD EPYC 9175F"),
+    ("EPYC 7742", "AMD EPYC 7742"),
+    ("Threadripper PRO 3995WX", "AMD Ryzen Threadripper PRO 3995WX"),
+    ("5995WX", "AMD Ryzen Threadripper PRO 5995WX"),
+    ("7995WX", "AMD Ryzen Threadripper PRO 7995WX"),
+    ("9995WX", "AMD Ryzen Threadripper PRO 9995WX"),
+    ("Xeon Platinum 8136", "Intel Xeon Platinum 8136"),
+    ("Xeon Gold 6248", "Intel Xeon Gold 6248"),
+    ("Xeon 6780E", "Intel Xeon 6780E"),
+    ("w9-3495X", "Intel Xeon w9-3495X"),
+    ("E7-8890 v3", "Intel Xeon E7-8890 v3"),
+    ("E5-2699v4", "Intel Xeon E5-2699 v4"),
+])
+def test_new_cpu_families_resolve_by_common_spellings(query, name):
+    assert catalog.find_cpu(query).name == name
+
+
+@pytest.mark.parametrize("query, name", [
+    ("RTX 3070 Laptop", "NVIDIA GeForce RTX 3070 Laptop GPU"),
+    ("RTX 4090 Mobile", "NVIDIA GeForce RTX 4090 Laptop GPU"),
+    ("RTX 5090 Laptop", "NVIDIA GeForce RTX 5090 Laptop GPU"),
+    ("RTX A2000 12GB", "NVIDIA RTX A2000 12GB"),
+    ("RTX 4000 Ada", "NVIDIA RTX 4000 Ada Generation"),
+    ("RTX PRO 5000 Blackwell", "NVIDIA RTX PRO 5000 Blackwell"),
+    ("Quadro RTX 8000", "Quadro RTX 8000"),
+    ("RTX 3070", "NVIDIA GeForce RTX 3070"),  # the desktop card stays the exact match
+])
+def test_new_gpus_resolve(query, name):
+    assert catalog.find_gpu(query).name == name
+
+
+def test_full_names_from_nvml_and_cpuinfo():
+    assert catalog.match_gpu("NVIDIA GeForce RTX 3070 Laptop GPU").name == "NVIDIA GeForce RTX 3070 Laptop GPU"
+    assert catalog.match_gpu("NVIDIA GeForce RTX 3070").name == "NVIDIA GeForce RTX 3070"
+    assert catalog.match_cpu("13th Gen Intel(R) Core(TM) i5-13400F").name == "Intel Core i5-13400"
+    assert catalog.match_cpu("AMD EPYC 9175F 16-Core Processor").name == "AMD EPYC 9175F"
+    assert catalog.match_cpu("Intel(R) Xeon(R) CPU E7-8890 v3 @ 2.50GHz").name == "Intel Xeon E7-8890 v3"
+
+
+@pytest.mark.parametrize("typo, expected, kind", [
+    ("i5-13401", "Intel Core i5-13400", "cpu"),
+    ("Xeon Platnum 8136", "Intel Xeon Platinum 8136", "cpu"),
+    ("Threadriper 3995WX", "AMD Ryzen Threadripper PRO 3995WX", "cpu"),
+    ("EPYC 9157F", "AMD EPYC 9175F", "cpu"),
+    ("RTX 3070 Laptp", "NVIDIA GeForce RTX 3070 Laptop GPU", "gpu"),
+])
+def test_misspellings_get_close_matches(typo, expected, kind):
+    with pytest.raises(InputError) as e:
+        (catalog.find_cpu if kind == "cpu" else catalog.find_gpu)(typo)
+    assert "close matches" in e.value.hint and expected in e.value.hint
+
+
+def test_topology_fields_of_the_issue_classes():
+    f = catalog.find_cpu("EPYC 9175F")
+    assert (f.cores, f.ccds, f.cores_per_ccd, f.channels) == (16, 16, 1, 12)
+    tr = catalog.find_cpu("3995WX")
+    assert (tr.family, tr.cores, tr.channels, tr.ram_type, tr.ccds) == ("zen2", 64, 8, "ddr4", 8)
+    x6 = dict(catalog.find_cpu("Xeon 6980P").ram_speeds_mts)
+    assert x6["mrdimm"] == 8800 and x6["ddr5"] == 6400
+    e7 = catalog.find_cpu("E7-8890 v3")
+    assert e7.max_sockets == 8 and "avx2" in e7.isa and "avx512f" not in e7.isa
+    assert catalog.find_cpu("Xeon Silver 4210").fp32_flop_per_cycle == 32  # one AVX-512 FMA unit
+    assert "amx_int8" in catalog.find_cpu("w9-3495X").isa
+    lap = catalog.find_gpu("RTX 3070 Laptop")
+    assert lap.mobile and lap.pcie_gen == 0 and lap.fp16_flop_per_s == 0.0
+
+
+def test_server_ccds_add_no_fabric_cap_desktop_keeps_it():
+    assert catalog.find_cpu("EPYC 9175F").fabric_read_bytes_per_s is None
+    assert catalog.find_cpu("Ryzen 7 5800X").fabric_read_bytes_per_s is not None
+
+
+def test_laptop_gpu_profile_notes_the_unknown_link_and_rate():
+    p = catalog.build_profile(SpecRequest(gpu="RTX 3070 Laptop", cpu="i7-12700H", ram_bytes=32 * 2**30))
+    g = p.gpus[0]
+    assert g.mem_bw_bytes_per_s.value == 448e9 and g.mem_bw_bytes_per_s.source == "spec-sheet"
+    assert g.h2d_bytes_per_s is None and g.fp16_flop_per_s is None
+    assert any("PCIe link unknown" in n for n in p.notes)
+    assert p.cpu.max_clock_hz == 4.7e9
