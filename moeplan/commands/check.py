@@ -98,21 +98,11 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Compare what a run used and measured (buffers per device, speeds) with the plan's prediction."""
-        import json
-
-        from moeplan.planner.plan import Plan
+        from moeplan.planfile import read_plan
         from moeplan.probes.hwprofile import load_hardware
         from moeplan.ui.console import emit_json, stdout_console
 
-        plan = None
-        if plan_path is not None:
-            try:
-                plan = Plan.from_dict(json.loads(Path(plan_path).read_text()))
-            except FileNotFoundError:
-                raise InputError(f"{plan_path}: no such file", "pass the plan.json tune --emit wrote") from None
-            except (ValueError, KeyError, TypeError) as exc:
-                raise InputError(f"{plan_path}: not a moeplan plan ({exc})",
-                                 "pass the plan.json that tune --out / --emit wrote") from None
+        plan = read_plan(plan_path) if plan_path is not None else None  # the one plan reader
         inputs = read_inputs(logs)
         profile = load_hardware(hw)
         results = [check_one(name, text, plan, model, profile, quant, size) for name, text in inputs]

@@ -385,6 +385,10 @@ def check_hardware(profile: Any, where: str) -> None:
                              f"nodes ({', '.join(map(str, ids))})", hint)
 
 
+# profile fields whose numbers may be negative: calibration residuals (predicted / measured - 1)
+SIGNED_FIELDS = frozenset({"residuals"})
+
+
 def _check_numbers(obj: Any, path: str, hint: str) -> None:
     """Walk a profile: every int/float >= 0 and finite; every Figure's value > 0 and its
     achievable share in (0, 1]; bytes and counts below MAX_BYTES, rates below MAX_RATE."""
@@ -401,6 +405,9 @@ def _check_numbers(obj: Any, path: str, hint: str) -> None:
                 check_number(value, sub, 0.0, 1.0, ProbeError, hint, low_open=True)
             elif fl.name in ("numa_node",) and value is not None and value < 0:
                 raise ProbeError(f"{sub} = {value} must be a node id (>= 0) or null", hint)
+            elif fl.name in SIGNED_FIELDS and isinstance(value, dict):
+                for k, v in value.items():  # signed, but finite
+                    check_number(v, f"{sub}.{k}", -MAX_RATE, MAX_RATE, ProbeError, hint)
             else:
                 _check_numbers(value, sub, hint)
     elif isinstance(obj, (list, tuple)):
