@@ -16,7 +16,10 @@ from moeplan.planner.placement import Placement
 HELP = Path(__file__).parent / "data" / "help"
 REAL = HELP / "llama.cpp-0c1e570"
 OLD = HELP / "llama.cpp-mid2025-handwritten"
-IK = HELP / "ik_llama.cpp-handwritten"
+IK = HELP / "ik_llama.cpp-8337e4cd3"  # -fa on|off|auto, only -no-fmoe
+IK_863 = HELP / "ik_llama.cpp-41d6c42b9"  # PR #863: only -no-fa and -no-fmoe
+IK_OLD = HELP / "ik_llama.cpp-70c0095e1"  # before #863: -fa and -fmoe switches
+IK_TOOLS = {"server": "llama-server", "once": "llama-cli", "bench": "llama-bench"}
 
 
 def flags_of(path: Path, program: str):
@@ -126,23 +129,84 @@ def test_a_flag_the_build_lacks_is_a_clear_error(models):
         emit_launch(mtp, models["deepseek2"], "llama.cpp", _programs_from(OLD, "llama-cli"), model_path="/m.gguf")
 
 
-def test_ik_help_drives_ik_flags(models):
+def _ik_programs(folder: Path) -> Programs:
+    flags = {}
+    for tool, name in IK_TOOLS.items():
+        fs = flags_of(folder / f"{name}.txt", name)
+        flags[tool] = fs if tool == "bench" else ikllama.with_parser_flags(fs)[0]
+    return Programs(programs=dict(IK_TOOLS), flags=flags)
+
+
+def _parser_args(folder: Path, tool: str) -> set[str]:
+    name = "parser-args-llama-bench.txt" if tool == "bench" else "parser-args-common.txt"
+    return {line for line in (folder / name).read_text().splitlines() if line and not line.startswith("#")}
+
+
+@pytest.mark.parametrize("folder,fa,fmoe", [
+    (IK, ("-fa", "on"), None),
+    (IK_863, None, None),
+    (IK_OLD, ("-fa",), ("-fmoe",)),
+])
+def test_ik_help_drives_ik_flags(models, folder, fa, fmoe):
+    """Each ik release gets its own spelling of flash attention and fused MoE, and every flag
+    of every command is one its help lists or its parser takes (read from that commit)."""
     m = models["deepseek2"]
     plan = make_plan(m, Placement(backend="ik_llama.cpp", cpu_moe_layers=(2, 3), load_mode="no-mmap", n_ubatch=512))
-    progs = Programs(programs={"server": "llama-server", "once": "llama-cli", "bench": "llama-bench"},
-                     flags={"server": flags_of(IK / "llama-server.txt", "llama-server"),
-                            "once": flags_of(IK / "llama-cli.txt", "llama-cli"),
-                            "bench": flags_of(IK / "llama-bench.txt", "llama-bench")})
+    progs = _ik_programs(folder)
     launch = emit_launch(plan, m, "ik_llama.cpp", progs, model_path="/m.gguf")
     argv = launch.script("launch.sh").command.argv
-    for flag in ("-fmoe", "-rtr", "-fa"):
-        assert flag in argv
-    assert argv[argv.index("-mla") + 1] == "3" and argv[argv.index("-amb") + 1] == "512"
+    i = argv.index("-ctk")
+    assert tuple(argv[argv.index("-c") + 2:i]) == (fa or ())  # what stands between -c N and -ctk
+    assert ("-fmoe" in argv) == bool(fmoe) and "-no-fmoe" not in argv and "-no-fa" not in argv
+    assert argv[argv.index("-mla") + 1] == "3" and "-amb" not in argv and "-rtr" in argv
     assert "--no-mmap" not in argv and "-ncmoe" not in argv and "-lm" not in argv
-    # the release table matches the hand-written help of the documented flags
-    for tool, fs in ikllama.release_flags().items():
-        for flag in fs.flags:
-            assert progs.flags[tool].has(flag), (tool, flag)
+    bench = launch.script("bench.sh").command.argv
+    assert bench[bench.index("-fa") + 1] == "1" and bench[bench.index("-fmoe") + 1] == "1"
+    for s in launch.scripts:
+        tool = {"launch.sh": "server", "complete.sh": "once", "bench.sh": "bench"}[s.name]
+        assert missing_flags(s.command.argv, progs.flags[tool]) == [], (folder.name, s.name)
+        used = {t for t in map(str, s.command.argv[1:]) if t.startswith("-") and not t[1:2].isdigit()}
+        assert used <= _parser_args(folder, tool), (folder.name, s.name, used - _parser_args(folder, tool))
+
+
+@pytest.mark.parametrize("tool", sorted(IK_TOOLS))
+def test_ik_release_table_agrees_with_its_help(tool):
+    """moeplan's table of ik 8337e4cd3 says what that commit's --help says."""
+    helped = flags_of(IK / f"{IK_TOOLS[tool]}.txt", IK_TOOLS[tool])
+    for flag, placeholder in ikllama.release_flags()[tool].flags.items():
+        assert helped.has(flag), (tool, flag)
+        assert helped.arg(flag) == placeholder, (tool, flag, helped.arg(flag), placeholder)
+    assert ikllama.IK_RELEASE.startswith("ik_llama.cpp commit 8337e4cd3")
+
+
+def test_ik_parser_only_flags_are_in_every_recorded_parser():
+    for folder in (IK, IK_863, IK_OLD):
+        assert set(ikllama.PARSER_ONLY) <= _parser_args(folder, "server"), folder.name
+    # what the help of 70c0095e1 leaves out, and the parser still takes
+    old = flags_of(IK_OLD / "llama-server.txt", "llama-server")
+    assert not old.has("-ot") and not old.has("-rtr") and old.has("--run-time-repack")
+    fs, added = ikllama.with_parser_flags(old)
+    assert {"-ot", "-rtr", "-op"} <= set(added) and fs.arg("-ot") == "NAME"
+
+
+def test_ik_help_fixtures_say_how_they_were_made():
+    for folder in (IK, IK_863, IK_OLD):
+        for name in IK_TOOLS.values():
+            first = (folder / f"{name}.txt").read_text().splitlines()[0]
+            assert first.startswith(("# reconstructed from source at commit ", "# recorded from a build")), first
+            assert folder.name.split("-")[-1] in first
+
+
+def test_ik_help_layouts_parse():
+    server = flags_of(IK / "llama-server.txt", "llama-server")
+    assert server.arg("-fa") == "(auto|on|off|0|1)" and server.takes_value("-fa", "on")
+    assert server.has("-no-fmoe") and not server.has("-fmoe") and server.arg("-mla") == ""
+    assert server.arg("-op") == "POLICY" and server.has("--n-cpu-moe") and server.has("--spec-type")
+    bench = flags_of(IK / "llama-bench.txt", "llama-bench")
+    assert bench.arg("-sm") == "<none|layer|graph>"  # its default is glued on: not the placeholder
+    assert bench.arg("-fmoe") == "<0|1>" and bench.arg("-ot") == "pattern" and not bench.has("-op")
+    old = flags_of(IK_OLD / "llama-server.txt", "llama-server")
+    assert old.arg("-fa") == "" and old.has("-fmoe") and not old.has("--spec-type") and old.has("--draft")
 
 
 @pytest.mark.parametrize("backend,module,files", [

@@ -2,8 +2,10 @@
 
 `parse_help` reads the help layouts of llama.cpp's common args (`-lm,   --load-mode MODE   ...`),
 llama-bench (`  -ot --override-tensor <...>`), ik_llama.cpp and argparse-based programs
-(vLLM, SGLang: `  --tp-size TP_SIZE, --tensor-parallel-size ...`). A flag line starts with
-fewer than 8 spaces of indentation followed by `-`; continuation lines of descriptions are
+(vLLM, SGLang: `  --tp-size TP_SIZE, --tensor-parallel-size ...`), ik_llama.cpp's
+`-fa, --flash-attn (auto|on|off|0|1)` and its llama-bench's `-sm, --split-mode <a|b>(default: a)`
+(the glued default is not part of the placeholder). A flag line starts with
+fewer than 12 spaces of indentation followed by `-`; continuation lines of descriptions are
 indented further and never count (llama-server's help has `--no-mmproj` in a description).
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from moeplan.errors import InputError
 
 _FLAG_TOKEN = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_.+-]*")
-_MAX_FLAG_INDENT = 8
+_MAX_FLAG_INDENT = 12  # ik_llama.cpp indents long-only flags by 9 ("  " + "       --numa")
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ def _scan_flag_line(line: str) -> tuple[list[str], str]:
             # a placeholder: single-spaced words up to two spaces, or ', -' (next spelling)
             m2 = re.match(r"(\S+?(?: \S+?)*?)(?=  |, -|$)", line[nxt:])
             if m2:
-                placeholder = placeholder or m2.group(1)
+                # ik's llama-bench glues its default on: `<none|layer|graph>(default: layer)`
+                placeholder = placeholder or re.split(r"(?<=\S)\(default", m2.group(1))[0]
                 pos = nxt + m2.end()
                 m3 = re.match(r", *", line[pos:])
                 if m3 and _FLAG_TOKEN.match(line, pos + m3.end()):
