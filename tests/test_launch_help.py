@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from launch_plans import make_plan, write_models
 
-from moeplan.errors import InputError
+from moeplan.errors import InputError, RunnerError
 from moeplan.launch import emit_launch, find_programs, release_programs
 from moeplan.launch import ikllama, ktransformers, llamacpp, sglang, vllm
 from moeplan.launch.binaries import Programs
@@ -281,3 +281,40 @@ def test_sglang_without_kt_flags_is_refused_for_ktransformers(tmp_path):
     with pytest.raises(InputError, match="--kt-method"):
         find_programs("ktransformers", str(python), reader=read)
     assert find_programs("sglang", str(python), reader=read).flags["server"].has("--tp-size")
+
+
+def _fake_ik_program(path: Path, help_text: str, rc: int) -> None:
+    """A shell program that prints `help_text` for --help on stdout and exits `rc`, as ik's
+    llama-server does (exit 1), and its version on stderr."""
+    (path.parent / (path.name + ".help")).write_text(help_text)
+    path.write_text("#!/bin/sh\n"
+                    'if [ "$1" = "--version" ]; then echo "version: 1 (8337e4cd3)" >&2; exit 0; fi\n'
+                    f'cat "$0.help"; exit {rc}\n')
+    path.chmod(0o755)
+
+
+def test_ik_help_is_read_whatever_its_exit_code(tmp_path):
+    for name in IK_TOOLS.values():
+        _fake_ik_program(tmp_path / name, (IK / f"{name}.txt").read_text(), 1 if name != "llama-bench" else 0)
+    progs = find_programs("ik_llama.cpp", str(tmp_path))
+    assert all(fs.from_help for fs in progs.flags.values())
+    assert progs.flags["server"].takes_value("-fa", "on") and progs.flags["server"].version == "version: 1 (8337e4cd3)"
+    assert progs.notes == ()  # a GPU build's help lists -ot, -rtr, -op and -ngl itself
+    # a program that prints nothing and fails is still an error
+    (tmp_path / "llama-server.help").write_text("")
+    with pytest.raises(RunnerError, match="llama-server --help exited with 1"):
+        find_programs("ik_llama.cpp", str(tmp_path))
+
+
+def test_ik_cpu_only_build_gets_the_gpu_flags_its_parser_takes(tmp_path):
+    """A CPU-only build's help has no GPU section (no -ngl); its parser still takes -ngl."""
+    for name in IK_TOOLS.values():
+        text = (IK / f"{name}.txt").read_text()
+        if name != "llama-bench":
+            text = "\n".join(line for line in text.splitlines()
+                             if not line.lstrip().startswith(("-ngl", "-ts", "-sm", "-mg", "-op")))
+        _fake_ik_program(tmp_path / name, text, 1)
+    progs = find_programs("ik_llama.cpp", str(tmp_path))
+    assert progs.flags["server"].has("-ngl") and progs.flags["once"].has("-op")
+    assert any("--help does not list -op -ngl -ts -sm -mg;" in n and "CPU-only build ignores -ngl" in n
+               for n in progs.notes)
