@@ -10,7 +10,7 @@ from moeplan.errors import InputError, RunnerError
 from moeplan.launch import emit_launch, find_programs, release_programs
 from moeplan.launch import ikllama, ktransformers, llamacpp, sglang, vllm
 from moeplan.launch.binaries import Programs
-from moeplan.launch.flags import missing_flags, parse_help
+from moeplan.launch.flags import bad_values, missing_flags, parse_help
 from moeplan.planner.placement import Placement
 
 HELP = Path(__file__).parent / "data" / "help"
@@ -132,8 +132,7 @@ def test_a_flag_the_build_lacks_is_a_clear_error(models):
 def _ik_programs(folder: Path) -> Programs:
     flags = {}
     for tool, name in IK_TOOLS.items():
-        fs = flags_of(folder / f"{name}.txt", name)
-        flags[tool] = fs if tool == "bench" else ikllama.with_parser_flags(fs)[0]
+        flags[tool] = ikllama.with_parser_flags(flags_of(folder / f"{name}.txt", name), bench=tool == "bench")[0]
     return Programs(programs=dict(IK_TOOLS), flags=flags)
 
 
@@ -165,6 +164,7 @@ def test_ik_help_drives_ik_flags(models, folder, fa, fmoe):
     for s in launch.scripts:
         tool = {"launch.sh": "server", "complete.sh": "once", "bench.sh": "bench"}[s.name]
         assert missing_flags(s.command.argv, progs.flags[tool]) == [], (folder.name, s.name)
+        assert bad_values(s.command.argv, progs.flags[tool]) == [], (folder.name, s.name)
         used = {t for t in map(str, s.command.argv[1:]) if t.startswith("-") and not t[1:2].isdigit()}
         assert used <= _parser_args(folder, tool), (folder.name, s.name, used - _parser_args(folder, tool))
 
@@ -175,6 +175,9 @@ def test_ik_release_table_agrees_with_its_help(tool):
     helped = flags_of(IK / f"{IK_TOOLS[tool]}.txt", IK_TOOLS[tool])
     for flag, placeholder in ikllama.release_flags()[tool].flags.items():
         assert helped.has(flag), (tool, flag)
+        if tool == "bench" and flag in ikllama.BENCH_HELP_CORRECTIONS:  # stale in the help, read from the parser
+            assert helped.arg(flag) == "<0|1|2>" and placeholder == "<0|1|2|3>"
+            continue
         assert helped.arg(flag) == placeholder, (tool, flag, helped.arg(flag), placeholder)
     assert ikllama.IK_RELEASE.startswith("ik_llama.cpp commit 8337e4cd3")
 
@@ -209,18 +212,81 @@ def test_ik_help_layouts_parse():
     assert old.arg("-fa") == "" and old.has("-fmoe") and not old.has("--spec-type") and old.has("--draft")
 
 
-@pytest.mark.parametrize("backend,module,files", [
-    ("vllm", vllm, {"server": "vllm-handwritten/serve.txt", "bench": "vllm-handwritten/bench-serve.txt"}),
-    ("sglang", sglang, {"server": "sglang-kt-handwritten/launch_server.txt",
-                        "bench": "sglang-kt-handwritten/bench_serving.txt"}),
-    ("ktransformers", ktransformers, {"server": "sglang-kt-handwritten/launch_server.txt",
-                                      "bench": "sglang-kt-handwritten/bench_serving.txt"}),
-])
-def test_server_backend_tables_match_their_documented_help(backend, module, files):
+SG = HELP / "sglang-0.5.23"
+RECORDED = {  # backend -> the recorded help of the release its tables target
+    "sglang": {"server": SG / "launch_server.txt", "bench": SG / "bench_serving.txt"},
+    "ktransformers": {"server": SG / "launch_server.txt", "bench": SG / "bench_serving.txt"},
+}
+RELEASE_NAMES = {"sglang": "SGLang 0.5.23", "ktransformers": "SGLang 0.5.23"}
+
+
+@pytest.mark.parametrize("backend,module", [("sglang", sglang), ("ktransformers", ktransformers)])
+def test_server_backend_tables_match_their_recorded_help(backend, module):
     for tool, fs in module.release_flags().items():
-        helped = flags_of(HELP / files[tool], tool)
-        for flag in fs.flags:
+        helped = flags_of(RECORDED[backend][tool], tool)
+        for flag, placeholder in fs.flags.items():
             assert helped.has(flag), (backend, tool, flag)
+            assert helped.arg(flag) == placeholder, (backend, tool, flag, helped.arg(flag), placeholder)
+
+
+SERVER_PLANS = [  # (model key, placement, n_nodes)
+    ("qwen3moe", Placement(backend="sglang", n_ctx=32768, n_seq=8, n_gpus=4), 1),
+    ("deepseek2", Placement(backend="sglang", n_ctx=65536, n_seq=4, n_gpus=8, cache_type_k="q8_0",
+                            cache_type_v="q8_0"), 2),
+    ("qwen3moe", Placement(cpu_moe_layers=(1, 2, 3), n_ctx=16384, n_threads=16, numa="bind", numa_nodes=(0,)), 1),
+    ("deepseek2", Placement(cpu_moe_layers=(2, 3, 4, 5, 6), n_ctx=8192, cache_type_k="q8_0", cache_type_v="q8_0",
+                            extra=(("kt_method", "AMXINT4"), ("kt_weight_path", "/w"))), 1),
+]
+
+
+@pytest.mark.parametrize("backend", sorted(RECORDED))
+@pytest.mark.parametrize("case", range(len(SERVER_PLANS)))
+def test_emitted_server_flags_exist_in_the_recorded_help(models, backend, case):
+    """Every flag of every command, and every value of a flag with choices, is one the recorded
+    help of the release named in the scripts' header lists."""
+    key, placement, n_nodes = SERVER_PLANS[case]
+    m = models[key]
+    if backend != "ktransformers" and placement.cpu_moe_layers:
+        placement = Placement(**{**placement.__dict__, "cpu_moe_layers": ()})
+    if backend != "ktransformers" and n_nodes == 1 and placement.n_gpus < 2:
+        placement = Placement(**{**placement.__dict__, "n_gpus": 2})
+    if backend == "ktransformers":
+        n_nodes = 1
+    try:
+        launch = emit_launch(make_plan(m, placement), m, backend, n_nodes=n_nodes, gpu_vram_bytes=80 * 1024**3,
+                             model_path="/m")
+    except InputError as err:  # a plan a backend refuses (too big for its GPUs) has nothing to check
+        pytest.skip(f"{backend} refuses the plan: {err.message}")
+    assert RELEASE_NAMES[backend] in launch.target
+    helped = {tool: flags_of(path, tool) for tool, path in RECORDED[backend].items()}
+    n = 0
+    for s in launch.scripts:
+        argv = [str(t) for t in s.command.argv]
+        if "sglang.launch_server" in argv:
+            fs, start = helped["server"], argv.index("sglang.launch_server") + 1
+        elif "sglang.bench_serving" in argv:
+            fs, start = helped["bench"], argv.index("sglang.bench_serving") + 1
+        else:
+            continue
+        assert missing_flags(argv, fs, start=start) == [], (s.name, argv)
+        assert bad_values(argv, fs, start=start) == [], (s.name, argv)
+        n += 1
+    assert n >= 2
+
+
+def test_kt_methods_are_kt_kernels():
+    """--kt-method takes what kt-kernel 0.7.2 serves with (kt_kernel/experts.py)."""
+    methods = {line for line in (HELP / "kt-kernel-0.7.2" / "inference-methods.txt").read_text().splitlines()
+               if line and not line.startswith("#")}
+    assert {"LLAMAFILE", "AMXINT4", "AMXINT8"} <= methods
+    assert ktransformers.KT_RELEASE.startswith("kt-kernel 0.7.2")
+
+
+def test_choices_are_checked():
+    fs = parse_help("  --kv-cache-dtype {auto,fp8}\n  -fa, --flash-attn <0|1>   x\n  -n N  y\n", "p", "s")
+    assert bad_values(["p", "--kv-cache-dtype", "fp8", "-fa", "1", "-n", "7"], fs) == []
+    assert bad_values(["p", "--kv-cache-dtype", "q8_0", "-fa", "0,2"], fs) == [("--kv-cache-dtype", "q8_0"),
+                                                                                ("-fa", "0,2")]
 
 
 # ---- finding programs: PATH, --bin, flavour -----------------------------------------------
@@ -272,9 +338,9 @@ def test_old_bin_folder_uses_llama_cli_for_one_shot_runs(tmp_path):
 def test_sglang_without_kt_flags_is_refused_for_ktransformers(tmp_path):
     python = tmp_path / "python"
     python.write_text("")
-    plain = "\n".join(line for line in (HELP / "sglang-kt-handwritten/launch_server.txt").read_text().splitlines()
+    plain = "\n".join(line for line in (SG / "launch_server.txt").read_text().splitlines()
                       if "--kt-" not in line)
-    texts = {"launch_server": plain, "bench_serving": (HELP / "sglang-kt-handwritten/bench_serving.txt").read_text()}
+    texts = {"launch_server": plain, "bench_serving": (SG / "bench_serving.txt").read_text()}
 
     def read(argv):
         return texts[argv[2].split(".")[1]]

@@ -110,10 +110,10 @@ def find_llama_programs(backend: str, binary: str | None, release: dict[str, Fla
                 notes.append(f"{found} on PATH is {kind} build; flags for {backend} come from its release table")
                 found = None
                 break
-            if ik and tool != "bench":
+            if ik:
                 from moeplan.launch.ikllama import with_parser_flags
 
-                fs, added = with_parser_flags(fs)
+                fs, added = with_parser_flags(fs, bench=tool == "bench")
                 if added:
                     notes.append(f"{name}'s --help does not list {' '.join(added)}; ik_llama.cpp's parser "
                                  "(common/common.cpp) takes them in every build, so they are used"

@@ -135,3 +135,36 @@ def _is_number(tok: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def choices(placeholder: str) -> tuple[str, ...]:
+    """The values a placeholder enumerates: argparse's `{a,b,c}`, ik's `(a|b|c)`, llama.cpp's
+    `[a|b|c]` and `<a|b|c>`; () for a free-form one (`N`, `TYPE`, `<n>`)."""
+    ph = placeholder.strip()
+    if len(ph) < 3 or ph[0] + ph[-1] not in ("{}", "()", "[]", "<>"):
+        return ()
+    inner = ph[1:-1]
+    sep = "," if ph[0] == "{" else "|"
+    if sep not in inner:
+        return ()
+    return tuple(v.strip() for v in inner.split(sep))
+
+
+def bad_values(argv: list[str] | tuple[str, ...], fs: FlagSet, start: int = 1) -> list[tuple[str, str]]:
+    """(flag, value) pairs in `argv[start:]` whose value is not one of the choices the flag's
+    placeholder enumerates (`--kv-cache-dtype {auto,fp8_e5m2}`, `-fa <0|1>`). A flag given
+    several values at once (llama-bench's `-fa 0,1`) is checked value by value."""
+    bad: list[tuple[str, str]] = []
+    i = start
+    while i < len(argv):
+        tok = str(argv[i])
+        placeholder = fs.arg(tok) if tok.startswith("-") else None
+        if placeholder and i + 1 < len(argv):
+            allowed = choices(placeholder)
+            value = str(argv[i + 1])
+            if allowed and not all(v in allowed for v in value.split(",")):
+                bad.append((tok, value))
+            i += 2
+        else:
+            i += 1
+    return bad

@@ -71,6 +71,10 @@ MLA_MODE = 3
 OP_OFFLOAD_OFF = "-1,0"  # -op: every ggml op (id -1), offload off
 BENCH_OVERRIDE_FIELD = "override_tensor"
 
+# llama-bench's help lists `-mla <0|1|2>`, written before MLA mode 3; its parser takes any
+# integer (string_split<int>) and its own default is 3 since PR #863.
+BENCH_HELP_CORRECTIONS = {"-mla": "<0|1|2|3>"}
+
 # Flags of ik_llama.cpp 8337e4cd3 that moeplan uses, with the placeholder its --help prints
 # (tests/test_launch_help.py checks them against tests/data/help/ik_llama.cpp-8337e4cd3).
 _COMMON = {
@@ -84,7 +88,7 @@ _CLI = {**_COMMON, "-p": "PROMPT", "-n": "N"}
 _BENCH = {
     "-m": "<filename>", "-ngl": "<n>", "-ot": "pattern", "-fa": "<0|1>", "-ctk": "<t>", "-ctv": "<t>",
     "-t": "<n>", "-b": "<n>", "-ub": "<n>", "-mmp": "<0|1>", "-nkvo": "<0|1>", "-fmoe": "<0|1>",
-    "-mla": "<0|1|2>", "-rtr": "<0|1>", "-ts": "<ts0/ts1/..>", "--numa": "<distribute|isolate|numactl> (default: disabled)",
+    "-mla": BENCH_HELP_CORRECTIONS["-mla"], "-rtr": "<0|1>", "-ts": "<ts0/ts1/..>", "--numa": "<distribute|isolate|numactl> (default: disabled)",
     "-p": "<n>", "-n": "<n>", "-r": "<n>", "-o": "<csv|json|md|sql>",
 }
 PROGRAMS = {"server": "llama-server", "once": "llama-cli", "bench": "llama-bench"}
@@ -97,14 +101,18 @@ PARSER_ONLY = {"-ot": "NAME", "-rtr": "", "-op": "POLICY", "-ngl": "N", "-ts": "
                "-mg": "i"}
 
 
-def with_parser_flags(fs: FlagSet) -> tuple[FlagSet, tuple[str, ...]]:
+def with_parser_flags(fs: FlagSet, bench: bool = False) -> tuple[FlagSet, tuple[str, ...]]:
     """`fs` of an ik llama-server/llama-cli help plus PARSER_ONLY flags it does not list, and
-    the flags added."""
+    the flags added; for llama-bench (`bench`), the help's placeholders that BENCH_HELP_CORRECTIONS
+    corrects, and no flag added."""
+    from dataclasses import replace
+
+    if bench:
+        fixed = {f: v for f, v in BENCH_HELP_CORRECTIONS.items() if fs.has(f)}
+        return (replace(fs, flags={**fs.flags, **fixed}) if fixed else fs), ()
     added = tuple(f for f in PARSER_ONLY if not fs.has(f))
     if not added:
         return fs, ()
-    from dataclasses import replace
-
     return replace(fs, flags={**fs.flags, **{f: PARSER_ONLY[f] for f in added}}), added
 
 
