@@ -213,14 +213,16 @@ def test_ik_help_layouts_parse():
 
 
 SG = HELP / "sglang-0.5.23"
+VL = HELP / "vllm-0.33.0"
 RECORDED = {  # backend -> the recorded help of the release its tables target
+    "vllm": {"server": VL / "serve.txt", "bench": VL / "bench-serve.txt"},
     "sglang": {"server": SG / "launch_server.txt", "bench": SG / "bench_serving.txt"},
     "ktransformers": {"server": SG / "launch_server.txt", "bench": SG / "bench_serving.txt"},
 }
-RELEASE_NAMES = {"sglang": "SGLang 0.5.23", "ktransformers": "SGLang 0.5.23"}
+RELEASE_NAMES = {"sglang": "SGLang 0.5.23", "ktransformers": "SGLang 0.5.23", "vllm": "vLLM 0.33.0"}
 
 
-@pytest.mark.parametrize("backend,module", [("sglang", sglang), ("ktransformers", ktransformers)])
+@pytest.mark.parametrize("backend,module", [("sglang", sglang), ("ktransformers", ktransformers), ("vllm", vllm)])
 def test_server_backend_tables_match_their_recorded_help(backend, module):
     for tool, fs in module.release_flags().items():
         helped = flags_of(RECORDED[backend][tool], tool)
@@ -266,12 +268,24 @@ def test_emitted_server_flags_exist_in_the_recorded_help(models, backend, case):
             fs, start = helped["server"], argv.index("sglang.launch_server") + 1
         elif "sglang.bench_serving" in argv:
             fs, start = helped["bench"], argv.index("sglang.bench_serving") + 1
+        elif argv[:2] == ["vllm", "serve"]:
+            fs, start = helped["server"], 3  # vllm serve MODEL --flags
+        elif argv[:3] == ["vllm", "bench", "serve"]:
+            fs, start = helped["bench"], 3
         else:
             continue
         assert missing_flags(argv, fs, start=start) == [], (s.name, argv)
         assert bad_values(argv, fs, start=start) == [], (s.name, argv)
         n += 1
     assert n >= 2
+    for c in launch.configs:  # vllm.yaml: each key is a serve flag, each value a choice it lists
+        if c.name == "vllm.yaml":
+            for line in c.text.splitlines():
+                if line.startswith("#"):
+                    continue
+                key, _, val = line.partition(": ")
+                assert helped["server"].has("--" + key), key
+                assert bad_values(["--" + key, val.strip('"')], helped["server"], start=0) == [], (key, val)
 
 
 def test_kt_methods_are_kt_kernels():
@@ -287,6 +301,8 @@ def test_choices_are_checked():
     assert bad_values(["p", "--kv-cache-dtype", "fp8", "-fa", "1", "-n", "7"], fs) == []
     assert bad_values(["p", "--kv-cache-dtype", "q8_0", "-fa", "0,2"], fs) == [("--kv-cache-dtype", "q8_0"),
                                                                                 ("-fa", "0,2")]
+    vl = parse_help("  --kv-cache-dtype ['auto', 'fp8']\n", "vllm serve", "s")
+    assert bad_values(["x", "--kv-cache-dtype", "fp8"], vl) == [] and bad_values(["x", "--kv-cache-dtype", "q8"], vl)
 
 
 # ---- finding programs: PATH, --bin, flavour -----------------------------------------------

@@ -138,11 +138,13 @@ def _is_number(tok: str) -> bool:
 
 
 def choices(placeholder: str) -> tuple[str, ...]:
-    """The values a placeholder enumerates: argparse's `{a,b,c}`, ik's `(a|b|c)`, llama.cpp's
-    `[a|b|c]` and `<a|b|c>`; () for a free-form one (`N`, `TYPE`, `<n>`)."""
+    """The values a placeholder enumerates: argparse's `{a,b,c}`, vLLM's `['a', 'b']`, ik's
+    `(a|b|c)`, llama.cpp's `[a|b|c]` and `<a|b|c>`; () for a free-form one (`N`, `TYPE`, `<n>`)."""
     ph = placeholder.strip()
     if len(ph) < 3 or ph[0] + ph[-1] not in ("{}", "()", "[]", "<>"):
         return ()
+    if ph.startswith("['"):
+        return tuple(v.strip().strip("'") for v in ph[1:-1].split(","))
     inner = ph[1:-1]
     sep = "," if ph[0] == "{" else "|"
     if sep not in inner:
