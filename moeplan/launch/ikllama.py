@@ -65,7 +65,7 @@ from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
 from moeplan.launch.patterns import CPU_BUFFER, checked_expert_patterns, override_args
 
 IK_COMMIT = "8337e4cd3"
-IK_RELEASE = f"ik_llama.cpp commit {IK_COMMIT} (2026-08-15, read from its source and --help)"
+IK_RELEASE = f"ik_llama.cpp commit {IK_COMMIT} (2026-08-15, read from its source)"
 OP_OFFLOAD_BATCH = 32  # GGML_CUDA_MIN_BATCH_OFFLOAD: offload when ubatch * k >= 32 * n_experts
 MLA_MODE = 3
 OP_OFFLOAD_OFF = "-1,0"  # -op: every ggml op (id -1), offload off
