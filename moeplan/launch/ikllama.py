@@ -257,9 +257,9 @@ def emit(ctx: EmitContext) -> Launch:
     if p.load_mode != "mmap":
         notes.append("-rtr repacks the CPU expert tensors at load time and turns mmap off")
     fs_server, fs_once, fs_bench = ctx.flags["server"], ctx.flags["once"], ctx.flags["bench"]
-    if ctx.model.mla:
-        notes.append(f"-mla {MLA_MODE} needs attn_kv_b in the GGUF; without it ik_llama.cpp logs "
-                     "'missing wkv_b tensor(s)' and runs -mla 1")
+    if ctx.model.mla and not any(".attn_kv_b." in t.name for t in ctx.model.tensors):
+        notes.append(f"this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp "
+                     f"logs 'missing wkv_b tensor(s)' and runs -mla 1 instead of -mla {MLA_MODE}")
     spec = speculative_parts(ctx, fs_server)
     prefix = numa_prefix(p, ctx.os)
     server = Command(parts=((ctx.programs["server"],), *_placement_parts(ctx, fs_server, patterns, False),
