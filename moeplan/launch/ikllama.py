@@ -59,8 +59,17 @@ from __future__ import annotations
 from moeplan.errors import InputError
 from moeplan.launch.common import Command, EmitContext, Launch, Script, require_flags
 from moeplan.launch.flags import FlagSet, release_table, target_text
-from moeplan.launch.llamacpp import (PROMPT, bench_check_lines, check_kv_types, device_notes, experts_used_parts, gpu_split_parts,
-                                     model_requires, ngl_value, switch_value)
+from moeplan.launch.llamacpp import (
+    PROMPT,
+    bench_check_lines,
+    check_kv_types,
+    device_notes,
+    experts_used_parts,
+    gpu_split_parts,
+    model_requires,
+    ngl_value,
+    switch_value,
+)
 from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
 from moeplan.launch.patterns import CPU_BUFFER, checked_expert_patterns, override_args
 
@@ -88,7 +97,8 @@ _CLI = {**_COMMON, "-p": "PROMPT", "-n": "N"}
 _BENCH = {
     "-m": "<filename>", "-ngl": "<n>", "-ot": "pattern", "-fa": "<0|1>", "-ctk": "<t>", "-ctv": "<t>",
     "-t": "<n>", "-b": "<n>", "-ub": "<n>", "-mmp": "<0|1>", "-nkvo": "<0|1>", "-fmoe": "<0|1>",
-    "-mla": BENCH_HELP_CORRECTIONS["-mla"], "-rtr": "<0|1>", "-ts": "<ts0/ts1/..>", "--numa": "<distribute|isolate|numactl> (default: disabled)",
+    "-mla": BENCH_HELP_CORRECTIONS["-mla"], "-rtr": "<0|1>", "-ts": "<ts0/ts1/..>",
+    "--numa": "<distribute|isolate|numactl> (default: disabled)",
     "-p": "<n>", "-n": "<n>", "-r": "<n>", "-o": "<csv|json|md|sql>",
 }
 PROGRAMS = {"server": "llama-server", "once": "llama-cli", "bench": "llama-bench"}

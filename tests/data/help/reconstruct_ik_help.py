@@ -182,10 +182,9 @@ def main(argv: list[str]) -> int:
     (out / "llama-bench.txt").write_text(head + bench_help(src))
     # what the parsers accept, listed in --help or not (older builds leave -ot and -rtr out)
     phead = f"# arguments the parser accepts, read from source at commit {commit}: {{}}\n"
-    (out / "parser-args-common.txt").write_text(
-        phead.format("common/common.cpp (llama-server, llama-cli)") + "\n".join(parser_args(src / "common/common.cpp")) + "\n")
-    (out / "parser-args-llama-bench.txt").write_text(
-        phead.format("examples/llama-bench/llama-bench.cpp") + "\n".join(parser_args(src / "examples/llama-bench/llama-bench.cpp")) + "\n")
+    for name, rel in (("common", "common/common.cpp"), ("llama-bench", "examples/llama-bench/llama-bench.cpp")):
+        what = rel + (" (llama-server, llama-cli)" if name == "common" else "")
+        (out / f"parser-args-{name}.txt").write_text(phead.format(what) + "\n".join(parser_args(src / rel)) + "\n")
     return 0
 
 
