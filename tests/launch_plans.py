@@ -64,12 +64,17 @@ RUNNABLE_VOCAB = 272
 
 def write_runnable(writer, path: Path, **kw):
     """A fixture GGUF llama.cpp can load *and* run: the byte-fallback tokenizer, head_dim 32
-    (a q8_0 K cache needs its block size 32 to divide the head size)."""
+    (a q8_0 K cache needs its block size 32 to divide the head size; the deepseek2 writer has
+    no head_dim: its latent cache row is kv_lora + rope = 64)."""
+    import inspect
+
     import gguf_fixtures
 
+    if "head_dim" in inspect.signature(writer).parameters:
+        kw = {"head_dim": 32, **kw}
     plain = gguf_fixtures._tokenizer
     gguf_fixtures._tokenizer = _spm_byte_tokenizer
     try:
-        return writer(path, head_dim=32, n_vocab=RUNNABLE_VOCAB, **kw)
+        return writer(path, n_vocab=RUNNABLE_VOCAB, **kw)
     finally:
         gguf_fixtures._tokenizer = plain

@@ -87,6 +87,16 @@ def test_ik_llama_log():
     assert len(run.unread) == 1 and run.unread[0][1].endswith("compute buffer size = ")
 
 
+def test_ik_override_line_of_current_ik():
+    # ik_llama.cpp 8337e4cd3 src/llama-load-tensors.cpp:466 prints the size and spells "overridden"
+    text = ("Tensor blk.3.ffn_up_exps.weight (size = 1512.00 MiB) buffer type overridden to CPU\n"
+            "Tensor blk.3.ffn_down_exps.weight buffer type overriden to CPU\n")
+    run = parse_log(text, "ik-current")
+    assert [(o.tensor, o.buffer_type) for o in run.overrides] == [("blk.3.ffn_up_exps.weight", "CPU"),
+                                                           ("blk.3.ffn_down_exps.weight", "CPU")]
+    assert run.tool == "ik_llama.cpp"
+
+
 def test_ktransformers_output():
     run = parse_log(_text("ktransformers-local-chat.log"), "kt")
     assert run.tool == "ktransformers"

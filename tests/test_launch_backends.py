@@ -132,13 +132,20 @@ def test_ik_says_what_its_threshold_means_for_the_plan(models):
     assert any("from -ub 128" in n and "computes the CPU experts on the CPU" in n for n in below.notes)
     above = emit_launch(make_plan(m, Placement(cpu_moe_layers=(1,), n_ubatch=512)), m, "ik_llama.cpp", model_path="/m")
     assert any("copies the used CPU experts to the GPU" in n for n in above.notes)
-    with pytest.raises(InputError, match="copies them to the GPU") as err:
-        emit_launch(make_plan(m, Placement(cpu_moe_layers=(1,), n_ubatch=512, op_offload=False)), m, "ik_llama.cpp",
-                    model_path="/m")
-    assert "below 128" in err.value.hint
+    assert "-op" not in argv_of(above)
+    # no offload wanted above the threshold: -op -1,0 (every ggml op) in the server and the CLI
+    off = emit_launch(make_plan(m, Placement(cpu_moe_layers=(1,), n_ubatch=512, op_offload=False)), m,
+                      "ik_llama.cpp", model_path="/m")
+    assert value(argv_of(off), "-op") == "-1,0" and value(argv_of(off, "complete.sh"), "-op") == "-1,0"
+    assert "-op" not in argv_of(off, "bench.sh")  # llama-bench has no -op: said in a note
+    assert any("bench.sh measures prefill with offload" in n for n in off.notes)
     ok = emit_launch(make_plan(m, Placement(cpu_moe_layers=(1,), n_ubatch=64, op_offload=False)), m, "ik_llama.cpp",
                      model_path="/m")
-    assert "--no-op-offload" not in argv_of(ok)
+    assert "--no-op-offload" not in argv_of(ok) and "-op" not in argv_of(ok)
+    with pytest.raises(InputError, match="GGML_OP_OFFLOAD_MIN_BATCH") as err:
+        emit_launch(make_plan(m, Placement(cpu_moe_layers=(1,), extra=(("op_offload_min_batch", "64"),))), m,
+                    "ik_llama.cpp", model_path="/m")
+    assert "offload-batch-size" in err.value.hint
 
 
 def test_ik_never_emits_ncmoe_and_rtr_replaces_mmap(models):
@@ -147,10 +154,38 @@ def test_ik_never_emits_ncmoe_and_rtr_replaces_mmap(models):
                          model_path="/m")
     argv = argv_of(launch)
     assert "-ncmoe" not in argv and "--n-cpu-moe" not in argv
-    assert "-rtr" in argv and "-fmoe" in argv and "-mla" not in argv  # gpt-oss is not MLA
+    # ik 8337e4cd3: fused MoE is the default (only -no-fmoe exists), -fa takes a value
+    assert "-rtr" in argv and "-fmoe" not in argv and "-mla" not in argv  # gpt-oss is not MLA
+    assert value(argv, "-fa") == "on" and "-amb" not in argv
+    assert value(argv_of(launch, "bench.sh"), "-fmoe") == "1"
     assert any("turns mmap off" in n for n in launch.notes)
     mapped = emit_launch(make_plan(m, Placement(cpu_moe_layers=(4, 5))), m, "ik_llama.cpp", model_path="/m")
     assert "-rtr" not in argv_of(mapped) and value(argv_of(mapped, "bench.sh"), "-rtr") == "0"
+    no_fa = emit_launch(make_plan(m, Placement(cpu_moe_layers=(4, 5), flash_attn=False)), m, "ik_llama.cpp",
+                        model_path="/m")
+    assert value(argv_of(no_fa), "-fa") == "off" and value(argv_of(no_fa, "bench.sh"), "-fa") == "0"
+
+
+def test_ik_bench_joins_overrides_with_commas(models):
+    """ik's llama-bench splits one -ot on ',' (mainline's on ';') and reports them in
+    `override_tensor`, joined by ','."""
+    m = models["qwen3moe"]
+    launch = emit_launch(make_plan(m, Placement(cpu_moe_layers=(0, 2, 4))), m, "ik_llama.cpp", model_path="/m")
+    ot = value(argv_of(launch, "bench.sh"), "-ot")
+    assert ";" not in ot and ot == ",".join(v for v in argv_of(launch)[1:] if v.endswith("=CPU"))
+    assert any('"override_tensor": ' in line for line in launch.script("bench.sh").after)
+
+
+def test_ik_drafting(models):
+    d = models["deepseek2"]  # has an MTP block
+    mtp = emit_launch(make_plan(d, Placement(n_draft=2)), d, "ik_llama.cpp", model_path="/m")
+    assert value(argv_of(mtp), "--spec-type") == "mtp:n_max=2" and "--draft" not in argv_of(mtp)
+    q = models["qwen3moe"]
+    draft = emit_launch(make_plan(q, Placement(n_draft=3, extra=(("draft_model", "/d.gguf"),))), q, "ik_llama.cpp",
+                        model_path="/m")
+    assert value(argv_of(draft), "--spec-type") == "draft:n_max=3" and value(argv_of(draft), "-md") == "/d.gguf"
+    with pytest.raises(InputError, match="names no draft model"):
+        emit_launch(make_plan(q, Placement(n_draft=3)), q, "ik_llama.cpp", model_path="/m")
 
 
 # ---- KTransformers -------------------------------------------------------------------------

@@ -6,17 +6,20 @@ from pathlib import Path
 import pytest
 from launch_plans import make_plan, write_models
 
-from moeplan.errors import InputError
+from moeplan.errors import InputError, RunnerError
 from moeplan.launch import emit_launch, find_programs, release_programs
 from moeplan.launch import ikllama, ktransformers, llamacpp, sglang, vllm
 from moeplan.launch.binaries import Programs
-from moeplan.launch.flags import missing_flags, parse_help
+from moeplan.launch.flags import bad_values, missing_flags, parse_help
 from moeplan.planner.placement import Placement
 
 HELP = Path(__file__).parent / "data" / "help"
 REAL = HELP / "llama.cpp-0c1e570"
 OLD = HELP / "llama.cpp-mid2025-handwritten"
-IK = HELP / "ik_llama.cpp-handwritten"
+IK = HELP / "ik_llama.cpp-8337e4cd3"  # -fa on|off|auto, only -no-fmoe
+IK_863 = HELP / "ik_llama.cpp-41d6c42b9"  # PR #863: only -no-fa and -no-fmoe
+IK_OLD = HELP / "ik_llama.cpp-70c0095e1"  # before #863: -fa and -fmoe switches
+IK_TOOLS = {"server": "llama-server", "once": "llama-cli", "bench": "llama-bench"}
 
 
 def flags_of(path: Path, program: str):
@@ -126,37 +129,180 @@ def test_a_flag_the_build_lacks_is_a_clear_error(models):
         emit_launch(mtp, models["deepseek2"], "llama.cpp", _programs_from(OLD, "llama-cli"), model_path="/m.gguf")
 
 
-def test_ik_help_drives_ik_flags(models):
+def _ik_programs(folder: Path) -> Programs:
+    flags = {}
+    for tool, name in IK_TOOLS.items():
+        flags[tool] = ikllama.with_parser_flags(flags_of(folder / f"{name}.txt", name), bench=tool == "bench")[0]
+    return Programs(programs=dict(IK_TOOLS), flags=flags)
+
+
+def _parser_args(folder: Path, tool: str) -> set[str]:
+    name = "parser-args-llama-bench.txt" if tool == "bench" else "parser-args-common.txt"
+    return {line for line in (folder / name).read_text().splitlines() if line and not line.startswith("#")}
+
+
+@pytest.mark.parametrize("folder,fa,fmoe", [
+    (IK, ("-fa", "on"), None),
+    (IK_863, None, None),
+    (IK_OLD, ("-fa",), ("-fmoe",)),
+])
+def test_ik_help_drives_ik_flags(models, folder, fa, fmoe):
+    """Each ik release gets its own spelling of flash attention and fused MoE, and every flag
+    of every command is one its help lists or its parser takes (read from that commit)."""
     m = models["deepseek2"]
     plan = make_plan(m, Placement(backend="ik_llama.cpp", cpu_moe_layers=(2, 3), load_mode="no-mmap", n_ubatch=512))
-    progs = Programs(programs={"server": "llama-server", "once": "llama-cli", "bench": "llama-bench"},
-                     flags={"server": flags_of(IK / "llama-server.txt", "llama-server"),
-                            "once": flags_of(IK / "llama-cli.txt", "llama-cli"),
-                            "bench": flags_of(IK / "llama-bench.txt", "llama-bench")})
+    progs = _ik_programs(folder)
     launch = emit_launch(plan, m, "ik_llama.cpp", progs, model_path="/m.gguf")
     argv = launch.script("launch.sh").command.argv
-    for flag in ("-fmoe", "-rtr", "-fa"):
-        assert flag in argv
-    assert argv[argv.index("-mla") + 1] == "3" and argv[argv.index("-amb") + 1] == "512"
+    i = argv.index("-ctk")
+    assert tuple(argv[argv.index("-c") + 2:i]) == (fa or ())  # what stands between -c N and -ctk
+    assert ("-fmoe" in argv) == bool(fmoe) and "-no-fmoe" not in argv and "-no-fa" not in argv
+    assert argv[argv.index("-mla") + 1] == "3" and "-amb" not in argv and "-rtr" in argv
     assert "--no-mmap" not in argv and "-ncmoe" not in argv and "-lm" not in argv
-    # the release table matches the hand-written help of the documented flags
-    for tool, fs in ikllama.release_flags().items():
-        for flag in fs.flags:
-            assert progs.flags[tool].has(flag), (tool, flag)
+    bench = launch.script("bench.sh").command.argv
+    assert bench[bench.index("-fa") + 1] == "1" and bench[bench.index("-fmoe") + 1] == "1"
+    for s in launch.scripts:
+        tool = {"launch.sh": "server", "complete.sh": "once", "bench.sh": "bench"}[s.name]
+        assert missing_flags(s.command.argv, progs.flags[tool]) == [], (folder.name, s.name)
+        assert bad_values(s.command.argv, progs.flags[tool]) == [], (folder.name, s.name)
+        used = {t for t in map(str, s.command.argv[1:]) if t.startswith("-") and not t[1:2].isdigit()}
+        assert used <= _parser_args(folder, tool), (folder.name, s.name, used - _parser_args(folder, tool))
 
 
-@pytest.mark.parametrize("backend,module,files", [
-    ("vllm", vllm, {"server": "vllm-handwritten/serve.txt", "bench": "vllm-handwritten/bench-serve.txt"}),
-    ("sglang", sglang, {"server": "sglang-kt-handwritten/launch_server.txt",
-                        "bench": "sglang-kt-handwritten/bench_serving.txt"}),
-    ("ktransformers", ktransformers, {"server": "sglang-kt-handwritten/launch_server.txt",
-                                      "bench": "sglang-kt-handwritten/bench_serving.txt"}),
-])
-def test_server_backend_tables_match_their_documented_help(backend, module, files):
+@pytest.mark.parametrize("tool", sorted(IK_TOOLS))
+def test_ik_release_table_agrees_with_its_help(tool):
+    """moeplan's table of ik 8337e4cd3 says what that commit's --help says."""
+    helped = flags_of(IK / f"{IK_TOOLS[tool]}.txt", IK_TOOLS[tool])
+    for flag, placeholder in ikllama.release_flags()[tool].flags.items():
+        assert helped.has(flag), (tool, flag)
+        if tool == "bench" and flag in ikllama.BENCH_HELP_CORRECTIONS:  # stale in the help, read from the parser
+            assert helped.arg(flag) == "<0|1|2>" and placeholder == "<0|1|2|3>"
+            continue
+        assert helped.arg(flag) == placeholder, (tool, flag, helped.arg(flag), placeholder)
+    assert ikllama.IK_RELEASE.startswith("ik_llama.cpp commit 8337e4cd3")
+
+
+def test_ik_parser_only_flags_are_in_every_recorded_parser():
+    for folder in (IK, IK_863, IK_OLD):
+        assert set(ikllama.PARSER_ONLY) <= _parser_args(folder, "server"), folder.name
+    # what the help of 70c0095e1 leaves out, and the parser still takes
+    old = flags_of(IK_OLD / "llama-server.txt", "llama-server")
+    assert not old.has("-ot") and not old.has("-rtr") and old.has("--run-time-repack")
+    fs, added = ikllama.with_parser_flags(old)
+    assert {"-ot", "-rtr", "-op"} <= set(added) and fs.arg("-ot") == "NAME"
+
+
+def test_ik_help_fixtures_say_how_they_were_made():
+    for folder in (IK, IK_863, IK_OLD):
+        for name in IK_TOOLS.values():
+            first = (folder / f"{name}.txt").read_text().splitlines()[0]
+            assert first.startswith(("# reconstructed from source at commit ", "# recorded from a build")), first
+            assert folder.name.split("-")[-1] in first
+
+
+def test_ik_help_layouts_parse():
+    server = flags_of(IK / "llama-server.txt", "llama-server")
+    assert server.arg("-fa") == "(auto|on|off|0|1)" and server.takes_value("-fa", "on")
+    assert server.has("-no-fmoe") and not server.has("-fmoe") and server.arg("-mla") == ""
+    assert server.arg("-op") == "POLICY" and server.has("--n-cpu-moe") and server.has("--spec-type")
+    bench = flags_of(IK / "llama-bench.txt", "llama-bench")
+    assert bench.arg("-sm") == "<none|layer|graph>"  # its default is glued on: not the placeholder
+    assert bench.arg("-fmoe") == "<0|1>" and bench.arg("-ot") == "pattern" and not bench.has("-op")
+    old = flags_of(IK_OLD / "llama-server.txt", "llama-server")
+    assert old.arg("-fa") == "" and old.has("-fmoe") and not old.has("--spec-type") and old.has("--draft")
+
+
+SG = HELP / "sglang-0.5.23"
+VL = HELP / "vllm-0.33.0"
+RECORDED = {  # backend -> the recorded help of the release its tables target
+    "vllm": {"server": VL / "serve.txt", "bench": VL / "bench-serve.txt"},
+    "sglang": {"server": SG / "launch_server.txt", "bench": SG / "bench_serving.txt"},
+    "ktransformers": {"server": SG / "launch_server.txt", "bench": SG / "bench_serving.txt"},
+}
+RELEASE_NAMES = {"sglang": "SGLang 0.5.23", "ktransformers": "SGLang 0.5.23", "vllm": "vLLM 0.33.0"}
+
+
+@pytest.mark.parametrize("backend,module", [("sglang", sglang), ("ktransformers", ktransformers), ("vllm", vllm)])
+def test_server_backend_tables_match_their_recorded_help(backend, module):
     for tool, fs in module.release_flags().items():
-        helped = flags_of(HELP / files[tool], tool)
-        for flag in fs.flags:
+        helped = flags_of(RECORDED[backend][tool], tool)
+        for flag, placeholder in fs.flags.items():
             assert helped.has(flag), (backend, tool, flag)
+            assert helped.arg(flag) == placeholder, (backend, tool, flag, helped.arg(flag), placeholder)
+
+
+SERVER_PLANS = [  # (model key, placement, n_nodes)
+    ("qwen3moe", Placement(backend="sglang", n_ctx=32768, n_seq=8, n_gpus=4), 1),
+    ("deepseek2", Placement(backend="sglang", n_ctx=65536, n_seq=4, n_gpus=8, cache_type_k="q8_0",
+                            cache_type_v="q8_0"), 2),
+    ("qwen3moe", Placement(cpu_moe_layers=(1, 2, 3), n_ctx=16384, n_threads=16, numa="bind", numa_nodes=(0,)), 1),
+    ("deepseek2", Placement(cpu_moe_layers=(2, 3, 4, 5, 6), n_ctx=8192, cache_type_k="q8_0", cache_type_v="q8_0",
+                            extra=(("kt_method", "AMXINT4"), ("kt_weight_path", "/w"))), 1),
+]
+
+
+@pytest.mark.parametrize("backend", sorted(RECORDED))
+@pytest.mark.parametrize("case", range(len(SERVER_PLANS)))
+def test_emitted_server_flags_exist_in_the_recorded_help(models, backend, case):
+    """Every flag of every command, and every value of a flag with choices, is one the recorded
+    help of the release named in the scripts' header lists."""
+    key, placement, n_nodes = SERVER_PLANS[case]
+    m = models[key]
+    if backend != "ktransformers" and placement.cpu_moe_layers:
+        placement = Placement(**{**placement.__dict__, "cpu_moe_layers": ()})
+    if backend != "ktransformers" and n_nodes == 1 and placement.n_gpus < 2:
+        placement = Placement(**{**placement.__dict__, "n_gpus": 2})
+    if backend == "ktransformers":
+        n_nodes = 1
+    try:
+        launch = emit_launch(make_plan(m, placement), m, backend, n_nodes=n_nodes, gpu_vram_bytes=80 * 1024**3,
+                             model_path="/m")
+    except InputError as err:  # a plan a backend refuses (too big for its GPUs) has nothing to check
+        pytest.skip(f"{backend} refuses the plan: {err.message}")
+    assert RELEASE_NAMES[backend] in launch.target
+    helped = {tool: flags_of(path, tool) for tool, path in RECORDED[backend].items()}
+    n = 0
+    for s in launch.scripts:
+        argv = [str(t) for t in s.command.argv]
+        if "sglang.launch_server" in argv:
+            fs, start = helped["server"], argv.index("sglang.launch_server") + 1
+        elif "sglang.bench_serving" in argv:
+            fs, start = helped["bench"], argv.index("sglang.bench_serving") + 1
+        elif argv[:2] == ["vllm", "serve"]:
+            fs, start = helped["server"], 3  # vllm serve MODEL --flags
+        elif argv[:3] == ["vllm", "bench", "serve"]:
+            fs, start = helped["bench"], 3
+        else:
+            continue
+        assert missing_flags(argv, fs, start=start) == [], (s.name, argv)
+        assert bad_values(argv, fs, start=start) == [], (s.name, argv)
+        n += 1
+    assert n >= 2
+    for c in launch.configs:  # vllm.yaml: each key is a serve flag, each value a choice it lists
+        if c.name == "vllm.yaml":
+            for line in c.text.splitlines():
+                if line.startswith("#"):
+                    continue
+                key, _, val = line.partition(": ")
+                assert helped["server"].has("--" + key), key
+                assert bad_values(["--" + key, val.strip('"')], helped["server"], start=0) == [], (key, val)
+
+
+def test_kt_methods_are_kt_kernels():
+    """--kt-method takes what kt-kernel 0.7.2 serves with (kt_kernel/experts.py)."""
+    methods = {line for line in (HELP / "kt-kernel-0.7.2" / "inference-methods.txt").read_text().splitlines()
+               if line and not line.startswith("#")}
+    assert {"LLAMAFILE", "AMXINT4", "AMXINT8"} <= methods
+    assert ktransformers.KT_RELEASE.startswith("kt-kernel 0.7.2")
+
+
+def test_choices_are_checked():
+    fs = parse_help("  --kv-cache-dtype {auto,fp8}\n  -fa, --flash-attn <0|1>   x\n  -n N  y\n", "p", "s")
+    assert bad_values(["p", "--kv-cache-dtype", "fp8", "-fa", "1", "-n", "7"], fs) == []
+    assert bad_values(["p", "--kv-cache-dtype", "q8_0", "-fa", "0,2"], fs) == [("--kv-cache-dtype", "q8_0"),
+                                                                                ("-fa", "0,2")]
+    vl = parse_help("  --kv-cache-dtype ['auto', 'fp8']\n", "vllm serve", "s")
+    assert bad_values(["x", "--kv-cache-dtype", "fp8"], vl) == [] and bad_values(["x", "--kv-cache-dtype", "q8"], vl)
 
 
 # ---- finding programs: PATH, --bin, flavour -----------------------------------------------
@@ -208,12 +354,49 @@ def test_old_bin_folder_uses_llama_cli_for_one_shot_runs(tmp_path):
 def test_sglang_without_kt_flags_is_refused_for_ktransformers(tmp_path):
     python = tmp_path / "python"
     python.write_text("")
-    plain = "\n".join(line for line in (HELP / "sglang-kt-handwritten/launch_server.txt").read_text().splitlines()
+    plain = "\n".join(line for line in (SG / "launch_server.txt").read_text().splitlines()
                       if "--kt-" not in line)
-    texts = {"launch_server": plain, "bench_serving": (HELP / "sglang-kt-handwritten/bench_serving.txt").read_text()}
+    texts = {"launch_server": plain, "bench_serving": (SG / "bench_serving.txt").read_text()}
 
     def read(argv):
         return texts[argv[2].split(".")[1]]
     with pytest.raises(InputError, match="--kt-method"):
         find_programs("ktransformers", str(python), reader=read)
     assert find_programs("sglang", str(python), reader=read).flags["server"].has("--tp-size")
+
+
+def _fake_ik_program(path: Path, help_text: str, rc: int) -> None:
+    """A shell program that prints `help_text` for --help on stdout and exits `rc`, as ik's
+    llama-server does (exit 1), and its version on stderr."""
+    (path.parent / (path.name + ".help")).write_text(help_text)
+    path.write_text("#!/bin/sh\n"
+                    'if [ "$1" = "--version" ]; then echo "version: 1 (8337e4cd3)" >&2; exit 0; fi\n'
+                    f'cat "$0.help"; exit {rc}\n')
+    path.chmod(0o755)
+
+
+def test_ik_help_is_read_whatever_its_exit_code(tmp_path):
+    for name in IK_TOOLS.values():
+        _fake_ik_program(tmp_path / name, (IK / f"{name}.txt").read_text(), 1 if name != "llama-bench" else 0)
+    progs = find_programs("ik_llama.cpp", str(tmp_path))
+    assert all(fs.from_help for fs in progs.flags.values())
+    assert progs.flags["server"].takes_value("-fa", "on") and progs.flags["server"].version == "version: 1 (8337e4cd3)"
+    assert progs.notes == ()  # a GPU build's help lists -ot, -rtr, -op and -ngl itself
+    # a program that prints nothing and fails is still an error
+    (tmp_path / "llama-server.help").write_text("")
+    with pytest.raises(RunnerError, match="llama-server --help exited with 1"):
+        find_programs("ik_llama.cpp", str(tmp_path))
+
+
+def test_ik_cpu_only_build_gets_the_gpu_flags_its_parser_takes(tmp_path):
+    """A CPU-only build's help has no GPU section (no -ngl); its parser still takes -ngl."""
+    for name in IK_TOOLS.values():
+        text = (IK / f"{name}.txt").read_text()
+        if name != "llama-bench":
+            text = "\n".join(line for line in text.splitlines()
+                             if not line.lstrip().startswith(("-ngl", "-ts", "-sm", "-mg", "-op")))
+        _fake_ik_program(tmp_path / name, text, 1)
+    progs = find_programs("ik_llama.cpp", str(tmp_path))
+    assert progs.flags["server"].has("-ngl") and progs.flags["once"].has("-op")
+    assert any("--help does not list -op -ngl -ts -sm -mg;" in n and "CPU-only build ignores -ngl" in n
+               for n in progs.notes)

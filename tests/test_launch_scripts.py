@@ -124,7 +124,11 @@ def test_bash_passes_exactly_the_built_argv(emitted, tmp_path):
             out = tmp_path / "argv"
             r = run_script(folder / s.name, fakes, out, {"MODEL": "/hf/My Model", "HEAD_ADDR": "10.0.0.1"},
                            args=("--extra", "it's"))
-            if s.after:  # bench.sh checks llama-bench's JSON: the fake printed none, so it must fail
+            if s.after and backend == "ik_llama.cpp":
+                # ik's llama-bench exits 1 on a bad -ot itself; a JSON without override_tensor
+                # (builds before 2026, or this fake's none) is a warning, not a failure
+                assert r.returncode == 0 and "override_tensor; the -ot overrides are unchecked" in r.stderr
+            elif s.after:  # bench.sh checks llama-bench's JSON: the fake printed none, so it must fail
                 assert r.returncode == 1 and "did not run with the plan's -ot overrides" in r.stderr
             else:
                 assert r.returncode == 0, (backend, s.name, r.stderr)

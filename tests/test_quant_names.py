@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from moeplan.cli import app
 from moeplan.errors import InputError
 from moeplan.planner.model.ggml import ID_BY_TYPE, TYPE_BY_ID, row_bytes
-from moeplan.planner.model.quants import FTYPE_DEFAULT, IK_FTYPES, canonical_quant, resolve_quant
+from moeplan.planner.model.quants import IK_FTYPES, canonical_quant, resolve_quant
 from moeplan.profiles.model_profiles import load_profile
 from moeplan.units import parse_size
 
@@ -40,7 +40,8 @@ def test_every_llama_quantize_type_is_accepted(q):
 
 @pytest.mark.skipif(not os.path.exists(QUANTIZE_CPP), reason="vendored llama.cpp source not on this machine")
 def test_the_list_is_llama_quantizes():
-    names = re.findall(r'\{\s*"(\w+)",\s*LLAMA_FTYPE', open(QUANTIZE_CPP).read())
+    with open(QUANTIZE_CPP, encoding="utf-8") as f:
+        names = re.findall(r'\{\s*"(\w+)",\s*LLAMA_FTYPE', f.read())
     assert set(names) - {"COPY"} == set(LLAMA_QUANTIZE)
 
 
@@ -63,7 +64,8 @@ def test_mainline_rules_of_the_new_ftypes():
     s2 = load_profile("qwen3-30b-a3b", "IQ2_S")  # default type IQ2_XS, IQ3_S bumps
     assert types_of(s2, "blk.20.ffn_up_exps.weight") == "IQ2_XS" and types_of(s2, "token_embd.weight") == "IQ3_S"
     xs = load_profile("qwen3-30b-a3b", "IQ3_XS")
-    assert types_of(xs, "blk.20.ffn_up_exps.weight") == "IQ3_XXS" and types_of(xs, "blk.0.ffn_up_exps.weight") == "IQ3_S"
+    assert types_of(xs, "blk.20.ffn_up_exps.weight") == "IQ3_XXS"
+    assert types_of(xs, "blk.0.ffn_up_exps.weight") == "IQ3_S"
     t1 = load_profile("qwen3-30b-a3b", "TQ1_0")
     assert types_of(t1, "token_embd.weight") == "Q4_K" and types_of(t1, "blk.20.ffn_up_exps.weight") == "TQ1_0"
     f16 = load_profile("qwen3-30b-a3b", "F16")

@@ -172,7 +172,9 @@ class RunLog:
 # ---- patterns -------------------------------------------------------------------------------
 
 _OVERRIDE = re.compile(r"tensor (\S+) \((\d+) MiB (\w+)\) buffer type overridden to (\S+)")
-_OVERRIDE_IK = re.compile(r"Tensor (\S+) buffer type overriden to (\S+)")
+# ik_llama.cpp: "Tensor %s buffer type overriden to %s" (older), and at 8337e4cd3
+# "Tensor %s (size = %.2f MiB) buffer type overridden to %s" (src/llama-load-tensors.cpp:466)
+_OVERRIDE_IK = re.compile(r"Tensor (\S+)(?: \(size = " + _NUM + r" MiB\))? buffer type overrid?den to (\S+)")
 _BUFFER = re.compile(r"(\w+):\s+(\S.*?)\s+buffer size\s*=\s*(" + _NUM + r")\s*MiB")
 _BUFFER_KINDS = {"model": "model", "kv": "KV", "rs": "RS", "compute": "compute", "output": "output"}
 _LAYER_DEV = re.compile(r"layer\s+(\d+) assigned to device (\S+?),? is_swa")

@@ -23,7 +23,8 @@ HELP_TIMEOUT_S = 120
 # tool -> program names to look for, first found wins
 LLAMA_TOOLS = {"server": ("llama-server",), "once": ("llama-completion", "llama-cli"), "bench": ("llama-bench",)}
 IK_TOOLS = {"server": ("llama-server",), "once": ("llama-cli",), "bench": ("llama-bench",)}
-IK_MARKERS = ("-fmoe", "--fused-moe", "-rtr", "--run-time-repack")
+# flags only ik_llama.cpp lists: -fmoe before PR #863, -no-fmoe after; -rtr / --run-time-repack
+IK_MARKERS = ("-fmoe", "--fused-moe", "-no-fmoe", "--no-fused-moe", "-rtr", "--run-time-repack")
 
 
 @dataclass(frozen=True)
@@ -36,14 +37,17 @@ class Programs:
 
 
 def read_help(argv: list[str]) -> str:
-    """stdout + stderr of `argv` (a --help call). Raises RunnerError when it cannot run."""
+    """stdout + stderr of `argv` (a --help or --version call), whatever its exit code:
+    ik_llama.cpp's llama-server and llama-cli print their full help and exit 1. A program that
+    cannot start, dies of a signal, or exits non-zero having printed nothing raises RunnerError
+    (an empty or flagless text is parse_help's error)."""
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=HELP_TIMEOUT_S,
                            stdin=subprocess.DEVNULL, errors="replace")
     except (OSError, subprocess.SubprocessError) as exc:
         raise RunnerError(f"cannot run {' '.join(argv)}: {exc}", "check the program path given to --bin") from None
     text = (r.stdout or "") + (r.stderr or "")
-    if r.returncode != 0:
+    if r.returncode < 0 or (r.returncode != 0 and not text.strip()):
         raise RunnerError(f"{' '.join(argv)} exited with {r.returncode}: {text.strip()[-200:]}",
                           "check that the program runs on this machine")
     return text
@@ -106,6 +110,14 @@ def find_llama_programs(backend: str, binary: str | None, release: dict[str, Fla
                 notes.append(f"{found} on PATH is {kind} build; flags for {backend} come from its release table")
                 found = None
                 break
+            if ik:
+                from moeplan.launch.ikllama import with_parser_flags
+
+                fs, added = with_parser_flags(fs, bench=tool == "bench")
+                if added:
+                    notes.append(f"{name}'s --help does not list {' '.join(added)}; ik_llama.cpp's parser "
+                                 "(common/common.cpp) takes them in every build, so they are used"
+                                 + (" (a CPU-only build ignores -ngl)" if "-ngl" in added else ""))
             programs[tool], flags[tool] = found, fs
             break
         if tool not in programs:

@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from moeplan.errors import InputError
-from moeplan.launch.flags import FlagSet, missing_flags
+from moeplan.launch.flags import FlagSet, bad_values, missing_flags
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.plan import Plan
 from moeplan.units import GIB, MIB
@@ -194,6 +194,12 @@ def require_flags(command: Command, fs: FlagSet, backend: str, skip: int = 1) ->
             f"{fs.program} ({where}) has no {', '.join(missing)}, which this plan needs",
             f"update {backend} (the flags target {fs.version or 'its current release'}), "
             f"give --bin a newer build, or re-plan without the setting that needs {missing[0]}")
+    bad = bad_values(command.argv, fs, start=skip)
+    if bad:
+        flag, value = bad[0]
+        raise InputError(
+            f"{fs.program} ({fs.source}) takes {flag} {fs.arg(flag)}, not {value!r}, which this plan needs",
+            f"update {backend} or re-plan without the setting that needs {flag} {value}")
 
 
 def mib(n_bytes: int) -> int:

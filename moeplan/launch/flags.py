@@ -2,8 +2,10 @@
 
 `parse_help` reads the help layouts of llama.cpp's common args (`-lm,   --load-mode MODE   ...`),
 llama-bench (`  -ot --override-tensor <...>`), ik_llama.cpp and argparse-based programs
-(vLLM, SGLang: `  --tp-size TP_SIZE, --tensor-parallel-size ...`). A flag line starts with
-fewer than 8 spaces of indentation followed by `-`; continuation lines of descriptions are
+(vLLM, SGLang: `  --tp-size TP_SIZE, --tensor-parallel-size ...`), ik_llama.cpp's
+`-fa, --flash-attn (auto|on|off|0|1)` and its llama-bench's `-sm, --split-mode <a|b>(default: a)`
+(the glued default is not part of the placeholder). A flag line starts with
+fewer than 12 spaces of indentation followed by `-`; continuation lines of descriptions are
 indented further and never count (llama-server's help has `--no-mmproj` in a description).
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from moeplan.errors import InputError
 
 _FLAG_TOKEN = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_.+-]*")
-_MAX_FLAG_INDENT = 8
+_MAX_FLAG_INDENT = 12  # ik_llama.cpp indents long-only flags by 9 ("  " + "       --numa")
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ def _scan_flag_line(line: str) -> tuple[list[str], str]:
             # a placeholder: single-spaced words up to two spaces, or ', -' (next spelling)
             m2 = re.match(r"(\S+?(?: \S+?)*?)(?=  |, -|$)", line[nxt:])
             if m2:
-                placeholder = placeholder or m2.group(1)
+                # ik's llama-bench glues its default on: `<none|layer|graph>(default: layer)`
+                placeholder = placeholder or re.split(r"(?<=\S)\(default", m2.group(1))[0]
                 pos = nxt + m2.end()
                 m3 = re.match(r", *", line[pos:])
                 if m3 and _FLAG_TOKEN.match(line, pos + m3.end()):
@@ -132,3 +135,38 @@ def _is_number(tok: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def choices(placeholder: str) -> tuple[str, ...]:
+    """The values a placeholder enumerates: argparse's `{a,b,c}`, vLLM's `['a', 'b']`, ik's
+    `(a|b|c)`, llama.cpp's `[a|b|c]` and `<a|b|c>`; () for a free-form one (`N`, `TYPE`, `<n>`)."""
+    ph = placeholder.strip()
+    if len(ph) < 3 or ph[0] + ph[-1] not in ("{}", "()", "[]", "<>"):
+        return ()
+    if ph.startswith("['"):
+        return tuple(v.strip().strip("'") for v in ph[1:-1].split(","))
+    inner = ph[1:-1]
+    sep = "," if ph[0] == "{" else "|"
+    if sep not in inner:
+        return ()
+    return tuple(v.strip() for v in inner.split(sep))
+
+
+def bad_values(argv: list[str] | tuple[str, ...], fs: FlagSet, start: int = 1) -> list[tuple[str, str]]:
+    """(flag, value) pairs in `argv[start:]` whose value is not one of the choices the flag's
+    placeholder enumerates (`--kv-cache-dtype {auto,fp8_e5m2}`, `-fa <0|1>`). A flag given
+    several values at once (llama-bench's `-fa 0,1`) is checked value by value."""
+    bad: list[tuple[str, str]] = []
+    i = start
+    while i < len(argv):
+        tok = str(argv[i])
+        placeholder = fs.arg(tok) if tok.startswith("-") else None
+        if placeholder and i + 1 < len(argv):
+            allowed = choices(placeholder)
+            value = str(argv[i + 1])
+            if allowed and not all(v in allowed for v in value.split(",")):
+                bad.append((tok, value))
+            i += 2
+        else:
+            i += 1
+    return bad

@@ -1,49 +1,129 @@
 """ik_llama.cpp: its llama-server (launch.sh), llama-cli (complete.sh), llama-bench (bench.sh).
 
-moeplan could not read ik_llama.cpp's source where it was written, so without a binary the
-flags come from IK_RELEASE below, the spellings documented in ikawrakow/ik_llama.cpp's README
-and the model guides it links (2025): -ot, -fmoe (fused MoE up/gate), -mla 3 (MLA attention
-for DeepSeek-like models, with -fa), -amb 512 (attention compute buffer cap in MiB), -rtr
-(run-time repack of CPU tensors; it turns mmap off), --no-mmap, --mlock. With --bin (or an
-ik build on PATH) its own `--help` decides, as for llama.cpp.
+Read from ik_llama.cpp's source at commit 8337e4cd3 (2026-08-15, "Fix Qwen35+ MTP (#2322)"):
+common/common.cpp (gpt_params_find_arg, gpt_params_print_usage), common/common.h (defaults),
+examples/llama-bench/llama-bench.cpp, src/llama.cpp, src/llama-load-tensors.cpp,
+ggml/src/ggml-backend.cpp and ggml/src/ggml-cuda.cu. Without a binary the flags come from
+IK_RELEASE below (its help, tests/data/help/ik_llama.cpp-8337e4cd3); with --bin (or an ik
+build on PATH) the build's own `--help` decides, so older builds get their spelling:
 
-What differs from mainline:
-  * -ncmoe N in ik_llama.cpp keeps the experts of the *last* N MoE layers on the CPU; moeplan
-    never emits it and writes explicit -ot patterns instead, so the layers are the plan's.
-  * op offload: ik copies CPU experts to the GPU in prefill only when
-    ubatch * k >= 32 * n_experts (k = experts used per token). With DeepSeek (256 experts,
-    k = 8) that is -ub >= 1024; below it the CPU computes those experts in prefill too.
-  * no --fit and no --load-mode: the load mode is --no-mmap / --mlock, or -rtr.
+  release                       flash attention            fused MoE (up/gate)
+  up to 70c0095e1 (2025-10-24)  `-fa` switch, default off  `-fmoe` switch, default off
+  PR #863 (41d6c42b9)           only `-no-fa`, default on  only `-no-fmoe`, default on
+  PR #944 (874926800) and later `-fa on|off|auto|0|1` and `-no-fa`; `-no-fmoe`
+
+llama-bench keeps `-fa <0|1>` and `-fmoe <0|1>` throughout (default 1 since #863).
+
+What the source says, and what moeplan does with it:
+  * -mla N: 0 standard attention, 1 MLA with K and V^T cache, 2 MLA with only the K cache, 3
+    "the best of both worlds" (common.h); default 3 since #863 (0 before). Without an
+    attn_kv_b tensor in the GGUF (files converted by mainline have attn_k_b/attn_v_b only) ik
+    logs "missing wkv_b tensor(s)" and falls back to -mla 1. moeplan emits -mla 3 for MLA
+    models (llama-bench parses -mla as an integer; its help still lists <0|1|2>).
+  * -amb N (MiB, default 256 now, 0 before #863): splits the attention of MLA models into
+    head groups so the K*Q matrix stays under N MiB; only used without flash attention
+    (common.h). moeplan does not emit it (the default applies).
+  * -rtr: repacks tensors that have an interleaved variant at load time and sets
+    use_mmap = false (common.cpp), so it is also the no-mmap switch. Emitted when the plan
+    does not use mmap; with --mlock for mlock plans.
+  * -ser K,t (smart expert reduction) changes the experts used per token by a threshold;
+    moeplan changes k only through --override-kv ARCH.expert_used_count, as for mainline.
+  * -ot PATTERN=BUFT,...: std::regex_search over tensor names in command-line order, first
+    match wins; a host buffer type (CPU) is replaced by the default CPU buffer type (pinned
+    host memory on CUDA builds). The loader logs
+    `Tensor blk.N.ffn_up_exps.weight (size = X MiB) buffer type overridden to CPU` (capital
+    T, unlike mainline's `tensor ...`). llama-bench splits one -ot on ',' (mainline: ';') and
+    exits 1 on an unknown buffer type; its JSON reports `override_tensor` (not mainline's
+    `tensor_buft_overrides`; builds before 2026 do not report it).
+  * --n-cpu-moe N (-ncmoe) in llama-server/llama-cli keeps the experts of the *last* N MoE
+    blocks (MTP blocks excluded) on the CPU with one GPU (src/llama-load-tensors.cpp), though
+    its help says "first N layers"; with several GPUs and -sm layer it spreads them over the
+    GPUs. llama-bench's --n-cpu-moe N takes blocks 0..N-1. moeplan never emits either and
+    writes explicit -ot patterns, so the blocks are the plan's.
+  * op offload: ik copies CPU-resident experts to the GPU for a MoE op when
+    ubatch * k >= 32 * n_experts (ggml-cuda.cu, k = experts used per token; 32 is
+    GGML_CUDA_MIN_BATCH_OFFLOAD, `-cuda offload-batch-size=N` changes it). With DeepSeek (256
+    experts, k = 8) that is -ub >= 1024. `-op OP,0|1,...` sets the offload policy per ggml op;
+    an op id outside the op enum (-1) sets every op, so `-op -1,0` turns op offload off
+    (ggml_backend_sched_set_op_offload). moeplan emits `-op -1,0` when the plan keeps prefill
+    on the CPU and the ubatch is at or above the threshold; llama-bench has no -op.
+  * `-op`, `-ngl`, `-ts`, `-dev`, `-sm`, `-mg` are listed by --help only in builds with GPU
+    offload; the parser takes them in every build (a CPU-only build ignores -ngl with a
+    warning). binaries.py adds them for a CPU-only build's help, with a note.
+  * drafting: `-md FNAME --spec-type draft:n_max=N` (or `mtp:n_max=N` for models with MTP
+    blocks) now; `-md FNAME --draft N` before the --spec-type rework.
+  * no --fit off needed (ik's --fit is opt-in), no --load-mode.
 """
 from __future__ import annotations
 
 from moeplan.errors import InputError
 from moeplan.launch.common import Command, EmitContext, Launch, Script, require_flags
 from moeplan.launch.flags import FlagSet, release_table, target_text
-from moeplan.launch.llamacpp import (PROMPT, check_kv_types, device_notes, experts_used_parts, gpu_split_parts, model_requires,
-                                     ngl_value, switch_value)
+from moeplan.launch.llamacpp import (
+    PROMPT,
+    bench_check_lines,
+    check_kv_types,
+    device_notes,
+    experts_used_parts,
+    gpu_split_parts,
+    model_requires,
+    ngl_value,
+    switch_value,
+)
 from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
 from moeplan.launch.patterns import CPU_BUFFER, checked_expert_patterns, override_args
 
-IK_RELEASE = "ik_llama.cpp main as documented in its README (2025)"
-OP_OFFLOAD_BATCH = 32  # ik: offload when ubatch * k >= 32 * n_experts
-AMB_MIB = 512  # -amb: the value ik's DeepSeek guides use
+IK_COMMIT = "8337e4cd3"
+IK_RELEASE = f"ik_llama.cpp commit {IK_COMMIT} (2026-08-15, read from its source)"
+OP_OFFLOAD_BATCH = 32  # GGML_CUDA_MIN_BATCH_OFFLOAD: offload when ubatch * k >= 32 * n_experts
+MLA_MODE = 3
+OP_OFFLOAD_OFF = "-1,0"  # -op: every ggml op (id -1), offload off
+BENCH_OVERRIDE_FIELD = "override_tensor"
 
+# llama-bench's help lists `-mla <0|1|2>`, written before MLA mode 3; its parser takes any
+# integer (string_split<int>) and its own default is 3 since PR #863.
+BENCH_HELP_CORRECTIONS = {"-mla": "<0|1|2|3>"}
+
+# Flags of ik_llama.cpp 8337e4cd3 that moeplan uses, with the placeholder its --help prints
+# (tests/test_launch_help.py checks them against tests/data/help/ik_llama.cpp-8337e4cd3).
 _COMMON = {
-    "-m": "FNAME", "-ngl": "N", "-ot": "<tensor name pattern>=<buffer type>,...", "-c": "N", "-fa": "",
+    "-m": "FNAME", "-ngl": "N", "-ot": "NAME", "-c": "N", "-fa": "(auto|on|off|0|1)", "-no-fa": "",
     "-ctk": "TYPE", "-ctv": "TYPE", "-t": "N", "-tb": "N", "-b": "N", "-ub": "N", "--numa": "TYPE",
-    "--no-mmap": "", "--mlock": "", "-ts": "SPLIT", "-nkvo": "", "-fmoe": "", "-mla": "N", "-amb": "N",
-    "-rtr": "", "--override-kv": "KEY=TYPE:VALUE,...",
+    "--no-mmap": "", "--mlock": "", "-ts": "SPLIT", "-dev": "dev1,dev2", "-nkvo": "", "-no-fmoe": "",
+    "-mla": "", "-rtr": "", "-op": "POLICY", "--override-kv": "KEY=TYPE:VALUE",
 }
-_SERVER = {**_COMMON, "-np": "N", "-md": "FNAME", "--draft": "N"}
+_SERVER = {**_COMMON, "-np": "N", "-md": "FNAME", "--spec-type": "SPEC[:k=v,...]"}
 _CLI = {**_COMMON, "-p": "PROMPT", "-n": "N"}
 _BENCH = {
-    "-m": "<filename>", "-ngl": "<n>", "-ot": "<tensor name pattern>=<buffer type>", "-fa": "<0|1>",
-    "-ctk": "<t>", "-ctv": "<t>", "-t": "<n>", "-b": "<n>", "-ub": "<n>", "-mmp": "<0|1>", "-nkvo": "<0|1>",
-    "-fmoe": "<0|1>", "-mla": "<0|1|2|3>", "-amb": "<n>", "-rtr": "<0|1>", "-ts": "<ts0/ts1/..>",
-    "--numa": "<distribute|isolate|numactl>", "-p": "<n>", "-n": "<n>", "-r": "<n>", "-o": "<csv|json|md|sql>",
+    "-m": "<filename>", "-ngl": "<n>", "-ot": "pattern", "-fa": "<0|1>", "-ctk": "<t>", "-ctv": "<t>",
+    "-t": "<n>", "-b": "<n>", "-ub": "<n>", "-mmp": "<0|1>", "-nkvo": "<0|1>", "-fmoe": "<0|1>",
+    "-mla": BENCH_HELP_CORRECTIONS["-mla"], "-rtr": "<0|1>", "-ts": "<ts0/ts1/..>",
+    "--numa": "<distribute|isolate|numactl> (default: disabled)",
+    "-p": "<n>", "-n": "<n>", "-r": "<n>", "-o": "<csv|json|md|sql>",
 }
 PROGRAMS = {"server": "llama-server", "once": "llama-cli", "bench": "llama-bench"}
+
+# Flags gpt_params_find_arg (common.cpp) takes at 70c0095e1, 41d6c42b9 and 8337e4cd3 alike
+# although --help may not list them: before 2026 the help leaves out -ot, -rtr (it lists only
+# --run-time-repack) and -op; a build without GPU offload leaves out the GPU section (-ngl,
+# -ts, -sm, -mg, -op). Added to a build's own help (binaries.py), with a note.
+PARSER_ONLY = {"-ot": "NAME", "-rtr": "", "-op": "POLICY", "-ngl": "N", "-ts": "SPLIT", "-sm": "SPLIT_MODE",
+               "-mg": "i"}
+
+
+def with_parser_flags(fs: FlagSet, bench: bool = False) -> tuple[FlagSet, tuple[str, ...]]:
+    """`fs` of an ik llama-server/llama-cli help plus PARSER_ONLY flags it does not list, and
+    the flags added; for llama-bench (`bench`), the help's placeholders that BENCH_HELP_CORRECTIONS
+    corrects, and no flag added."""
+    from dataclasses import replace
+
+    if bench:
+        fixed = {f: v for f, v in BENCH_HELP_CORRECTIONS.items() if fs.has(f)}
+        return (replace(fs, flags={**fs.flags, **fixed}) if fixed else fs), ()
+    added = tuple(f for f in PARSER_ONLY if not fs.has(f))
+    if not added:
+        return fs, ()
+    return replace(fs, flags={**fs.flags, **{f: PARSER_ONLY[f] for f in added}}), added
 
 
 def release_flags() -> dict[str, FlagSet]:
@@ -56,24 +136,53 @@ def op_offload_min_ubatch(n_experts: int, n_used: int) -> int:
     return -(-OP_OFFLOAD_BATCH * n_experts // max(1, n_used))
 
 
+def flash_attn_parts(fs: FlagSet, on: bool) -> list[tuple[str, ...]]:
+    """Flash attention as this build spells it: `-fa on|off` (PR #944 on), a bare `-fa` (before
+    #863, off by default), or only `-no-fa` (#863 to #944, on by default)."""
+    if fs.takes_value("-fa", "on") or fs.takes_value("-fa", "1"):
+        return [switch_value(fs, "-fa", on)]
+    if fs.has("-fa"):
+        return [("-fa",)] if on else []
+    if fs.has("-no-fa"):
+        return [] if on else [("-no-fa",)]
+    if on:  # the build lists neither: -fa is what the plan needs, require_flags names it
+        return [("-fa",)]
+    return []
+
+
+def fused_moe_parts(fs: FlagSet) -> list[tuple[str, ...]]:
+    """Fused MoE up/gate on: `-fmoe` where it is a switch (before #863), nothing where it is
+    the default (only `-no-fmoe` listed), `-fmoe 1` for llama-bench."""
+    if fs.takes_value("-fmoe", "1"):
+        return [("-fmoe", "1")]
+    if fs.has("-fmoe"):
+        return [("-fmoe",)]
+    return []
+
+
 def _ik_parts(ctx: EmitContext, fs: FlagSet, bench: bool) -> list[tuple[str, ...]]:
     p = ctx.placement
-    parts: list[tuple[str, ...]] = []
+    parts: list[tuple[str, ...]] = fused_moe_parts(fs)
+    if ctx.model.mla:
+        parts.append(("-mla", str(MLA_MODE)))
     if bench:
-        parts.append(("-fmoe", "1"))
-        if ctx.model.mla:
-            parts += [("-mla", "3"), ("-amb", str(AMB_MIB))]
         parts.append(("-rtr", "0" if p.load_mode == "mmap" else "1"))
         parts.append(("-mmp", "1" if p.load_mode == "mmap" else "0"))
         return parts
-    parts.append(("-fmoe",))
-    if ctx.model.mla:
-        parts += [("-mla", "3"), ("-amb", str(AMB_MIB))]
     if p.load_mode != "mmap":
-        parts.append(("-rtr",))  # repacks CPU tensors at load and implies --no-mmap
+        parts.append(("-rtr",))  # repacks CPU tensors at load and sets use_mmap = false
     if p.load_mode == "mlock":
         parts.append(("--mlock",))
+    if _needs_op_offload_off(ctx):
+        parts.append(("-op", OP_OFFLOAD_OFF))
     return parts
+
+
+def _needs_op_offload_off(ctx: EmitContext) -> bool:
+    p, m = ctx.placement, ctx.model
+    if p.op_offload or not p.cpu_moe_layers or not m.n_experts:
+        return False
+    return p.n_ubatch >= op_offload_min_ubatch(m.n_experts, m.n_experts_used)
 
 
 def _placement_parts(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...], bench: bool) -> list[tuple[str, ...]]:
@@ -81,14 +190,12 @@ def _placement_parts(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...], b
     parts: list[tuple[str, ...]] = [("-m", ctx.model_path), ("-ngl", ngl_value(ctx))]
     overrides = override_args(patterns, CPU_BUFFER)
     if bench and overrides:
-        parts.append(("-ot", ";".join(overrides)))
+        parts.append(("-ot", ",".join(overrides)))  # ik's llama-bench splits -ot on ','
     elif not bench:
         parts += [("-ot", v) for v in overrides]
     if not bench:
         parts.append(("-c", str(p.n_ctx)))
-    fa = switch_value(fs, "-fa", p.flash_attn)
-    if fa:
-        parts.append(fa)
+    parts += flash_attn_parts(fs, p.flash_attn)
     parts += [("-ctk", p.cache_type_k), ("-ctv", p.cache_type_v), ("-t", str(p.n_threads))]
     if not bench:
         parts.append(("-tb", str(p.threads_batch)))
@@ -113,18 +220,39 @@ def _op_offload_notes(ctx: EmitContext) -> list[str]:
         return []
     threshold = op_offload_min_ubatch(m.n_experts, m.n_experts_used)
     offloads = p.n_ubatch >= threshold
-    if not p.op_offload and offloads:
-        raise InputError(
-            f"the plan keeps CPU experts on the CPU in prefill, but ik_llama.cpp copies them to the GPU "
-            f"at -ub {p.n_ubatch} (it does from ubatch*k >= 32*n_experts, here -ub >= {threshold})",
-            f"re-plan with --ubatch below {threshold}, or emit for --backend llama.cpp (--no-op-offload)")
     if ctx.extra("op_offload_min_batch"):
         raise InputError("the plan sets GGML_OP_OFFLOAD_MIN_BATCH, which ik_llama.cpp does not read",
-                         f"ik_llama.cpp offloads from -ub {threshold} for this model; emit for llama.cpp instead")
-    state = "copies the used CPU experts to the GPU" if offloads else "computes the CPU experts on the CPU"
-    return [f"op offload: ik_llama.cpp offloads when ubatch*k >= 32*n_experts, i.e. from -ub {threshold} "
-            f"for this model ({m.n_experts} experts, k={m.n_experts_used}); at -ub {p.n_ubatch} prefill "
-            f"{state}"]
+                         f"ik_llama.cpp offloads from -ub {threshold} for this model (ubatch*k >= 32*n_experts; "
+                         "-cuda offload-batch-size=N changes the 32); emit for llama.cpp instead")
+    head = (f"op offload: ik_llama.cpp copies CPU experts to the GPU when ubatch*k >= 32*n_experts, i.e. from "
+            f"-ub {threshold} for this model ({m.n_experts} experts, k={m.n_experts_used}); ")
+    if not offloads:
+        return [head + f"at -ub {p.n_ubatch} prefill computes the CPU experts on the CPU"]
+    if p.op_offload:
+        return [head + f"at -ub {p.n_ubatch} prefill copies the used CPU experts to the GPU"]
+    return [head + f"the plan keeps prefill on the CPU at -ub {p.n_ubatch}, so launch.sh and complete.sh "
+            f"pass -op {OP_OFFLOAD_OFF} (offload off for every op); llama-bench has no -op, so bench.sh "
+            "measures prefill with offload"]
+
+
+def speculative_parts(ctx: EmitContext, fs: FlagSet) -> list[tuple[str, ...]]:
+    """-md and --spec-type draft:n_max=N (or mtp:n_max=N for a model with MTP blocks); builds
+    before --spec-type: -md and --draft N."""
+    p = ctx.placement
+    if p.n_draft <= 0:
+        return []
+    draft = ctx.extra("draft_model")
+    has_nextn = any(layer.kind == "nextn" for layer in ctx.model.layers)
+    if fs.has("--spec-type"):
+        if draft:
+            return [("-md", draft), ("--spec-type", f"draft:n_max={p.n_draft}")]
+        if has_nextn:
+            return [("--spec-type", f"mtp:n_max={p.n_draft}")]
+    elif draft:
+        return [("-md", draft), ("--draft", str(p.n_draft))]
+    raise InputError(f"the plan drafts {p.n_draft} tokens per step but names no draft model"
+                     + (" and this ik_llama.cpp build has no --spec-type mtp" if has_nextn else ""),
+                     "ik_llama.cpp drafts with a draft model (-md); re-plan with one or without drafting")
 
 
 def emit(ctx: EmitContext) -> Launch:
@@ -139,13 +267,10 @@ def emit(ctx: EmitContext) -> Launch:
     if p.load_mode != "mmap":
         notes.append("-rtr repacks the CPU expert tensors at load time and turns mmap off")
     fs_server, fs_once, fs_bench = ctx.flags["server"], ctx.flags["once"], ctx.flags["bench"]
-    spec: list[tuple[str, ...]] = []
-    if p.n_draft > 0:
-        draft = ctx.extra("draft_model")
-        if not draft:
-            raise InputError(f"the plan drafts {p.n_draft} tokens per step but names no draft model",
-                             "ik_llama.cpp drafts with a draft model (-md); re-plan with one or without drafting")
-        spec = [("-md", draft), ("--draft", str(p.n_draft))]
+    if ctx.model.mla and not any(".attn_kv_b." in t.name for t in ctx.model.tensors):
+        notes.append(f"this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp "
+                     f"logs 'missing wkv_b tensor(s)' and runs -mla 1 instead of -mla {MLA_MODE}")
+    spec = speculative_parts(ctx, fs_server)
     prefix = numa_prefix(p, ctx.os)
     server = Command(parts=((ctx.programs["server"],), *_placement_parts(ctx, fs_server, patterns, False),
                             ("-np", str(p.n_seq)), *spec), prefix=prefix)
@@ -157,15 +282,19 @@ def emit(ctx: EmitContext) -> Launch:
                     prefix=prefix)
     for cmd, fs in ((server, fs_server), (once, fs_once), (bench, fs_bench)):
         require_flags(cmd, fs, "ik_llama.cpp")
-    notes.append("bench.sh does not check tensor_buft_overrides (ik's llama-bench JSON may not report "
-                 "it): run complete.sh --verbose to see where each expert tensor went")
+    expected = ",".join(override_args(patterns, CPU_BUFFER)) or "none"
+    if patterns:
+        check = bench_check_lines(expected, field=BENCH_OVERRIDE_FIELD, field_required=False)
+    else:
+        check = ('echo "bench.sh: results in $here/bench.json" >&2',)
     requires = model_requires(ctx)
     target = target_text(fs_server, IK_RELEASE, "no ik_llama.cpp binary found: pass --bin")
     scripts = (
         Script("launch.sh", "ik_llama.cpp llama-server with the plan's placement", server, requires=requires),
-        Script("complete.sh", "one short completion with the plan's placement", once, requires=requires),
-        Script("bench.sh", "ik_llama.cpp llama-bench of the plan", bench, exec_=False,
-               stdout_to="bench.json", requires=requires),
+        Script("complete.sh", "one short completion with the plan's placement (add --verbose to see "
+                              "each tensor's buffer)", once, requires=requires),
+        Script("bench.sh", "ik_llama.cpp llama-bench of the plan; fails if it ran without the -ot overrides",
+               bench, exec_=False, stdout_to="bench.json", after=check, requires=requires),
     )
     return Launch(backend="ik_llama.cpp", target=target, scripts=scripts, notes=tuple(notes) + ctx.notes,
                   cpu_layers=tuple(p.cpu_moe_layers), patterns=patterns)

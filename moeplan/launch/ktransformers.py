@@ -1,7 +1,8 @@
 """KTransformers: kt-kernel CPU experts inside SGLang (`python -m sglang.launch_server --kt-*`).
 
-Flags target KT_RELEASE: the kt-kernel integration of SGLang as ktransformers' kt-kernel README
-documents it (kvcache-ai/ktransformers, kt-kernel/README.md, "SGLang integration", late 2025):
+Flags target KT_RELEASE: the kt-kernel integration that SGLang 0.5.23 carries itself (its
+launch_server --help lists the --kt-* flags, sglang/srt/arg_groups/fields/exec_.py; recorded in
+tests/data/help/sglang-0.5.23), used with kt-kernel 0.7.2 (PyPI) for the CPU kernels:
   --kt-method          CPU expert kernel: AMXINT4 / AMXINT8 (Intel AMX, weights converted with
                        kt-kernel's conversion script) or LLAMAFILE (GGUF weights)
   --kt-weight-path     folder of the CPU expert weights (converted safetensors, or the GGUF folder)
@@ -29,7 +30,7 @@ from moeplan.launch.sglang import LAUNCHER, NO_SGLANG, PORT, bench_command, kv_d
 from moeplan.launch.sglang import release_flags as sg_flags
 from moeplan.launch.vllm import model_arg
 
-KT_RELEASE = "kt-kernel 0.4 with SGLang (flags as documented in ktransformers' kt-kernel README, late 2025)"
+KT_RELEASE = "kt-kernel 0.7.2 with SGLang 0.5.23 (the --kt-* flags of its launch_server --help)"
 MAX_MEM_FRACTION = 0.95
 KT_FLAGS = {"--kt-method": "KT_METHOD", "--kt-weight-path": "KT_WEIGHT_PATH", "--kt-cpuinfer": "KT_CPUINFER",
             "--kt-threadpool-count": "KT_THREADPOOL_COUNT", "--kt-num-gpu-experts": "KT_NUM_GPU_EXPERTS",

@@ -1,9 +1,10 @@
 """SGLang: `python -m sglang.launch_server` on one node (tensor + expert parallel) or on N
 identical nodes with SGLang's own multi-node launch (--nnodes, --node-rank, --dist-init-addr).
 
-Flags target SGLANG_RELEASE, spelled as SGLang's server-argument reference documents them
-(docs.sglang.ai, "Server Arguments" and the multi-node deployment guide); with --bin (the
-python that has sglang) its `--help` decides. KTransformers (ktransformers.py) runs through
+Flags target SGLANG_RELEASE: the `--help` of sglang 0.5.23's launch_server and bench_serving,
+recorded in tests/data/help/sglang-0.5.23 (tests/test_launch_help.py checks the tables below
+and every emitted flag and choice against it); with --bin (the python that has sglang) its
+own `--help` decides. KTransformers (ktransformers.py) runs through
 the same launcher and reuses the token limits here.
 
 SGLang computes every expert on a GPU; CPU expert offload with SGLang is the KTransformers
@@ -16,7 +17,7 @@ from moeplan.launch.flags import FlagSet, release_table, target_text
 from moeplan.launch.gpumem import gpu_backend_notes
 from moeplan.launch.vllm import model_arg
 
-SGLANG_RELEASE = "SGLang 0.5 (sglang.launch_server arguments as documented at docs.sglang.ai)"
+SGLANG_RELEASE = "SGLang 0.5.23 (the --help of its launch_server and bench_serving)"
 MEM_FRACTION_STATIC = 0.85  # weights + KV pool; the rest is left for activations and CUDA graphs
 PORT = 30000
 DIST_PORT = 5000
@@ -28,10 +29,14 @@ _SERVER = {
     "--node-rank": "NODE_RANK", "--dist-init-addr": "DIST_INIT_ADDR", "--context-length": "CONTEXT_LENGTH",
     "--max-running-requests": "MAX_RUNNING_REQUESTS", "--max-total-tokens": "MAX_TOTAL_TOKENS",
     "--chunked-prefill-size": "CHUNKED_PREFILL_SIZE", "--mem-fraction-static": "MEM_FRACTION_STATIC",
-    "--kv-cache-dtype": "{auto,fp8_e5m2,fp8_e4m3}", "--trust-remote-code": "",
+    "--kv-cache-dtype": "{auto,fp8_e5m2,fp8_e4m3,mxfp8,bf16,bfloat16,nvfp4,fp4_mx_block16}",
+    "--trust-remote-code": "",
     "--served-model-name": "SERVED_MODEL_NAME", "--port": "PORT",
 }
-_BENCH = {"--backend": "BACKEND", "--port": "PORT", "--dataset-name": "DATASET_NAME",
+_BENCH = {"--backend": "{sglang,sglang-native,sglang-oai,sglang-oai-chat,sglang-embedding,vllm,vllm-chat,"
+                      "vllm-embedding,lmdeploy,lmdeploy-chat,trt,gserver,truss}", "--port": "PORT",
+          "--dataset-name": "{agentic-trace,sharegpt,custom,openai,random,random-ids,generated-shared-prefix,mmmu,"
+                            "image,mooncake,longbench_v2,speed-bench}",
           "--random-input-len": "RANDOM_INPUT_LEN", "--random-output-len": "RANDOM_OUTPUT_LEN",
           "--num-prompts": "NUM_PROMPTS"}
 

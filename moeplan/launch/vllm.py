@@ -1,8 +1,9 @@
 """vLLM: `vllm serve` on one node (tensor + expert parallel) or on N identical nodes (Ray).
 
-Flags target VLLM_RELEASE below, spelled as vLLM's engine-argument reference documents them
-(docs.vllm.ai, "Engine Arguments" and "Parallelism and Scaling"); with a vllm on PATH or
-given with --bin, its `vllm serve --help=all` decides.
+Flags target VLLM_RELEASE below: the `--help=all` of vllm 0.33.0's `vllm serve` and `vllm bench
+serve`, recorded in tests/data/help/vllm-0.33.0 (tests/test_launch_help.py checks the tables
+and every emitted flag and choice against it); with a vllm on PATH or given with --bin, its
+own `vllm serve --help=all` decides.
 
   one node   --tensor-parallel-size G [--enable-expert-parallel]
   N nodes    --tensor-parallel-size G --pipeline-parallel-size N --distributed-executor-backend ray,
@@ -17,20 +18,29 @@ from moeplan.launch.common import Command, ConfigFile, EmitContext, Launch, Scri
 from moeplan.launch.flags import FlagSet, release_table, target_text
 from moeplan.launch.gpumem import gpu_backend_notes
 
-VLLM_RELEASE = "vLLM 0.11 (vllm serve engine arguments as documented at docs.vllm.ai)"
+VLLM_RELEASE = "vLLM 0.33.0 (the --help=all of vllm serve and vllm bench serve)"
 GPU_MEMORY_UTILIZATION = 0.90  # vLLM's default, stated so the memory check and the run agree
 PORT = 8000
 RAY_PORT = 6379
 
+KV_CACHE_DTYPES = ("['auto', 'bfloat16', 'float16', 'fp8', 'fp8_ds_mla', 'fp8_e4m3', 'fp8_e5m2', 'fp8_inc', "
+                   "'fp8_per_token_head', 'int4_per_token_head', 'int8_per_token_head', 'nvfp4', "
+                   "'nvfp4_4over6', 'nvfp4_ds_mla', 'octave_k3v3', 'octave_k3v3_compact', 'octave_k3v4', "
+                   "'turboquant_3bit_nc', 'turboquant_4bit_nc', 'turboquant_k3v4_nc', 'turboquant_k8v4', "
+                   "'ultraquant_4bit']")  # as vllm 0.33.0 prints the choices
 _SERVE = {
     "--tensor-parallel-size": "TENSOR_PARALLEL_SIZE", "--pipeline-parallel-size": "PIPELINE_PARALLEL_SIZE",
     "--enable-expert-parallel": "", "--max-model-len": "MAX_MODEL_LEN", "--max-num-seqs": "MAX_NUM_SEQS",
     "--max-num-batched-tokens": "MAX_NUM_BATCHED_TOKENS", "--gpu-memory-utilization": "GPU_MEMORY_UTILIZATION",
-    "--kv-cache-dtype": "{auto,bfloat16,fp8,fp8_e4m3,fp8_e5m2}", "--distributed-executor-backend": "BACKEND",
-    "--trust-remote-code": "", "--served-model-name": "SERVED_MODEL_NAME", "--port": "PORT", "--config": "CONFIG",
+    "--kv-cache-dtype": KV_CACHE_DTYPES, "--distributed-executor-backend": "['external_launcher', 'mp', 'ray', 'uni']",
+    "--trust-remote-code": "", "--served-model-name": "SERVED_MODEL_NAME [SERVED_MODEL_NAME ...]", "--port": "PORT",
+    "--config": "CONFIG",
 }
-_BENCH = {"--model": "MODEL", "--port": "PORT", "--dataset-name": "NAME", "--random-input-len": "N",
-          "--random-output-len": "N", "--num-prompts": "N"}
+_BENCH = {"--model": "MODEL", "--port": "PORT",
+          "--dataset-name": "{sharegpt,burstgpt,random,random-mm,random-rerank,hf,custom,custom_audio,custom_image,"
+                            "prefix_repetition,spec_bench,speed_bench,timed_trace}",
+          "--random-input-len": "RANDOM_INPUT_LEN", "--random-output-len": "RANDOM_OUTPUT_LEN",
+          "--num-prompts": "NUM_PROMPTS"}
 
 
 def release_flags() -> dict[str, FlagSet]:

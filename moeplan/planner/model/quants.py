@@ -636,7 +636,8 @@ def scale_to_size(typed: list[Typed], n_vocab: int, size_bytes: int | None, *,
     for i in part[: target - acc]:
         out[i] = Typed(out[i].spec, out[i].ggml_type, out[i].n_bytes + 1)
     bpw0 = 8 * p_bytes / p_elems
-    notes = (f"--size {size_bytes / 1e9:.2f} GB ({size_bytes / 2**30:.2f} GiB): {below}{what} scaled x{target / p_bytes:.4f} "
+    notes = (f"--size {size_bytes / 1e9:.2f} GB ({size_bytes / 2**30:.2f} GiB): {below}{what} scaled "
+             f"x{target / p_bytes:.4f} "
              f"({bpw0:.2f} -> {bpw:.2f} bits per weight); the other tensors keep the recipe's types; "
              f"{meta / 1e6:.1f} MB of GGUF metadata estimated",)
     return Sized(tuple(out), size_bytes, notes)

@@ -5,9 +5,8 @@ rem written by moeplan VERSION from plan 4d748713a05c1efe (objective decode, har
 rem model: tiny-qwen3moe (Q8_0, qwen3moe)
 rem predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for llama.cpp)
 rem placement: routed experts of blocks 3-5 on the CPU (3 of 6 MoE layers), everything else on the GPU
-rem flags for: ik_llama.cpp main as documented in its README (2025) (no ik_llama.cpp binary found: pass --bin)
-rem note: op offload: ik_llama.cpp offloads when ubatch*k >= 32*n_experts, i.e. from -ub 128 for this model (8 experts, k=2); at -ub 1024 prefill copies the used CPU experts to the GPU
-rem note: bench.sh does not check tensor_buft_overrides (ik's llama-bench JSON may not report it): run complete.sh --verbose to see where each expert tensor went
+rem flags for: ik_llama.cpp commit 8337e4cd3 (2026-08-15, read from its source) (no ik_llama.cpp binary found: pass --bin)
+rem note: op offload: ik_llama.cpp copies CPU experts to the GPU when ubatch*k >= 32*n_experts, i.e. from -ub 128 for this model (8 experts, k=2); at -ub 1024 prefill copies the used CPU experts to the GPU
 rem note: the plan was made for llama.cpp; its speed figures are for that backend
 setlocal DisableDelayedExpansion
 llama-server.exe ^
@@ -15,14 +14,13 @@ llama-server.exe ^
     -ngl 7 ^
     -ot "^blk\.(3|4|5)\.ffn_(up|down|gate|gate_up)_(ch|)exps\.weight$=CPU" ^
     -c 32768 ^
-    -fa ^
+    -fa on ^
     -ctk q8_0 ^
     -ctv q8_0 ^
     -t 16 ^
     -tb 16 ^
     -b 2048 ^
     -ub 1024 ^
-    -fmoe ^
     -np 1 ^
     %*
 exit /b %ERRORLEVEL%

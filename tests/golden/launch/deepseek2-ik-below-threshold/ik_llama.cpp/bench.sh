@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# bench.sh: ik_llama.cpp llama-bench of the plan
+# bench.sh: ik_llama.cpp llama-bench of the plan; fails if it ran without the -ot overrides
 # written by moeplan VERSION from plan 130cde4fca4e25cc (objective decode, hardware test-box)
 # model: tiny-deepseek2 (Q4_K_M, deepseek2)
 # predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s
 # placement: routed experts of blocks 4-7 on the CPU (4 of 6 MoE layers), everything else on the GPU
-# flags for: ik_llama.cpp main as documented in its README (2025) (no ik_llama.cpp binary found: pass --bin)
-# note: op offload: ik_llama.cpp offloads when ubatch*k >= 32*n_experts, i.e. from -ub 128 for this model (8 experts, k=2); at -ub 64 prefill computes the CPU experts on the CPU
+# flags for: ik_llama.cpp commit 8337e4cd3 (2026-08-15, read from its source) (no ik_llama.cpp binary found: pass --bin)
+# note: op offload: ik_llama.cpp copies CPU experts to the GPU when ubatch*k >= 32*n_experts, i.e. from -ub 128 for this model (8 experts, k=2); at -ub 64 prefill computes the CPU experts on the CPU
 # note: numactl binds threads and memory to node(s) 1: the CPU experts must fit in those nodes' RAM
 # note: -rtr repacks the CPU expert tensors at load time and turns mmap off
-# note: bench.sh does not check tensor_buft_overrides (ik's llama-bench JSON may not report it): run complete.sh --verbose to see where each expert tensor went
+# note: this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp logs 'missing wkv_b tensor(s)' and runs -mla 1 instead of -mla 3
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 numactl --cpunodebind=1 --membind=1 \
@@ -25,7 +25,6 @@ numactl --cpunodebind=1 --membind=1 \
     --numa numactl \
     -fmoe 1 \
     -mla 3 \
-    -amb 512 \
     -rtr 1 \
     -mmp 0 \
     -p 512 \
@@ -33,3 +32,13 @@ numactl --cpunodebind=1 --membind=1 \
     -r 3 \
     -o json \
     "$@" > "$here/bench.json"
+expected='"override_tensor": "^blk\\.[4-7]\\.ffn_(up|down|gate|gate_up)_(ch|)exps\\.weight$=CPU"'
+n_tests=$(grep -c '"override_tensor":' "$here/bench.json" || true)
+n_ok=$(grep -cF -- "$expected" "$here/bench.json" || true)
+if [ "$n_tests" -eq 0 ]; then
+  echo "bench.sh: this llama-bench does not report override_tensor; the -ot overrides are unchecked" >&2
+elif [ "$n_ok" -ne "$n_tests" ]; then
+  echo "bench.sh: llama-bench did not run with the plan's -ot overrides; see override_tensor in $here/bench.json" >&2
+  exit 1
+fi
+echo "bench.sh: results in $here/bench.json" >&2

@@ -4,11 +4,11 @@
 # model: tiny-deepseek2 (Q4_K_M, deepseek2)
 # predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s
 # placement: routed experts of blocks 4-7 on the CPU (4 of 6 MoE layers), everything else on the GPU
-# flags for: ik_llama.cpp main as documented in its README (2025) (no ik_llama.cpp binary found: pass --bin)
-# note: op offload: ik_llama.cpp offloads when ubatch*k >= 32*n_experts, i.e. from -ub 128 for this model (8 experts, k=2); at -ub 64 prefill computes the CPU experts on the CPU
+# flags for: ik_llama.cpp commit 8337e4cd3 (2026-08-15, read from its source) (no ik_llama.cpp binary found: pass --bin)
+# note: op offload: ik_llama.cpp copies CPU experts to the GPU when ubatch*k >= 32*n_experts, i.e. from -ub 128 for this model (8 experts, k=2); at -ub 64 prefill computes the CPU experts on the CPU
 # note: numactl binds threads and memory to node(s) 1: the CPU experts must fit in those nodes' RAM
 # note: -rtr repacks the CPU expert tensors at load time and turns mmap off
-# note: bench.sh does not check tensor_buft_overrides (ik's llama-bench JSON may not report it): run complete.sh --verbose to see where each expert tensor went
+# note: this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp logs 'missing wkv_b tensor(s)' and runs -mla 1 instead of -mla 3
 set -euo pipefail
 exec numactl --cpunodebind=1 --membind=1 \
     llama-server \
@@ -16,7 +16,7 @@ exec numactl --cpunodebind=1 --membind=1 \
     -ngl 10 \
     -ot '^blk\.[4-7]\.ffn_(up|down|gate|gate_up)_(ch|)exps\.weight$=CPU' \
     -c 32768 \
-    -fa \
+    -fa on \
     -ctk f16 \
     -ctv f16 \
     -t 32 \
@@ -24,9 +24,7 @@ exec numactl --cpunodebind=1 --membind=1 \
     -b 2048 \
     -ub 64 \
     --numa numactl \
-    -fmoe \
     -mla 3 \
-    -amb 512 \
     -rtr \
     -np 1 \
     "$@"

@@ -4,7 +4,7 @@
 # model: tiny-gpt-oss (MXFP4_MOE, gpt-oss)
 # predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for llama.cpp)
 # placement: 0 of 8 routed experts of every MoE layer on the GPU, the rest on the CPU (kt-kernel, 48 threads)
-# flags for: kt-kernel 0.4 with SGLang (flags as documented in ktransformers' kt-kernel README, late 2025) (no sglang found: pass --bin the python that has it)
+# flags for: kt-kernel 0.7.2 with SGLang 0.5.23 (the --kt-* flags of its launch_server --help) (no sglang found: pass --bin the python that has it)
 # note: CPU experts read by kt-kernel's LLAMAFILE kernel from the GGUF folder
 # note: --kt-num-gpu-experts 0: KTransformers keeps 0 experts of each of the 6 MoE layers on the GPU (0 in all), the same expert bytes as the plan's GPU layers; counted in MXFP4_MOE bytes, so if the checkpoint stores experts in a wider type, lower it
 # note: the plan was made for llama.cpp; its speed figures are for that backend

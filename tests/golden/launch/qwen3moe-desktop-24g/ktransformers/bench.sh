@@ -4,7 +4,7 @@
 # model: tiny-qwen3moe (Q8_0, qwen3moe)
 # predicted: VRAM 18.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for llama.cpp)
 # placement: 4 of 8 routed experts of every MoE layer on the GPU, the rest on the CPU (kt-kernel, 16 threads)
-# flags for: kt-kernel 0.4 with SGLang (flags as documented in ktransformers' kt-kernel README, late 2025) (no sglang found: pass --bin the python that has it)
+# flags for: kt-kernel 0.7.2 with SGLang 0.5.23 (the --kt-* flags of its launch_server --help) (no sglang found: pass --bin the python that has it)
 # note: CPU experts read by kt-kernel's LLAMAFILE kernel from the GGUF folder
 # note: --kt-num-gpu-experts 4: KTransformers keeps 4 experts of each of the 6 MoE layers on the GPU (24 in all), the same expert bytes as the plan's GPU layers; counted in Q8_0 bytes, so if the checkpoint stores experts in a wider type, lower it
 # note: one kt-kernel thread pool: the plan names no NUMA nodes; on a multi-socket machine re-plan with them so each socket gets its own pool

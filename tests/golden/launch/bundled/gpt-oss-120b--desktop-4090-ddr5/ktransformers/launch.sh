@@ -4,7 +4,7 @@
 # model: gpt-oss-120b (MXFP4, gpt-oss)
 # predicted: VRAM 19.2 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for llama.cpp)
 # placement: 42 of 128 routed experts of every MoE layer on the GPU, the rest on the CPU (kt-kernel, 16 threads)
-# flags for: kt-kernel 0.4 with SGLang (flags as documented in ktransformers' kt-kernel README, late 2025) (no sglang found: pass --bin the python that has it)
+# flags for: kt-kernel 0.7.2 with SGLang 0.5.23 (the --kt-* flags of its launch_server --help) (no sglang found: pass --bin the python that has it)
 # note: --kt-method AMXINT4 needs an Intel CPU with AMX (Sapphire Rapids or newer) and expert weights converted by kt-kernel's conversion script; on other CPUs use GGUF weights with LLAMAFILE
 # note: --kt-num-gpu-experts 42: KTransformers keeps 42 experts of each of the 36 MoE layers on the GPU (1512 in all), the same expert bytes as the plan's GPU layers; counted in MXFP4 bytes, so if the checkpoint stores experts in a wider type, lower it
 # note: one kt-kernel thread pool: the plan names no NUMA nodes; on a multi-socket machine re-plan with them so each socket gets its own pool

@@ -4,7 +4,7 @@
 # model: Qwen3-235B-A22B (native (BF16), qwen3moe)
 # predicted: VRAM 64.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for vllm)
 # placement: every expert on the GPUs (8 in all)
-# flags for: SGLang 0.5 (sglang.launch_server arguments as documented at docs.sglang.ai) (no sglang found: pass --bin the python that has it)
+# flags for: SGLang 0.5.23 (the --help of its launch_server and bench_serving) (no sglang found: pass --bin the python that has it)
 # note: per-GPU memory: about 58.2 GiB of 80.0 GiB (limit 0.85) on 1 node(s) x 8 GPU(s); weights from profile tensor bytes
 # note: the plan was made for vllm; its speed figures are for that backend
 set -euo pipefail

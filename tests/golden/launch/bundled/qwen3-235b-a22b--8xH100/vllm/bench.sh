@@ -4,7 +4,7 @@
 # model: Qwen3-235B-A22B (native (BF16), qwen3moe)
 # predicted: VRAM 64.0 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s
 # placement: every expert on the GPUs (8 in all)
-# flags for: vLLM 0.11 (vllm serve engine arguments as documented at docs.vllm.ai) (no vllm found: pass --bin to check your install)
+# flags for: vLLM 0.33.0 (the --help=all of vllm serve and vllm bench serve) (no vllm found: pass --bin to check your install)
 # note: per-GPU memory: about 58.2 GiB of 80.0 GiB (limit 0.90) on 1 node(s) x 8 GPU(s); weights from profile tensor bytes
 set -euo pipefail
 : "${MODEL:?set MODEL to the Hugging Face checkpoint of Qwen3-235B-A22B (a folder or hub id)}"

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# bench.sh: ik_llama.cpp llama-bench of the plan
+# bench.sh: ik_llama.cpp llama-bench of the plan; fails if it ran without the -ot overrides
 # written by moeplan VERSION from plan 49f2a26963965810 (objective decode, hardware test-box)
 # model: Qwen3-30B-A3B (Q4_K_M, qwen3moe)
 # predicted: VRAM 9.6 GiB, RAM 140.0 GiB, decode 12.5 tok/s (10.0-15.0), prefill 240 tok/s (plan made for llama.cpp)
 # placement: routed experts of blocks 0-27 on the CPU (28 of 48 MoE layers), everything else on the GPU
-# flags for: ik_llama.cpp main as documented in its README (2025) (no ik_llama.cpp binary found: pass --bin)
-# note: op offload: ik_llama.cpp offloads when ubatch*k >= 32*n_experts, i.e. from -ub 512 for this model (128 experts, k=8); at -ub 512 prefill copies the used CPU experts to the GPU
-# note: bench.sh does not check tensor_buft_overrides (ik's llama-bench JSON may not report it): run complete.sh --verbose to see where each expert tensor went
+# flags for: ik_llama.cpp commit 8337e4cd3 (2026-08-15, read from its source) (no ik_llama.cpp binary found: pass --bin)
+# note: op offload: ik_llama.cpp copies CPU experts to the GPU when ubatch*k >= 32*n_experts, i.e. from -ub 512 for this model (128 experts, k=8); at -ub 512 prefill copies the used CPU experts to the GPU
 # note: the plan was made for llama.cpp; its speed figures are for that backend
 set -euo pipefail
 : "${MODEL:?set MODEL to the GGUF file of Qwen3-30B-A3B Q4_K_M (first shard of a split model)}"
@@ -29,3 +28,13 @@ llama-bench \
     -r 3 \
     -o json \
     "$@" > "$here/bench.json"
+expected='"override_tensor": "^blk\\.([0-9]|1[0-9]|2[0-7])\\.ffn_(up|down|gate|gate_up)_(ch|)exps\\.weight$=CPU"'
+n_tests=$(grep -c '"override_tensor":' "$here/bench.json" || true)
+n_ok=$(grep -cF -- "$expected" "$here/bench.json" || true)
+if [ "$n_tests" -eq 0 ]; then
+  echo "bench.sh: this llama-bench does not report override_tensor; the -ot overrides are unchecked" >&2
+elif [ "$n_ok" -ne "$n_tests" ]; then
+  echo "bench.sh: llama-bench did not run with the plan's -ot overrides; see override_tensor in $here/bench.json" >&2
+  exit 1
+fi
+echo "bench.sh: results in $here/bench.json" >&2
