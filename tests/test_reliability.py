@@ -162,6 +162,24 @@ def test_hand_edited_plans_are_refused_by_emit_and_bench(tmp_path, tiny, plan_do
         check_numa_nodes_here(plan.placement, str(f))
 
 
+def test_emit_keeps_a_bind_to_a_node_of_the_plans_own_machine(tmp_path, tiny):
+    # planned here for a two-socket preset, bound to its second node: the node exists on the
+    # machine the plan is for (this one may have a single node), so emit writes it
+    out = RUN.invoke(app, ["tune", tiny, "--hw", "epyc-genoa-2s-4090", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)["plan"]
+    doc["placement"].update(numa="bind", numa_nodes=[1])
+    f = tmp_path / "plan.json"
+    f.write_text(json.dumps(doc))
+    out = RUN.invoke(app, ["emit", str(f), "--out", str(tmp_path / "e")])
+    assert out.exit_code == 0, out.output
+    assert "--membind=1" in (tmp_path / "e" / "launch.sh").read_text()
+    doc["placement"].update(numa_nodes=[2])  # that machine has nodes 0 and 1 only
+    f.write_text(json.dumps(doc))
+    out = RUN.invoke(app, ["emit", str(f), "--out", str(tmp_path / "e2")])
+    assert out.exit_code == 2 and "NUMA node 2" in _err_line(out)
+
+
 def test_calibrate_reads_plans_through_the_same_reader(tmp_path, plan_doc):
     doc = {"plan": dict(plan_doc["plan"], schema_version=99), "trials": []}
     f = tmp_path / "results.json"

@@ -21,6 +21,34 @@ def read_plan(path: Path) -> Plan:
     return read(path)
 
 
+def _check_numa_nodes(plan: Plan, where: str, check_here) -> None:
+    """The nodes a plan binds must exist on the machine it was made for: its own profile when
+    that resolves to the same profile (a preset, or this machine's cached probe: then checked
+    against this machine's sysfs too), else only the ids' range (checked with the placement),
+    since a plan is often emitted on another machine than the one that runs it."""
+    from moeplan.errors import MoeplanError
+    from moeplan.planner.limits import check_placement
+    from moeplan.planner.plan import digest_of
+    from moeplan.probes.hwprofile import load_hardware
+
+    if not plan.placement.numa_nodes or plan.placement.numa == "none":
+        return
+    hw = None
+    for arg in (plan.hardware_name, None):  # a preset of that name, or this machine's cached probe
+        try:
+            cand = load_hardware(arg, allow_probe=False)
+        except MoeplanError:
+            continue
+        if digest_of(cand) == plan.hardware_digest:
+            hw = cand
+            break
+    if hw is None:
+        return
+    check_placement(plan.placement, where=where, profile=hw, logical_cpus=None)
+    if hw.origin == "probe":
+        check_here(plan.placement, where)
+
+
 def read_plan_model(plan: Plan, model_path: str | None) -> tuple[ModelSpec, bool, str]:
     """Read the plan's model again (or the one at `model_path`) and compare its digest.
 
@@ -88,7 +116,7 @@ def register(app: typer.Typer) -> None:
         vram = parse_size(gpu_vram, "--gpu-vram") if gpu_vram else None
         spec, same_model, model_note = read_plan_model(plan, model)
         check_placement(plan.placement, where=str(plan_file), model=spec, logical_cpus=None)
-        check_numa_nodes_here(plan.placement, str(plan_file))
+        _check_numa_nodes(plan, str(plan_file), check_numa_nodes_here)
         out_dir = out or Path(f"launch-{name}")
         check_out_dir(out_dir, "--out")
         if not same_model and not as_json:
