@@ -238,3 +238,24 @@ def test_holdout_guard_is_generic():
     assert not r.accepted and r.params is None and "priors stay" in r.reason
     # too few groups to score
     assert not leave_one_out(obs[:2], fit, pred).accepted
+
+
+def test_validate_plan_writes_the_calibrated_profile_when_kept(tmp_path, monkeypatch):
+    # the whole validate_plan path past a kept calibration: the calibrated profile is written to
+    # the cache, private (0600), and named in the report
+    import os
+    import stat
+
+    from moeplan.tuner import validate as v
+
+    truth = store_calibration(HW, Calibration(factors={"eta_cpu": 0.3, "s_sync_s": 300e-6}, backend=PR.name))
+    clock = Clock()
+    run_one, _ = scripted_runner(clock, truth_hw=truth, noise=0.01)
+    monkeypatch.setenv("MOEPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(v, "require_runner", lambda runner: None)
+    monkeypatch.setattr(v, "runner_view", lambda *a, **k: _view())
+    monkeypatch.setattr(v, "run_trials", lambda *a, **k: _run(tmp_path, run_one, clock, trials=6))
+    rep = v.validate_plan(_plan(), MODEL, HW, PR, REQ, runner="executor", device="cpu", budget="10m")
+    assert rep.calibration_accepted, rep.reason
+    assert rep.profile_path and os.path.isfile(rep.profile_path)
+    assert stat.S_IMODE(os.stat(rep.profile_path).st_mode) == 0o600

@@ -503,6 +503,7 @@ def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: Backend
     `on_start(text)`, `on_run(label, i, expected_s)` and `on_trial(trial)` let the command
     show progress; the returned report says what was found (report.plan: the new plan)."""
     from moeplan.probes.hwprofile import cache_dir, write_json_atomic
+    from moeplan.io import PRIVATE
     from moeplan.tuner.runners import RunSettings
 
     require_runner(runner)
