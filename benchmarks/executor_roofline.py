@@ -35,10 +35,10 @@ import numpy as np
 from moeplan.executor.build import ExecOptions, read_llc_bytes
 from moeplan.executor.routing import parse_routing
 from moeplan.executor.run import RunSpec, run_bench
+from moeplan.planner.model.build import build_model_spec
 from moeplan.planner.model.ggml import TYPE_SIZES
 from moeplan.planner.model.spec import make_tensor
 from moeplan.planner.placement import Placement
-from moeplan.planner.model.build import build_model_spec
 
 GIB = 1024**3
 

@@ -30,8 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from llama_fixtures import LLAMA_FIXTURES, write_fixture  # noqa: E402
-from llama_memlog import (build_alloc_shim, cases_for, compare_run, llama_build_info,  # noqa: E402
-                          parse_llama_log, run_llama)
+from llama_memlog import build_alloc_shim, cases_for, compare_run, llama_build_info, parse_llama_log, run_llama  # noqa: E402
 
 from moeplan.planner.memory.accounting import CPU_REPACK_TYPES_X86_AVX512  # noqa: E402
 from moeplan.probes.gguf_model import read_gguf_model  # noqa: E402

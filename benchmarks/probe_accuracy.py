@@ -273,8 +273,8 @@ def main() -> int:
             rm, pm = statistics.median(m for _, m in d[rk]), statistics.median(m for _, m in d[pk])
             print(f"  {label:9s} best of rounds: probe {pb:.2f} vs C {rb:.2f} GB/s {verdict(pb, rb, 0.15)}; "
                   f"median of medians {pm:.2f} vs {rm:.2f} ({pct(pm, rm)})")
-        print(f"\nDRAM read, paired passes (numpy max() and C read_sum alternating on the same arrays, "
-              f"the probe's pinned threads, 20 pairs):")
+        print("\nDRAM read, paired passes (numpy max() and C read_sum alternating on the same arrays, "
+              "the probe's pinned threads, 20 pairs):")
         for label, r in paired.items():
             med = statistics.median(r["ratios"])
             print(f"  {label:9s} probe/C per pair: median {med:.3f} (min {min(r['ratios']):.3f}, max "

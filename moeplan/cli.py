@@ -9,6 +9,7 @@ import typer
 from moeplan import __version__
 from moeplan.commands.common import DEBUG_ENV
 
+
 def _quiet_flag_types() -> None:
     """typer >= 0.25 labels every on/off flag `<bool>` in --help, though a flag takes no value.
     An option that takes no value shows no type (what click and older typer print)."""

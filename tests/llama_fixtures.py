@@ -19,7 +19,6 @@ from pathlib import Path
 
 from gguf import GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES, ExpertGatingFuncType, GGMLQuantizationType
-
 from gguf_fixtures import _add as _add_any
 
 Q = GGMLQuantizationType

@@ -149,7 +149,8 @@ _PATTERNS = {
 }
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s+" + _F + r" MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\), "
                       r"K \((\w+)\):\s+" + _F + r" MiB, V \((\w+)\):\s+" + _F + " MiB")
-_RS_SIZE = re.compile(r"llama_memory_recurrent: size =\s+" + _F + r" MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+) seqs\s+(\d+) rs_seq\), "
+_RS_SIZE = re.compile(r"llama_memory_recurrent: size =\s+" + _F
+                      + r" MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+) seqs\s+(\d+) rs_seq\), "
                       r"R \((\w+)\):\s+" + _F + r" MiB, S \((\w+)\):\s+" + _F + " MiB")
 _DSV4_STATE = re.compile(r"llama_dsv4_comp_state: (\w+) ratio = (\d+), state = (\d+) x (\d+), streams = (\d+), "
                          r"rs_seq = (\d+), layers = (\d+), size =\s+" + _F + " MiB")

@@ -86,7 +86,7 @@ class RpcServers:
         self.procs: list[subprocess.Popen] = []
         self.endpoints: list[str] = []
 
-    def __enter__(self) -> "RpcServers":
+    def __enter__(self) -> RpcServers:
         exe = rpc_server_path(self.bin_dir)
         for _ in range(self.n):
             port = free_port()
@@ -227,7 +227,7 @@ def measured(rec: dict, n_devices: int) -> list[dict]:
     for k in range(n_devices):
         name = f"RPC{k}"
 
-        def total(kind: str) -> int | None:
+        def total(kind: str, name: str = name) -> int | None:
             sizes = [b["bytes"] if b["bytes"] is not None else round(b["mib"] * MIB)
                      for b in rec["buffers"] if b["kind"] == kind and b["buffer_type"] == name]
             return sum(sizes) if sizes else 0

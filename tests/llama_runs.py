@@ -176,7 +176,8 @@ def main() -> None:
             work.mkdir()
             _, _, text, cmd = run_case(case, bin_dir, work)
             ext = ".json" if case.script == "bench.sh" else ".log"
-            head = (f"# RECORDED: {version}, CPU build{' with ' + str(case.rpc) + ' local rpc-server devices' if case.rpc else ''}, "
+            devices = f" with {case.rpc} local rpc-server devices" if case.rpc else ""
+            head = (f"# RECORDED: {version}, CPU build{devices}, "
                     f"{platform.machine()}, {time.strftime('%Y-%m-%d')}\n# run: moeplan's emitted {cmd} "
                     f"on tests/gguf_fixtures.py {case.fixture} (tests/llama_runs.py case {case.name})\n")
             out = DATA / (case.name + ext)

@@ -1,10 +1,10 @@
 """ModelSpecs and hardware profiles with round numbers, for hand-worked planner tests."""
 from __future__ import annotations
 
-from moeplan.planner.model import archs
-from moeplan.planner.hardware.profile import Cpu, Figure, Gpu, HardwareProfile, NumaNode, System
-from moeplan.planner.model.spec import LayerSpec, ModelSpec, make_tensor
 from moeplan.planner.cost.priors import BackendPriors
+from moeplan.planner.hardware.profile import Cpu, Figure, Gpu, HardwareProfile, NumaNode, System
+from moeplan.planner.model import archs
+from moeplan.planner.model.spec import LayerSpec, ModelSpec, make_tensor
 
 GIB = 1024**3
 MIB = 1024**2

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from gguf_fixtures import write_deepseek2, write_qwen3moe
 from typer.testing import CliRunner
 
-from gguf_fixtures import write_deepseek2, write_qwen3moe
 from moeplan.cli import app
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, ModelRef, Plan
@@ -33,7 +33,7 @@ def _json(args):
 
 def test_bench_json_has_stable_keys(gguf):
     r = _json([gguf, "--cpu-moe-layers", "2", "--cache-experts", "4", "--routing", "zipf:1.1", *FAST])
-    assert KEYS <= set(r)
+    assert set(r) >= KEYS
     assert r["placement"]["cpu_moe_layers"] == [1, 2]  # llama.cpp rule: the first 2 MoE blocks
     assert r["decode_tok_s"] > 0 and r["prefill_tok_s"] > 0
     assert set(r["decode_s_per_token_by_tier"]) == {"gpu", "cpu", "mmap", "transfer"}

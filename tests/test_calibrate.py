@@ -4,8 +4,8 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from model_builders import toy_hw, toy_model, unit_priors
+
 from moeplan.planner.cost.estimate import estimate
 from moeplan.planner.hardware.profile import Calibration
 from moeplan.planner.placement import Placement

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
-
 from model_builders import toy_hw, toy_model, unit_priors
+
 from moeplan.planner.cost.estimate import cache_hit_rate, distinct_experts, estimate
 from moeplan.planner.placement import Placement
 

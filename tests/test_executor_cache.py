@@ -7,15 +7,15 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
-
 from gguf_fixtures import write_qwen3moe
+from test_executor_support import FREE
+
 from moeplan.executor.build import ExecOptions
 from moeplan.executor.cache import CPU, HIT, UPLOAD, ExpertCache
 from moeplan.executor.routing import RoutingSpec
 from moeplan.executor.run import RunSpec, run_bench
 from moeplan.planner.placement import Placement
 from moeplan.probes.gguf_model import read_gguf_model
-from test_executor_support import FREE
 
 torch.set_num_threads(1)
 

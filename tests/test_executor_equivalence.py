@@ -10,14 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from gguf_fixtures import write_deepseek2, write_gptoss, write_qwen3moe
+from test_executor_support import Q, exec_logits, reference_logits, tier_bytes, write_qwen3next, write_random_qwen3moe
+
 from moeplan.executor.build import ExecOptions
 from moeplan.executor.weights import DTYPES, GgufWeights
 from moeplan.planner.placement import Placement
 from moeplan.probes.gguf_model import read_gguf_model
-from test_executor_support import (Q, exec_logits, reference_logits, tier_bytes, write_qwen3next,
-                                   write_random_qwen3moe)
 
 torch.set_num_threads(1)  # tiny shapes: one thread is fastest and immune to a busy machine
 
@@ -136,9 +135,10 @@ def test_mmap_cold_eviction_keeps_results(tmp_path):
     tokens = _tokens(model, 10)
     built, got = exec_logits(model, p, opt, "uniform", tokens, 4)
     before = path.read_bytes()
-    from moeplan.executor.run import build_executor
-    from moeplan.executor.routing import parse_routing
     from test_executor_support import FREE
+
+    from moeplan.executor.routing import parse_routing
+    from moeplan.executor.run import build_executor
 
     b2 = build_executor(model, p, opt, 10, parse_routing("uniform"), free_bytes=FREE)
     try:

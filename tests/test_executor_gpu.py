@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from gguf_fixtures import write_deepseek2, write_gptoss
+from test_executor_support import FREE, Q, exec_logits, reference_logits, tier_bytes
+
 from moeplan.executor.build import ExecOptions
 from moeplan.executor.routing import parse_routing
 from moeplan.executor.run import RunSpec, run_bench
 from moeplan.planner.placement import Placement
 from moeplan.probes.gguf_model import read_gguf_model
-from test_executor_support import FREE, Q, exec_logits, reference_logits, tier_bytes
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -5,9 +5,10 @@ import subprocess
 import sys
 
 from gguf_fixtures import write_deepseek2, write_gptoss, write_qwen3moe
+from test_executor_support import write_qwen3next
+
 from moeplan.executor.layout import model_layout, torch_shape
 from moeplan.probes.gguf_model import read_gguf_model
-from test_executor_support import write_qwen3next
 
 
 def _names(lay) -> set[str]:

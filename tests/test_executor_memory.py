@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
-
 from gguf_fixtures import write_deepseek2, write_qwen3moe
+
 from moeplan.errors import InfeasibleError
 from moeplan.executor import run as run_mod
 from moeplan.executor import stores
@@ -77,10 +77,10 @@ def test_mmap_surrogate_weights_are_bounded_and_deterministic(tmp_path):
     weights made from the file's bytes (one per byte, or per nibble for 4-bit types)."""
     import numpy as np
     import torch
-
     from gguf_fixtures import Q
-    from moeplan.executor.stores import surrogate_matrix
     from test_executor_support import exec_logits, tier_bytes, write_random_qwen3moe
+
+    from moeplan.executor.stores import surrogate_matrix
 
     raw = np.arange(256, dtype=np.uint8).repeat(4)
     w8 = surrogate_matrix(raw, (32, 32), torch.float32)

@@ -5,15 +5,15 @@ import json
 
 import numpy as np
 import pytest
-
 from gguf_fixtures import write_qwen3moe
+from test_executor_support import FREE
+
 from moeplan.errors import InputError
 from moeplan.executor.build import ExecOptions
-from moeplan.executor.routing import (Trace, make_routing, parse_routing, read_trace, write_trace)
+from moeplan.executor.routing import Trace, make_routing, parse_routing, read_trace, write_trace
 from moeplan.executor.run import RunSpec, run_bench
 from moeplan.planner.placement import Placement
 from moeplan.probes.gguf_model import read_gguf_model
-from test_executor_support import FREE
 
 
 def test_parse_routing():

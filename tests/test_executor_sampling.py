@@ -5,8 +5,9 @@ import time
 
 import pytest
 import torch
-
 from gguf_fixtures import Q, write_deepseek2, write_qwen3moe
+from test_executor_support import FREE
+
 from moeplan.executor.build import ExecOptions, plan_build
 from moeplan.executor.layout import model_layout
 from moeplan.executor.routing import parse_routing
@@ -14,7 +15,6 @@ from moeplan.executor.run import RunSpec, run_bench
 from moeplan.executor.sampling import choose_sample, extrapolate, scale_factors
 from moeplan.planner.placement import Placement
 from moeplan.probes.gguf_model import read_gguf_model
-from test_executor_support import FREE
 
 torch.set_num_threads(1)
 

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
-
 from gguf_fixtures import nbytes, split_gguf, write_deepseek2, write_gptoss, write_qwen3moe
+
 from moeplan.errors import ModelFormatError
 from moeplan.planner.memory.accounting import kv_cache_bytes
 from moeplan.probes.gguf_model import read_gguf_model
@@ -102,12 +102,18 @@ def test_unknown_arch_and_dense(tmp_path):
     w.add_embedding_length(32)
     w.add_head_count(4)
     w.add_tensor("blk.0.ffn_up.weight", np.zeros((8, 32), dtype=np.float32))
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     with pytest.raises(ModelFormatError, match="dense model"):
         read_gguf_model(p)
     p2 = tmp_path / "rwkv.gguf"
     w = GGUFWriter(str(p2), "rwkv6")
     w.add_block_count(1)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     with pytest.raises(ModelFormatError, match="not supported"):
         read_gguf_model(p2)

@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from probe_trees import listing
 from typer.testing import CliRunner
 
 from moeplan.cli import app
 from moeplan.planner.hardware.profile import HardwareProfile
-from probe_trees import listing
 
 GIB = 1024**3
 

@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from probe_trees import FakeNvml, gpu_dev, listing, server_tree
 
 from moeplan.errors import InputError, ProbeError
 from moeplan.planner.hardware.profile import SCHEMA_VERSION, HardwareProfile
-from moeplan.profiles import catalog
 from moeplan.probes.hwprofile import load_hardware, read_cached, save_cached, write_json_atomic
 from moeplan.probes.probe import read_machine
-from probe_trees import FakeNvml, gpu_dev, listing, server_tree
+from moeplan.profiles import catalog
 
 NO_TOOLS = {"which": lambda name: None, "find_library": lambda name: None}
 
@@ -21,7 +21,7 @@ def _probed(tmp_path, created=None, hostname="seed"):
     p = read_machine(str(server_tree(tmp_path / "tree")), FakeNvml([gpu_dev()]), system_kwargs=NO_TOOLS).profile
     from dataclasses import replace
 
-    created = created or datetime.now(timezone.utc)
+    created = created or datetime.now(UTC)
     return replace(p, created=created.isoformat(timespec="seconds"),
                    system=replace(p.system, hostname=hostname))
 
@@ -71,7 +71,7 @@ def test_none_uses_a_fresh_cache_else_probes_and_caches(tmp_path, monkeypatch):
     assert load_hardware(None, probe=probe, say=said.append) == fresh
     assert probed == [1] and "probing it now" in said[0] and "cached the probe" in said[1]
     assert load_hardware(None, probe=probe, say=said.append) == fresh and probed == [1]  # from the cache
-    old = _probed(tmp_path, created=datetime.now(timezone.utc) - timedelta(days=8))
+    old = _probed(tmp_path, created=datetime.now(UTC) - timedelta(days=8))
     save_cached(old)
     assert read_cached(7 * 24 * 3600, "seed") is None  # a week old: stale
     assert read_cached(9 * 24 * 3600, "seed") == old

@@ -4,13 +4,13 @@ from __future__ import annotations
 from dataclasses import replace
 from io import StringIO
 
+from probe_trees import FakeNvml, gpu_dev, server_tree
 from rich.console import Console
 
 from moeplan.planner.hardware.profile import Figure, Load, profile_warnings
-from moeplan.profiles import catalog
 from moeplan.probes.probe import read_machine
+from moeplan.profiles import catalog
 from moeplan.ui.hardware_tables import hardware_tables
-from probe_trees import FakeNvml, gpu_dev, server_tree
 
 NO_TOOLS = {"which": lambda name: None, "find_library": lambda name: None}
 

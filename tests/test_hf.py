@@ -5,10 +5,18 @@ import json
 import struct
 
 import pytest
+from hf_fixtures import (
+    DEEPSEEK_TINY,
+    GPT_OSS_TINY,
+    QWEN35_TINY,
+    deepseek_fp8_tensors,
+    gpt_oss_tensors,
+    nbytes,
+    qwen35_tensors,
+    write_hf_folder,
+)
 from typer.testing import CliRunner
 
-from hf_fixtures import (DEEPSEEK_TINY, GPT_OSS_TINY, QWEN35_TINY, deepseek_fp8_tensors, gpt_oss_tensors,
-                         nbytes, qwen35_tensors, write_hf_folder)
 from moeplan.cli import app
 from moeplan.errors import ModelFormatError
 from moeplan.planner.memory.accounting import kv_bytes_per_token

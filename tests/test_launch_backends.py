@@ -50,8 +50,9 @@ def test_llama_cpp_server_command(models):
 
 def test_llama_cpp_bench_joins_overrides_and_measures_the_plans_depth(models):
     m = models["qwen3moe"]
-    from moeplan.planner.plan import Estimate
     from launch_plans import ESTIMATE
+
+    from moeplan.planner.plan import Estimate
     est = Estimate(**{**ESTIMATE.__dict__, "depth": 4096})
     p = Placement(cpu_moe_layers=(0, 1, 2, 3, 4, 5), n_ubatch=1024, op_offload=False, n_gpus=2,
                   extra=(("tensor_split", "3,1"),))
@@ -192,8 +193,8 @@ def test_ik_drafting(models):
 
 def test_kt_gpu_experts_spend_the_plans_gpu_expert_bytes(models):
     m = models["qwen3moe"]  # 6 MoE layers x 8 experts
-    from moeplan.launch.common import EmitContext
     from moeplan.launch import release_programs
+    from moeplan.launch.common import EmitContext
 
     def g_of(p):
         ctx = EmitContext(plan=make_plan(m, p), model=m, flags=release_programs("ktransformers").flags,

@@ -7,8 +7,7 @@ import pytest
 from launch_plans import make_plan, write_models
 
 from moeplan.errors import InputError, RunnerError
-from moeplan.launch import emit_launch, find_programs, release_programs
-from moeplan.launch import ikllama, ktransformers, llamacpp, sglang, vllm
+from moeplan.launch import emit_launch, find_programs, ikllama, ktransformers, llamacpp, release_programs, sglang, vllm
 from moeplan.launch.binaries import Programs
 from moeplan.launch.flags import bad_values, missing_flags, parse_help
 from moeplan.planner.placement import Placement
@@ -80,7 +79,7 @@ def test_current_build_gets_load_mode_fit_and_valued_flash_attention(models):
     plan = make_plan(m, Placement(cpu_moe_layers=(1, 2), load_mode="mlock", op_offload=False))
     launch = emit_launch(plan, m, "llama.cpp", _programs_from(REAL, "llama-completion"), model_path="/m.gguf")
     argv = launch.script("launch.sh").command.argv
-    assert ("-lm", "mlock") == argv[argv.index("-lm"):argv.index("-lm") + 2]
+    assert argv[argv.index("-lm"):argv.index("-lm") + 2] == ("-lm", "mlock")
     assert "-fit" in argv and argv[argv.index("-fa") + 1] == "on" and "--no-op-offload" in argv
     bench = launch.script("bench.sh").command.argv
     assert bench[bench.index("-nopo") + 1] == "1" and bench[bench.index("-lm") + 1] == "mlock"
@@ -111,7 +110,7 @@ def test_older_build_drafts_with_draft_max(models):
     plan = make_plan(m, Placement(n_draft=4, draft_accept=0.7, extra=(("draft_model", "/d/small.gguf"),)))
     argv = emit_launch(plan, m, "llama.cpp", _programs_from(OLD, "llama-cli"),
                        model_path="/m.gguf").script("launch.sh").command.argv
-    assert ("--draft-max", "4") == argv[argv.index("--draft-max"):argv.index("--draft-max") + 2]
+    assert argv[argv.index("--draft-max"):argv.index("--draft-max") + 2] == ("--draft-max", "4")
     assert "-md" in argv and "--spec-type" not in argv
 
 

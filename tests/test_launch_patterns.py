@@ -9,8 +9,15 @@ from hypothesis import strategies as st
 from launch_plans import write_models
 
 from moeplan.errors import InputError
-from moeplan.launch.patterns import (PatternError, check_patterns, checked_expert_patterns, expert_patterns,
-                                     first_match, layer_alternations, range_pieces)
+from moeplan.launch.patterns import (
+    PatternError,
+    check_patterns,
+    checked_expert_patterns,
+    expert_patterns,
+    first_match,
+    layer_alternations,
+    range_pieces,
+)
 
 
 @pytest.fixture(scope="module")

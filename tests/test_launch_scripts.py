@@ -96,7 +96,7 @@ def _release(backend):
 
 def test_every_backend_emits_for_every_model(emitted):
     assert {(b, k) for b, k, *_ in emitted} == {(b, k) for b in EMITTERS for k in ("qwen3moe", "deepseek2", "gpt-oss")}
-    for backend, _key, launch, paths, folder in emitted:
+    for backend, _key, _launch, paths, _folder in emitted:
         names = {p.name for p in paths}
         assert {"launch.sh", "bench.sh", "plan.json", "launch.json"} <= names
         if backend in ("llama.cpp", "ik_llama.cpp"):

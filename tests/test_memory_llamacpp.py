@@ -26,14 +26,26 @@ import statistics
 from pathlib import Path
 
 import pytest
-
 from llama_fixtures import LLAMA_FIXTURES, write_fixture
-from llama_memlog import (LlamaCase, build_alloc_shim, case_placement, compare_run, measured_buffers,
-                          parse_llama_log, predict_buffers, run_llama)
+from llama_memlog import (
+    LlamaCase,
+    build_alloc_shim,
+    case_placement,
+    compare_run,
+    measured_buffers,
+    parse_llama_log,
+    predict_buffers,
+    run_llama,
+)
+
 from moeplan.planner.memory import compute_buffer as cb
+from moeplan.planner.memory.accounting import (
+    CPU_REPACK_TYPES_X86_AVX512,
+    MemoryConstants,
+    compute_buffer_terms,
+    kv_cells,
+)
 from moeplan.planner.memory.graph_buffers import GRAPH_ARCHS
-from moeplan.planner.memory.accounting import CPU_REPACK_TYPES_X86_AVX512, MemoryConstants, compute_buffer_terms
-from moeplan.planner.memory.accounting import kv_cells
 from moeplan.planner.model import registry
 from moeplan.planner.model.spec import KvComponent
 from moeplan.planner.placement import Placement
@@ -211,7 +223,8 @@ def test_mmap_span_includes_repacked_tensors(fixture_files):
         mapped = sum(b["bytes"] for b in run["buffers"] if b["buffer_type"] == "CPU_Mapped")
         spans = _tensor_spans(path)
         loaded = {t.name for t in model.globals} | {t.name for layer in model.trunk_layers for t in layer.tensors}
-        loaded |= {t.name for layer in model.layers if layer.kind == "nextn" and model.arch in registry.names_with("nextn_probs_bias_loaded")
+        bias_loaded = model.arch in registry.names_with("nextn_probs_bias_loaded")
+        loaded |= {t.name for layer in model.layers if layer.kind == "nextn" and bias_loaded
                    for t in layer.tensors if t.name.endswith(".exp_probs_b.bias")}
         repacked = {n for n, ty, _, _ in spans if ty in REPACK and ("_exps." in n)}
         kept = [(o, o + b) for n, _, o, b in spans if n in loaded and n not in repacked]

@@ -6,14 +6,19 @@ import json
 from dataclasses import replace
 
 import pytest
+from model_builders import GIB, toy_hw, toy_model, unit_priors
 from typer.testing import CliRunner
 
-from model_builders import GIB, toy_hw, toy_model, unit_priors
 from moeplan.cli import app
 from moeplan.planner.cost.estimate import estimate
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory
-from moeplan.planner.memory.devices import (assign_blocks, counts_from_assignment, device_memory, fit_split,
-                                            format_tensor_split, split_points)
+from moeplan.planner.memory.devices import (
+    assign_blocks,
+    counts_from_assignment,
+    fit_split,
+    format_tensor_split,
+    split_points,
+)
 from moeplan.planner.placement import Placement
 from moeplan.planner.search import Request, choose_plan, gpu_budgets
 

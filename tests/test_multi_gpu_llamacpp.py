@@ -20,7 +20,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from llama_rpc import CASES, DATA, measured, predict, rpc_server_path, run_case, write_case_model
 
 RECORDS = {p.stem: json.loads(p.read_text()) for p in sorted(DATA.glob("*.json"))}

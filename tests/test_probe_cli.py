@@ -6,6 +6,7 @@ import os
 import stat
 
 import pytest
+from probe_trees import listing
 from typer.testing import CliRunner
 
 from moeplan.cli import app
@@ -13,7 +14,6 @@ from moeplan.planner.hardware.profile import SCHEMA_VERSION, HardwareProfile
 from moeplan.probes import probe as probe_mod
 from moeplan.probes.dram import DramSettings
 from moeplan.probes.storage import StorageSettings
-from probe_trees import listing
 
 MIB = 1024**2
 TINY = probe_mod.ProbeSettings("quick", DramSettings(0, 8 * MIB, 2, 1, 1),

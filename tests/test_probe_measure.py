@@ -8,12 +8,12 @@ import os
 
 import numpy as np
 import pytest
+from probe_trees import listing
 
 from moeplan.probes import dram, storage
 from moeplan.probes.cpu import read_cpu
 from moeplan.probes.numa import read_numa_nodes
 from moeplan.probes.timing import measured_figure, summarise_rates, windows
-from probe_trees import listing
 
 MIB = 1024**2
 TINY_DRAM = dram.DramSettings(l3_factor=0, min_bytes=8 * MIB, reps=2, warmup=1, cross_reps=1)
@@ -175,9 +175,10 @@ def test_libnuma_placement_when_present():
 
 def test_copy_measurements_land_in_the_gpu_figures(tmp_path, monkeypatch):
     """The plumbing around torch: figures, sources and the loaded link (torch itself is faked)."""
+    from probe_trees import FakeNvml, gpu_dev, server_tree
+
     from moeplan.probes import copy_rates
     from moeplan.probes.probe import QUICK, _measure_copies, read_machine
-    from probe_trees import FakeNvml, gpu_dev, server_tree
 
     nvml = FakeNvml([gpu_dev(gen=1)])
     p = read_machine(str(server_tree(tmp_path)), nvml,

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pynvml
 import pytest
+from probe_trees import FakeNvml, gpu_dev, server_tree
 
 from moeplan.probes.gpu import nvml_error_kind, read_gpus, sysfs_bus_id
-from probe_trees import FakeNvml, gpu_dev, server_tree
 
 
 @pytest.mark.parametrize("code, words", [

@@ -6,6 +6,7 @@ import os
 
 import pynvml
 import pytest
+from probe_trees import FakeNvml, dimm_raw, gpu_dev, laptop_tree, memory_only_tree, server_tree, vm_tree
 
 from moeplan.planner.hardware.profile import format_cpulist
 from moeplan.probes.cpu import read_cpu
@@ -16,7 +17,6 @@ from moeplan.probes.numa import nearest_cpu_node, read_numa_nodes
 from moeplan.probes.probe import read_machine
 from moeplan.probes.storage import parse_mountinfo, read_storage_device
 from moeplan.probes.system import parse_thp, read_cgroup_limit, read_system
-from probe_trees import (FakeNvml, dimm_raw, gpu_dev, laptop_tree, memory_only_tree, server_tree, vm_tree)
 
 GIB = 1024**3
 NO_TOOLS = {"which": lambda name: None, "find_library": lambda name: None}

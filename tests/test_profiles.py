@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from moeplan.cli import app
 from moeplan.errors import InputError
+from moeplan.planner.memory.accounting import kv_bytes_per_token, kv_cache_bytes
 from moeplan.planner.model import archs
 from moeplan.planner.model.ggml import TYPE_SIZES
-from moeplan.planner.memory.accounting import kv_bytes_per_token, kv_cache_bytes
 from moeplan.planner.model.quants import QUANTS, canonical_quant
-from moeplan.profiles.model_profiles import find_profile, list_profiles, load_profile, profile_config
 from moeplan.planner.model.synth import gguf_hparams
+from moeplan.profiles.model_profiles import find_profile, list_profiles, load_profile, profile_config
 from moeplan.units import parse_size
 
 GIB = 1024**3

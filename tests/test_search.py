@@ -6,14 +6,13 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from model_builders import GIB, toy_hw, toy_model, unit_priors
+
 from moeplan.errors import InfeasibleError
 from moeplan.planner.cost.estimate import estimate
-from moeplan.planner.memory.accounting import estimate_memory
+from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory
 from moeplan.planner.placement import Placement
 from moeplan.planner.search import Request, choose_plan, shortfall
-from moeplan.planner.memory.accounting import MemoryConstants
 
 MODEL = toy_model(n_layers=12, n_experts=16, k=4, n_embd=2048, n_ff_exp=1024, n_dense_lead=1)
 PRIORS = unit_priors(s_sync_s=100e-6, t_token_s=1e-3, eta_gpu=0.8, eta_cpu=0.7, core_read_share=2.5)

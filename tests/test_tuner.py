@@ -8,13 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from gguf_fixtures import write_qwen3moe
 from model_builders import toy_hw, toy_model, unit_priors
 from test_validate_loop import Meter
+from typer.testing import CliRunner
+
 from moeplan.cli import app
-from moeplan.errors import RunnerError
+from moeplan.errors import InputError, RunnerError
 from moeplan.planner.cost.estimate import estimate
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Plan, model_ref
@@ -36,7 +36,7 @@ def _plan(model=MODEL, hw=None, p=None) -> Plan:
 
 def test_parse_budget():
     assert parse_budget("5m") == 300 and parse_budget("90s") == 90 and parse_budget("2") == 2
-    with pytest.raises(Exception):
+    with pytest.raises(InputError, match="cannot read --budget"):
         parse_budget("soon")
 
 

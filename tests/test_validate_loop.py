@@ -8,8 +8,8 @@ import random
 from dataclasses import replace
 
 import pytest
-
 from model_builders import toy_hw, toy_model, unit_priors
+
 from moeplan.planner.cost.estimate import estimate
 from moeplan.planner.hardware.profile import Calibration
 from moeplan.planner.search import Request, build_plan, choose_plan

@@ -26,8 +26,14 @@ from moeplan.launch.winscripts import legacy_unsafe, msvcrt_quote, render_cmd, r
 from moeplan.planner.hardware.windows import WDDM_RESERVE_BYTES
 from moeplan.planner.placement import Placement
 from moeplan.probes.probe import read_machine_windows
-from moeplan.probes.windows import (RELATION_CACHE, RELATION_CORE, RELATION_NUMA, RELATION_PACKAGE,
-                                    parse_cim_dimms, parse_processor_records)
+from moeplan.probes.windows import (
+    RELATION_CACHE,
+    RELATION_CORE,
+    RELATION_NUMA,
+    RELATION_PACKAGE,
+    parse_cim_dimms,
+    parse_processor_records,
+)
 
 RUN = CliRunner()
 GIB = 1024**3

@@ -24,13 +24,19 @@ from dataclasses import asdict, dataclass, field
 from moeplan.check.parse import MIB, RunLog, Speed
 from moeplan.check.placement import Recovered
 from moeplan.planner.cost.estimate import estimate
+from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import HardwareProfile
-from moeplan.planner.memory.accounting import (CPU_REPACK_TYPES_X86_AVX2, CPU_REPACK_TYPES_X86_AVX512, MemoryConstants,
-                                               estimate_memory, kv_layer_bytes, pad)
+from moeplan.planner.memory.accounting import (
+    CPU_REPACK_TYPES_X86_AVX2,
+    CPU_REPACK_TYPES_X86_AVX512,
+    MemoryConstants,
+    estimate_memory,
+    kv_layer_bytes,
+    pad,
+)
 from moeplan.planner.memory.compute_buffer import reserve_shape
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
-from moeplan.planner.cost.priors import BackendPriors
 
 # Placement fields a user sets, with how to print them
 COMPARED_FIELDS = ("backend", "cpu_moe_layers", "n_ctx", "n_seq", "cache_type_k", "cache_type_v", "flash_attn",

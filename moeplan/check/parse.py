@@ -23,7 +23,8 @@ its own override line; both are read.
                      src/llama-model.cpp:2067-2169 print_info "%s: arch = %s", n_layer, n_expert, general.name
   threads, CPU ISA   common/common.cpp:423 "system_info: n_threads = %d (n_threads_batch = %d) / %d | ..."
   memory breakdown   common/fit.cpp:921-923 (templates), printed by common_memory_breakdown_print
-                     "%s: | %s | %s = %s + (%s = %s + %s + %s) + %s |" per device, "%s: | %s | %s   %s    %s = %s + %s + %s    %s |" host
+                     "%s: | %s | %s = %s + (%s = %s + %s + %s) + %s |" per device,
+                     "%s: | %s | %s   %s    %s = %s + %s + %s    %s |" host
   speeds             src/llama-context.cpp:4434-4436 llama_perf_context_print, common/sampling.cpp:574-576
                      common_perf_print, tools/server/server-context.cpp:613-617 print_timings:
                      "prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)"
@@ -35,7 +36,8 @@ its own override line; both are read.
                      "prompt eval count:    {n} token(s)", "prompt eval rate:     {x} tokens/s", "eval rate: ..."
   SGLang             python/sglang/srt/managers/scheduler*.py: "Decode batch. #running-req: N, ... gen throughput
                      (token/s): X", "Prefill batch. ... input throughput (token/s): X"; python/sglang/bench_one_batch.py
-                     "Prefill. latency: %f s, throughput: %f token/s", "Decode.  median latency: ..., median throughput: %f token/s"
+                     "Prefill. latency: %f s, throughput: %f token/s",
+                     "Decode.  median latency: ..., median throughput: %f token/s"
 
 Tolerance: CRLF and ANSI colour codes are stripped; every pattern is searched anywhere in its
 line (log prefixes, timestamps), extra columns in llama-bench tables are ignored, and a line that

@@ -8,10 +8,25 @@ import typer
 
 from moeplan.commands.common import JsonOpt, ProgressOpt, command
 from moeplan.commands.model import QuantOpt, SizeOpt
-from moeplan.commands.placement_opts import (AllCpuMoeOpt, BackendOpt, CacheOpt, CpuLayersOpt, CpuMoeLayersOpt,
-                                             CtxOpt, DraftOpt, AcceptOpt, KvTypeOpt, NoMmapOpt, NoOpOffloadOpt,
-                                             NumaOpt, ThreadsOpt, UbatchOpt, resolve_placement)
+from moeplan.commands.placement_opts import (
+    AcceptOpt,
+    AllCpuMoeOpt,
+    BackendOpt,
+    CacheOpt,
+    CpuLayersOpt,
+    CpuMoeLayersOpt,
+    CtxOpt,
+    DraftOpt,
+    KvTypeOpt,
+    NoMmapOpt,
+    NoOpOffloadOpt,
+    NumaOpt,
+    ThreadsOpt,
+    UbatchOpt,
+    resolve_placement,
+)
 from moeplan.errors import InputError
+
 
 def read_plan_placement(path: str, model, plan=None):
     """Placement of a plan.json written by `moeplan tune` (and a note if it is for another model).

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Annotated, Any, Callable
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 

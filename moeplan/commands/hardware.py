@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Annotated, Callable, Iterator, Optional
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -225,7 +226,7 @@ def register(app: typer.Typer) -> None:
         )
         p = catalog.build_profile(req)
         p = replace(p, moeplan_version=__version__,
-                    created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                    created=datetime.now(UTC).isoformat(timespec="seconds"))
         _write(p, out)
         if as_json:
             emit_json(p.to_dict())

@@ -8,9 +8,25 @@ import typer
 
 from moeplan.commands.common import JsonOpt, ProgressOpt, command
 from moeplan.commands.model import QuantOpt, SizeOpt
-from moeplan.commands.placement_opts import (AcceptOpt, AllCpuMoeOpt, BackendOpt, CacheOpt, CpuLayersOpt, CpuOnlyOpt, ExpertsUsedOpt,
-                                             CpuMoeLayersOpt, CtxOpt, DraftOpt, KvTypeOpt, NoMmapOpt,
-                                             NoOpOffloadOpt, NumaOpt, ThreadsOpt, UbatchOpt, resolve_placement)
+from moeplan.commands.placement_opts import (
+    AcceptOpt,
+    AllCpuMoeOpt,
+    BackendOpt,
+    CacheOpt,
+    CpuLayersOpt,
+    CpuMoeLayersOpt,
+    CpuOnlyOpt,
+    CtxOpt,
+    DraftOpt,
+    ExpertsUsedOpt,
+    KvTypeOpt,
+    NoMmapOpt,
+    NoOpOffloadOpt,
+    NumaOpt,
+    ThreadsOpt,
+    UbatchOpt,
+    resolve_placement,
+)
 from moeplan.errors import InputError
 
 HwOpt = Annotated[Optional[str], typer.Option("--hw", help="Hardware profile JSON, a preset name, or omit to use this machine (cached probe).")]

@@ -59,8 +59,8 @@ def register(app: typer.Typer) -> None:
             raise InputError("give one results file of tune --validate at a time",
                              "or give llama.cpp / llama-bench logs, as many as you have")
         from_ = files[0] if files else None
-        from moeplan.planner.serde import to_jsonable
         from moeplan.io import PRIVATE, check_out_file
+        from moeplan.planner.serde import to_jsonable
         from moeplan.probes.hwprofile import cache_dir, load_hardware, write_json_atomic
         from moeplan.probes.models import resolve_model
         from moeplan.profiles.backends import read_priors

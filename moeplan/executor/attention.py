@@ -21,8 +21,8 @@ import torch
 
 from moeplan.executor.layout import AttnLayout
 from moeplan.executor.ops import linear, project, rms_norm, rope, tile
-from moeplan.planner.model.ggml import canonical_type, row_bytes
 from moeplan.planner.memory.accounting import kv_cells
+from moeplan.planner.model.ggml import canonical_type, row_bytes
 from moeplan.planner.model.spec import KvComponent
 
 

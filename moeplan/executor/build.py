@@ -136,7 +136,6 @@ def plan_build(layout: ModelLayout, p: Placement, opt: ExecOptions, n_positions:
     sample = choose_sample(classes, opt.sample_layers)
     chosen = {i for v in sample.values() for i in v}
     layers = tuple(lay for lay in layout.layers if lay.index in chosen)
-    db = dtype_bytes(opt.dtype)
     moe = [lay for lay in layers if lay.ffn.kind == "moe"]
     notes: list[str] = []
 

@@ -201,8 +201,11 @@ class MoeRunner:
                     slot_of[e] = i
             m.add_bytes("transfer", moved, len(chunk) * self.model_bytes)
             m.add_bytes("gpu", len(chunk) * self.exec_bytes, len(chunk) * self.model_bytes)
+            def attach(e, slot_of=slot_of):
+                return self.dev_biases.attach(staging.view(slot_of[e]), e)
+
             out += self._on_device(x, ids, w, chunk, staging.gate_up, staging.down, slot_of.__getitem__,
-                                   lambda e: self.dev_biases.attach(staging.view(slot_of[e]), e), self.dev_biases)
+                                   attach, self.dev_biases)
         return out
 
     def _cached(self, x: torch.Tensor, ids: np.ndarray, w: torch.Tensor, experts: list[int]) -> torch.Tensor:

@@ -21,8 +21,7 @@ import torch.nn.functional as F
 
 from moeplan.executor.attention import CacheGeometry, GenericAttention, Pos
 from moeplan.executor.layout import LayerLayout, ModelLayout
-from moeplan.executor.ops import (ExpertWeights, dense_ffn, expert_ffn, expert_weights, gate_probs, rms_norm,
-                                  rope, top_k)
+from moeplan.executor.ops import ExpertWeights, dense_ffn, expert_ffn, expert_weights, gate_probs, rms_norm, rope, top_k
 from moeplan.executor.routing import Routing
 from moeplan.executor.stores import ExpertBiases, fill_slot
 

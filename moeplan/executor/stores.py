@@ -53,7 +53,7 @@ class ExpertBiases:
         if "down" in b:
             self.down = source.tensor(Weight(b["down"], (n, d), 0, "F32"), device)
 
-    def to(self, device: torch.device) -> "ExpertBiases":
+    def to(self, device: torch.device) -> ExpertBiases:
         out = object.__new__(ExpertBiases)
         out.gate_up = self.gate_up.to(device) if self.gate_up is not None else None
         out.down = self.down.to(device) if self.down is not None else None

@@ -16,9 +16,9 @@ Backend settings a plan may carry in Placement.extra (all optional):
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Callable
 
 from moeplan.errors import InputError
 from moeplan.launch import ikllama, ktransformers, llamacpp, sglang, vllm

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from moeplan.errors import InputError, RunnerError
 from moeplan.launch.flags import FlagSet, parse_help

@@ -25,7 +25,7 @@ class ShellVar(str):
     """An argv element that the script expands at run time: ShellVar('MODEL') == '${MODEL}',
     ShellVar('HEAD_ADDR', ':5000') == '${HEAD_ADDR}:5000' (a plain suffix only)."""
 
-    def __new__(cls, name: str, suffix: str = "") -> "ShellVar":
+    def __new__(cls, name: str, suffix: str = "") -> ShellVar:
         value = f"${{{name}}}{suffix}"
         if not _VAR_RE.match(value):
             raise ValueError(f"not a safe shell variable reference: {value!r}")

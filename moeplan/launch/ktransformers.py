@@ -21,11 +21,18 @@ import math
 import os
 
 from moeplan.errors import InfeasibleError, InputError
-from moeplan.launch.common import (GIB, Command, EmitContext, Launch, Script, ShellVar, refuse_experts_override,
-                                    require_flags)
-from moeplan.launch.flags import FlagSet
+from moeplan.launch.common import (
+    GIB,
+    Command,
+    EmitContext,
+    Launch,
+    Script,
+    ShellVar,
+    refuse_experts_override,
+    require_flags,
+)
+from moeplan.launch.flags import FlagSet, target_text
 from moeplan.launch.numa import numa_prefix
-from moeplan.launch.flags import target_text
 from moeplan.launch.sglang import LAUNCHER, NO_SGLANG, PORT, bench_command, kv_dtype, limit_parts
 from moeplan.launch.sglang import release_flags as sg_flags
 from moeplan.launch.vllm import model_arg

@@ -14,7 +14,7 @@ the planner's memory accounting assumes (ModelSpec group 'experts' vs 'expert_au
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from moeplan.errors import InputError, MoeplanError
 from moeplan.planner.model.spec import ModelSpec

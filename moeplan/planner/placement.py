@@ -67,7 +67,7 @@ class Placement:
     def threads_batch(self) -> int:
         return self.n_threads_batch or self.n_threads
 
-    def with_(self, **changes) -> "Placement":
+    def with_(self, **changes) -> Placement:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -78,7 +78,7 @@ class Placement:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Placement":
+    def from_dict(cls, d: dict) -> Placement:
         d = dict(d)
         d["cpu_moe_layers"] = tuple(int(i) for i in d.get("cpu_moe_layers", ()))
         d["numa_nodes"] = tuple(int(i) for i in d.get("numa_nodes", ()))

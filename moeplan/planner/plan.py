@@ -107,7 +107,7 @@ class Plan:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Plan":
+    def from_dict(cls, data: dict) -> Plan:
         return from_jsonable(cls, data)
 
 

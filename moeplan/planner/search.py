@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError
 from moeplan.planner.cost.estimate import cpu_nodes, dot_elements, estimate, physical_cores, used_nodes
+from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes
@@ -32,7 +33,6 @@ from moeplan.planner.memory.devices import fit_split, format_tensor_split
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Alternative, Estimate, Plan, digest_of, model_ref
-from moeplan.planner.cost.priors import BackendPriors
 from moeplan.units import GIB
 
 UBATCHES = (512, 1024, 2048, 4096)
@@ -448,7 +448,8 @@ def infeasible(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Re
                consts: MemoryConstants, shortfalls: list[str]) -> InfeasibleError:
     """Say what is short by how much, and what would make it fit."""
     ctx = req.n_ctx or req.min_ctx
-    p = Placement(backend=pr.name, n_ctx=ctx, cache_type_k="q4_0", cache_type_v="q4_0", cpu_moe_layers=model.moe_layer_indices, n_gpus=1 if hw.gpus else 0)
+    p = Placement(backend=pr.name, n_ctx=ctx, cache_type_k="q4_0", cache_type_v="q4_0",
+                  cpu_moe_layers=model.moe_layer_indices, n_gpus=1 if hw.gpus else 0)
     mem = estimate_memory(model, p, consts)
     parts = []
     if hw.gpus and mem.vram_required_bytes > vram:

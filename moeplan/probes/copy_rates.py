@@ -8,9 +8,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable
-from moeplan.units import MIB
-
+from collections.abc import Callable
+from typing import Any
 
 
 def torch_cuda() -> Any | None:

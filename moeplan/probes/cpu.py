@@ -5,8 +5,9 @@ py-cpuinfo is used only as a fallback, for a machine without /proc/cpuinfo field
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from moeplan.planner.hardware.profile import Cpu
 from moeplan.probes.fsread import list_dir, parse_cpulist, read_int, read_text

@@ -15,16 +15,16 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
 from moeplan.errors import ProbeError
 from moeplan.planner.hardware.profile import Figure, NumaNode
 from moeplan.probes.cpu import Topology
-from moeplan.probes.numa_alloc import Libnuma, placement_share
 from moeplan.probes.numa import nearest_cpu_node
+from moeplan.probes.numa_alloc import Libnuma, placement_share
 from moeplan.probes.timing import measured_figure, summarise_rates
 from moeplan.units import MIB
 

@@ -147,7 +147,7 @@ def _read_one(s: _Session, index: int, h: Any, handles: list[Any], root: str) ->
     width_max = s.call("nvmlDeviceGetMaxPcieLinkWidth", h) or link.get("width_max")
     node, local = read_gpu_numa(root, bus) if bus else (None, "")
     topo = []
-    for j, other in enumerate(handles):
+    for other in handles:
         if other is h:
             topo.append("X")
         elif other is None:

@@ -19,10 +19,10 @@ from typing import Any
 
 from moeplan.errors import ModelFormatError
 from moeplan.planner.limits import check_hf_config
+from moeplan.planner.model.build import build_model_spec
 from moeplan.planner.model.hf_names import gguf_name, mtp_blocks, scale_owner
 from moeplan.planner.model.spec import ModelSpec, make_tensor
 from moeplan.planner.model.synth import arch_of_config, gguf_hparams, merged_config
-from moeplan.planner.model.build import build_model_spec
 
 # a safetensors header is JSON; anything this large is a corrupt length field
 MAX_HEADER_BYTES = 256 * 1024 * 1024

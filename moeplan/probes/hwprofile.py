@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from moeplan.errors import InputError, ProbeError
+from moeplan.io import PRIVATE, write_text_atomic
 from moeplan.planner.hardware.profile import SCHEMA_VERSION, HardwareProfile
 from moeplan.profiles import catalog
-from moeplan.io import PRIVATE, write_text_atomic
 
 CACHE_ENV = "MOEPLAN_CACHE_DIR"
 CACHE_FILE = "hardware-probe.json"
@@ -110,7 +111,7 @@ def age_s(p: HardwareProfile, now: datetime) -> float | None:
     except ValueError:
         return None
     if created.tzinfo is None:
-        created = created.replace(tzinfo=timezone.utc)
+        created = created.replace(tzinfo=UTC)
     return (now - created).total_seconds()
 
 
@@ -123,7 +124,7 @@ def read_cached(max_age_s: float, hostname: str, now: datetime | None = None) ->
         p = read_profile(path)
     except ProbeError:
         return None  # a junk cache is as good as none: it will be overwritten
-    age = age_s(p, now or datetime.now(timezone.utc))
+    age = age_s(p, now or datetime.now(UTC))
     if p.origin != "probe" or age is None or age < 0 or age > max_age_s:
         return None
     if hostname and p.system.hostname and p.system.hostname != hostname:
@@ -132,9 +133,9 @@ def read_cached(max_age_s: float, hostname: str, now: datetime | None = None) ->
 
 
 def _hostname() -> str:
-    from moeplan.probes.fsread import read_text
-
     import platform
+
+    from moeplan.probes.fsread import read_text
 
     # os.uname does not exist on Windows; platform.node() is the same name everywhere
     return (read_text("/", "/proc/sys/kernel/hostname") or "").strip() or platform.node()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from moeplan.probes.fsread import read_text
 
@@ -78,7 +78,7 @@ class LoadMeter:
         self._t0: tuple[int, int] | None = None
         self._own0 = 0.0
 
-    def start(self) -> "LoadMeter":
+    def start(self) -> LoadMeter:
         self.loadavg_1m_before = parse_loadavg(read_text(self.root, "/proc/loadavg"))
         self._t0 = parse_cpu_times(read_text(self.root, "/proc/stat"))
         self._own0 = _own_cpu_s()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -23,7 +23,7 @@ class Libnuma:
         lib.numa_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
     @classmethod
-    def load(cls, find_library: Callable[[str], str | None] = ctypes.util.find_library) -> "Libnuma | None":
+    def load(cls, find_library: Callable[[str], str | None] = ctypes.util.find_library) -> Libnuma | None:
         name = find_library("numa")
         if not name:
             return None

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from moeplan import __version__
 from moeplan.errors import MoeplanError
 from moeplan.planner.hardware.profile import Cpu, Figure, Gpu, HardwareProfile, Load, profile_warnings
 from moeplan.probes import dram, storage
-from moeplan.profiles import catalog
 from moeplan.probes.cpu import Topology, py_cpuinfo_fallback, read_cpu
 from moeplan.probes.dmi import read_dimms
 from moeplan.probes.flops import blas_name, measure_matmul
@@ -25,8 +25,8 @@ from moeplan.probes.load import sample_load
 from moeplan.probes.numa import read_numa_nodes
 from moeplan.probes.system import read_system
 from moeplan.probes.timing import measured_figure, summarise_rates
+from moeplan.profiles import catalog
 from moeplan.units import MIB
-
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def run_probe(s: ProbeSettings = QUICK, model_path: str | None = None, root: str
     p = replace(p, load=Load(loadavg_1m_before=load_before[0], cpu_busy_before=load_before[1],
                              loadavg_1m_after=load_after[0], cpu_busy_after=load_after[1]),
                 notes=tuple(notes), probe_mode=s.mode, probe_wall_s=round(time.perf_counter() - t_start, 2),
-                created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                created=datetime.now(UTC).isoformat(timespec="seconds"))
     return replace(p, warnings=profile_warnings(p))
 
 

@@ -13,8 +13,8 @@ import mmap
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from moeplan.errors import InputError
 from moeplan.planner.hardware.profile import Storage

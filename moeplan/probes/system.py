@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ctypes.util
 import shutil
-from typing import Callable
+from collections.abc import Callable
 
 from moeplan.planner.hardware.profile import System
 from moeplan.probes.fsread import kib_field, parse_kv_lines, read_int, read_text

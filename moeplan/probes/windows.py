@@ -31,8 +31,9 @@ import json
 import platform
 import struct
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from moeplan.planner.hardware.profile import Cpu, Gpu, NumaNode, System
 from moeplan.probes.cpu import ISA_FLAGS, Topology

@@ -14,8 +14,8 @@ from typing import Any
 
 from moeplan.errors import InputError, ProbeError
 from moeplan.planner.hardware.profile import HardwareProfile
-from moeplan.planner.serde import from_jsonable
 from moeplan.planner.hardware.spec import CpuPart, Efficiency, GpuPart, SpecRequest, build_spec_profile
+from moeplan.planner.serde import from_jsonable
 from moeplan.units import GIB, MIB
 
 _NOISE = re.compile(r"\(r\)|\(tm\)|®|™|\bnvidia\b|\bgeforce\b|\bamd\b|\bintel\b|\bprocessor\b|\bcpu\b"

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from moeplan.errors import InputError, ModelFormatError
-from moeplan.planner.model.spec import ModelSpec, make_tensor
+from moeplan.planner.model.build import build_model_spec
 from moeplan.planner.model.native import NativeFormat
 from moeplan.planner.model.quants import apply_recipe, canonical_quant, quant_families, resolve_quant, scale_to_size
+from moeplan.planner.model.spec import ModelSpec, make_tensor
 from moeplan.planner.model.synth import gguf_hparams, layout_options, merged_config, tensor_specs
-from moeplan.planner.model.build import build_model_spec
 
 PROFILE_DIR = Path(__file__).resolve().parent / "models"
 

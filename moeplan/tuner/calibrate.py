@@ -31,10 +31,10 @@ import numpy as np
 
 from moeplan.planner.cost import factors as F
 from moeplan.planner.cost.estimate import cpu_isa_class, estimate
+from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import Calibration, HardwareProfile
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
-from moeplan.planner.cost.priors import BackendPriors
 from moeplan.tuner.trials import Trial
 
 SIGMA_MEAS = 0.05  # relative noise of one measured speed on a shared machine
@@ -74,7 +74,7 @@ def _with_factors(hw: HardwareProfile, pr: BackendPriors, factors: dict[str, flo
     return replace(hw, calibration=others + (cal,))
 
 
-def _hw_for(hw) -> "callable":
+def _hw_for(hw) -> callable:
     """`hw` is a profile, or a function of the placement (the executor's CPU stand-in
     depends on the run's threads)."""
     return hw if callable(hw) else (lambda p, _h=hw: _h)

@@ -15,8 +15,9 @@ to measurements.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Generic, Hashable, Sequence, TypeVar
+from typing import Generic, TypeVar
 
 O = TypeVar("O")  # one observation
 P = TypeVar("P")  # fitted parameters

@@ -30,11 +30,11 @@ from pathlib import Path
 from moeplan.errors import InputError
 from moeplan.planner.cost import factors as F
 from moeplan.planner.cost.estimate import cpu_isa_class, estimate
+from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import Calibration, HardwareProfile
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Plan
-from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.search import Request, shortfall
 from moeplan.tuner.calibrate import CalibrationResult, store_calibration
 from moeplan.tuner.holdout import HoldoutResult
@@ -378,7 +378,7 @@ def runner_view(runner: str, model: ModelSpec, hw: HardwareProfile, pr: BackendP
     return RunnerView(retype(model, dtype), hw, ex, stand_in=stand_in, dtype=dtype)
 
 
-def trial_pairs(view: "RunnerView", factors: dict | None, t: Trial) -> list[tuple[float, float]]:
+def trial_pairs(view: RunnerView, factors: dict | None, t: Trial) -> list[tuple[float, float]]:
     """(predicted, measured) decode and prefill of trial `t` with `factors` calibrated for the
     runner (None: its priors)."""
     from moeplan.tuner.calibrate import _with_factors
@@ -407,7 +407,7 @@ class GuardedCalibration:
     factors: list[FactorChange]
 
 
-def guarded_calibration(view: "RunnerView", trials: list[Trial], strict: bool = False,
+def guarded_calibration(view: RunnerView, trials: list[Trial], strict: bool = False,
                         method_note: str = "") -> GuardedCalibration:
     """Fit the factors to `trials`, keep the fit only if it predicts held-out trials better.
 
@@ -502,8 +502,8 @@ def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: Backend
     """`tune --validate`: runs, calibration guarded by held-out error, re-plan. Prints nothing:
     `on_start(text)`, `on_run(label, i, expected_s)` and `on_trial(trial)` let the command
     show progress; the returned report says what was found (report.plan: the new plan)."""
-    from moeplan.probes.hwprofile import cache_dir, write_json_atomic
     from moeplan.io import PRIVATE
+    from moeplan.probes.hwprofile import cache_dir, write_json_atomic
     from moeplan.tuner.runners import RunSettings
 
     require_runner(runner)

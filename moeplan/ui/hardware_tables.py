@@ -12,7 +12,6 @@ from moeplan.planner.hardware.profile import Figure, HardwareProfile, format_cpu
 from moeplan.units import GIB
 
 
-
 def _gib(n: float | None) -> str:
     return "-" if n is None else f"{n / GIB:.1f}"
 

@@ -123,7 +123,8 @@ def memory_table(e: Estimate, explain: bool = True) -> Table:
         t.add_row(item["name"], where, f"{item['bytes'] / GIB:.2f}", *((item["formula"],) if explain else ()))
     extra = ("",) if explain else ()
     t.add_row("VRAM in use", "gpu", f"{e.vram_bytes / GIB:.2f}", *extra)
-    t.add_row("VRAM needed (+1 GiB margin" + (" per GPU)" if e.memory.get("per_gpu") else ")"), "gpu", f"{e.vram_required_bytes / GIB:.2f}",
+    needed = "VRAM needed (+1 GiB margin" + (" per GPU)" if e.memory.get("per_gpu") else ")")
+    t.add_row(needed, "gpu", f"{e.vram_required_bytes / GIB:.2f}",
               *(("llama.cpp --fit keeps 1 GiB free",) if explain else ()))
     t.add_row("host RAM", "host", f"{e.ram_bytes / GIB:.2f}",
               *((", ".join(f"node {n}: {b / GIB:.1f}" for n, b in e.ram_bytes_per_node),) if explain else ()))

@@ -5,10 +5,9 @@ import io
 from pathlib import Path
 
 from moeplan.errors import InputError
-from moeplan.planner.plan import Plan
 from moeplan.io import write_bytes_atomic
+from moeplan.planner.plan import Plan
 from moeplan.units import GIB
-
 
 PLOT_FORMATS = ("png", "svg", "pdf")
 

@@ -42,14 +42,14 @@ import math
 from dataclasses import dataclass
 
 from moeplan.errors import InputError
-from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
-from moeplan.planner.memory.accounting import (MemoryConstants, estimate_memory, kv_read_bytes)
-from moeplan.planner.model.spec import LayerSpec, ModelSpec
-from moeplan.planner.placement import Placement
-from moeplan.planner.plan import Estimate, Term
 from moeplan.planner.cost import factors as F
 from moeplan.planner.cost import machine
 from moeplan.planner.cost.priors import BackendPriors
+from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
+from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_read_bytes
+from moeplan.planner.model.spec import LayerSpec, ModelSpec
+from moeplan.planner.placement import Placement
+from moeplan.planner.plan import Estimate, Term
 
 # nominal clock of the machine the batch-1 dot-product anchor was measured on (docs/design.md §4:
 # Q8_0 experts at 18.7 GB/s with 2 threads, a Sapphire Rapids-class VM reporting 2100 MHz);
@@ -238,7 +238,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
         try:
             local = sum(m[n.id][n.id] for n in nodes) / len(nodes)
             remote = [m[a.id][b.id] for a in nodes for b in nodes if a.id != b.id]
-            rho, rho_src, rho_err = (sum(remote) / len(remote)) / local, "measured", 0.1
+            rho, rho_err = (sum(remote) / len(remote)) / local, 0.1  # measured
         except (IndexError, ZeroDivisionError):
             pass
     if pr.numa_aware or len(nodes) == 1:

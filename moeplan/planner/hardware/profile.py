@@ -80,7 +80,7 @@ class Figure:
     def effective(self) -> float:
         return self.value * self.achievable
 
-    def stronger_than(self, other: "Figure | None") -> bool:
+    def stronger_than(self, other: Figure | None) -> bool:
         return other is None or _RANK.get(self.source, 0) >= _RANK.get(other.source, 0)
 
 
@@ -287,14 +287,14 @@ class HardwareProfile:
                 return c
         return None
 
-    def with_(self, **changes) -> "HardwareProfile":
+    def with_(self, **changes) -> HardwareProfile:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
         return to_jsonable(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "HardwareProfile":
+    def from_dict(cls, data: dict) -> HardwareProfile:
         return from_jsonable(cls, data)
 
 

@@ -17,11 +17,21 @@ import math
 from dataclasses import dataclass, field, replace
 
 from moeplan.errors import InputError
-from moeplan.planner.hardware.profile import (OS_FAMILIES, Cpu, Figure, Gpu, HardwareProfile, NumaNode, Storage, System,
-                                      format_cpulist, pcie_bytes_per_s, profile_warnings)
+from moeplan.planner.hardware.profile import (
+    OS_FAMILIES,
+    Cpu,
+    Figure,
+    Gpu,
+    HardwareProfile,
+    NumaNode,
+    Storage,
+    System,
+    format_cpulist,
+    pcie_bytes_per_s,
+    profile_warnings,
+)
 from moeplan.planner.serde import to_jsonable
 from moeplan.units import GIB
-
 
 
 @dataclass(frozen=True)
@@ -165,7 +175,7 @@ def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | Non
     if threads_ps < cores_ps:
         raise InputError(f"--threads {threads_ps} is less than --cores {cores_ps}", "threads per socket >= cores per socket")
     n_nodes = req.numa_nodes or sockets
-    n_cores, n_threads = cores_ps * sockets, threads_ps * sockets
+    n_cores = cores_ps * sockets
     if n_nodes < 1 or n_cores % n_nodes:
         raise InputError(f"{n_cores} cores do not split evenly into {n_nodes} NUMA nodes",
                          "--numa-nodes is the total over all sockets (2 sockets in NPS1/SNC off: 2)")

@@ -33,7 +33,6 @@ from moeplan.planner.model.spec import KvComponent, LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.units import GIB, MIB
 
-
 # llama.cpp --fit keeps this much free on each GPU (common/fit: fit_target default 1024 MiB)
 FIT_MARGIN_BYTES = 1 * GIB
 

@@ -70,13 +70,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.planner.model import registry
-from moeplan.planner.model.ggml import canonical_type, row_bytes
 from moeplan.planner.memory.graph_buffers import (
     GRAPH_ARCHS,
     graph_buffer_terms,
     graph_cpu_side_terms,
 )
+from moeplan.planner.model import registry
+from moeplan.planner.model.ggml import canonical_type, row_bytes
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from moeplan.planner.memory import compute_buffer as cb
 from moeplan.planner.model.spec import ModelSpec

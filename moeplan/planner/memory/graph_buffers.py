@@ -29,8 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from moeplan.planner.model import registry
-from moeplan.planner.model.ggml import canonical_type
 from moeplan.planner.memory.ggml_graph import (
     CPU_ALIGNMENT,
     CUDA_ALIGNMENT,
@@ -44,6 +42,8 @@ from moeplan.planner.memory.ggml_graph import (
 )
 from moeplan.planner.memory.graph_dsv4 import Dsv4Dims, Dsv4Shape, build_dsv4_graph
 from moeplan.planner.memory.graph_glm_dsa import GlmDsaDims, GlmDsaShape, build_glm_dsa_graph
+from moeplan.planner.model import registry
+from moeplan.planner.model.ggml import canonical_type
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 

@@ -39,7 +39,7 @@ def is_swa_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
     (n == 0: every layer). NextN blocks are never SWA."""
     if il >= n_trunk(hp):
         return False
-    if arch == "llama4" and hp.get("attention.sliding_window", None) == 0:
+    if arch == "llama4" and hp.get("attention.sliding_window") == 0:
         return False  # llama4.cpp: a GGUF with sliding_window 0 has no chunked attention
     pattern = hp.get("attention.sliding_window_pattern")
     if isinstance(pattern, (list, tuple)):

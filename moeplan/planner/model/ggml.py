@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-
 # Types gguf-py does not know yet: name -> (type id, elements per block, bytes per block, bytes
 # of per-row metadata). Q2_0 from the vendored llama.cpp (ggml/include/ggml.h GGML_TYPE_Q2_0 = 42,
 # ggml-common.h block_q2_0: QK2_0 = 64, 2 + 64/4 bytes). The others are ik_llama.cpp's weight

@@ -189,9 +189,7 @@ def converter_type(spec: TensorSpec, native_dtype: str, keeps: str) -> str:
     if keeps == "dsv4":
         if native_dtype == "I64" or spec.role == "tid2eid":
             return "I32"
-        if native_dtype == "F8_E4M3" and n_dims(spec.shape) >= 2:
-            forced = "Q8_0"
-        elif spec.role == "nextn_proj":
+        if native_dtype == "F8_E4M3" and n_dims(spec.shape) >= 2 or spec.role == "nextn_proj":
             forced = "Q8_0"
         elif native_dtype == "F32":
             forced = "F32"
@@ -333,15 +331,11 @@ def _impl(qs: _State, new: str, spec: TensorSpec, cat: str) -> str:
             new = "Q4_K"
         elif ft == "IQ3_XXS":
             new = "Q4_K" if qs.n_gqa >= 4 else "IQ3_XXS" if qs.imatrix else "IQ3_S"
-        elif ft in ("IQ3_XS", "IQ3_S") and qs.n_gqa >= 4:
-            new = "Q4_K"
-        elif ft == "IQ3_M":
+        elif ft in ("IQ3_XS", "IQ3_S") and qs.n_gqa >= 4 or ft == "IQ3_M":
             new = "Q4_K"
         elif ft == "Q3_K_M":
             new = "Q5_K" if i < 2 else "Q4_K"
-        elif ft == "Q3_K_L":
-            new = "Q5_K"
-        elif ft in ("IQ4_NL", "IQ4_XS") and qs.n_gqa >= 4:
+        elif ft == "Q3_K_L" or ft in ("IQ4_NL", "IQ4_XS") and qs.n_gqa >= 4:
             new = "Q5_K"
         elif ft in ("Q4_K_M", "Q5_K_M") and _use_more_bits(i, n):
             new = "Q6_K"

@@ -8,8 +8,9 @@ an architecture"). Sources: llama.cpp 0c1e570 src/models/<arch>.cpp and convert_
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from moeplan.planner.model import synth
 from moeplan.planner.model import synth_tensors as st

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable
 
 # Tensor groups. `experts` are the routed-expert matrices that a placement moves between GPU
 # and CPU (what `-ot blk\.N\.ffn_.*_exps\.weight=CPU` matches); `expert_aux` are the other
