@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from moeplan.planner.hardware.spec import SpecRequest
 from moeplan.planner.search import Request, choose_plan, gpu_budgets
+from moeplan.planner.serde import to_jsonable
 from moeplan.probes.models import resolve_model
 from moeplan.profiles import catalog
 from moeplan.profiles.backends import read_priors
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                 up = choose_plan(model, pooled(hw), pr, req).best.estimate.decode_tok_s
             except Exception:
                 up = float("nan")
-            per = best.estimate.memory.get("per_gpu", [])
+            per = [to_jsonable(g) for g in best.estimate.memory.per_gpu]
             budgets = gpu_budgets(hw, sum(g.vram_bytes for g in hw.gpus))
             cells = " ".join(f"{g['vram_required_bytes'] / GIB:.1f}/{b / GIB:.0f}" for g, b in zip(per, budgets))
             ok = all(g["vram_required_bytes"] <= b for g, b in zip(per, budgets))

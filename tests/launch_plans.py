@@ -19,7 +19,7 @@ GIB = 1024**3
 ESTIMATE = Estimate(
     decode_tok_s=12.5, decode_tok_s_range=(10.0, 15.0), prefill_tok_s=240.0, prefill_tok_s_range=(200.0, 280.0),
     decode_terms=(), prefill_terms=(), bottleneck="cpu-mem", prefill_bottleneck="pcie",
-    vram_bytes=18 * GIB, vram_required_bytes=19 * GIB, ram_bytes=140 * GIB, memory={}, depth=0,
+    vram_bytes=18 * GIB, vram_required_bytes=19 * GIB, ram_bytes=140 * GIB, depth=0,
 )
 
 

@@ -56,7 +56,7 @@ def test_bench_with_plan_file(gguf, tmp_path):
     placement = Placement(cpu_moe_layers=(3, 4), n_ctx=256, n_ubatch=16, n_threads=1)
     est = Estimate(decode_tok_s=12.5, decode_tok_s_range=(10, 15), prefill_tok_s=300.0, prefill_tok_s_range=(200, 400),
                    decode_terms=(), prefill_terms=(), bottleneck="cpu-mem", prefill_bottleneck="pcie",
-                   vram_bytes=1, vram_required_bytes=1, ram_bytes=1, memory={})
+                   vram_bytes=1, vram_required_bytes=1, ram_bytes=1)
     ref = ModelRef(model.name, model.arch, "gguf", gguf, model.quant, model.digest(), model.file_bytes)
     plan = Plan(model=ref, hardware_name="test", hardware_digest="x", placement=placement, estimate=est)
     path = tmp_path / "plan.json"

@@ -68,11 +68,11 @@ def test_calibrated_factors_are_used_and_win_over_priors():
     hw = store_calibration(toy_hw(), res.calibration)
     p = Placement(cpu_moe_layers=MODEL.moe_layer_indices[:4], n_threads=16)
     e = estimate(MODEL, p, hw, PRIORS)
-    assert "calibrated" in e.factors["bw_gpu_bytes_per_s"]["source"]
+    assert "calibrated" in e.factors.bw_gpu_bytes_per_s.source
     # a calibration made with another runner moves this backend's prior by the same ratio
     other = PRIORS.__class__(**{**PRIORS.__dict__, "name": "ik_llama.cpp", "eta_cpu": 0.9})
     e2 = estimate(MODEL, p, hw, other)
-    assert "via llama.cpp" in e2.factors["bw_gpu_bytes_per_s"]["source"]
+    assert "via llama.cpp" in e2.factors.bw_gpu_bytes_per_s.source
 
 
 def test_no_successful_runs():

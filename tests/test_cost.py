@@ -135,7 +135,7 @@ def test_expert_cache_hits_move_reads_to_the_gpu():
     assert terms["cpu_experts_read"] == pytest.approx(0.5 * 4 * E_TOK / 80e9)
     assert cache_hit_rate(4, 8, 0.0) == pytest.approx(0.5)
     assert cache_hit_rate(2, 8, 0.5) == pytest.approx((2 / 8) ** 0.5)
-    assert e.memory["items"][2]["name"] == "expert_cache"
+    assert e.memory.items[2].name == "expert_cache"
 
 
 def test_speculation_reads_the_union_of_experts():

@@ -21,6 +21,7 @@ from moeplan.planner.memory.devices import (
 )
 from moeplan.planner.placement import Placement
 from moeplan.planner.search import Request, choose_plan, gpu_budgets
+from moeplan.planner.serde import to_jsonable
 
 RUN = CliRunner()
 MODEL = toy_model(n_layers=12, n_experts=16, k=4, n_embd=2048, n_ff_exp=1024, n_dense_lead=1)
@@ -106,7 +107,7 @@ def test_tune_fits_every_gpu_and_uses_more_experts_than_one_gpu():
     r = choose_plan(MODEL, hw2, PRIORS, req)
     p = r.best.placement
     assert p.n_gpus == 2 and dict(p.extra)["tensor_split"]
-    per = r.best.estimate.memory["per_gpu"]
+    per = [to_jsonable(g) for g in r.best.estimate.memory.per_gpu]
     for g, budget in zip(per, gpu_budgets(hw2, 6 * GIB)):
         assert g["vram_required_bytes"] <= budget == g["budget_bytes"]
     one = choose_plan(MODEL, toy_hw(vram_gib=3.0), PRIORS, req).best.placement

@@ -358,8 +358,8 @@ def _effect(model: ModelSpec, plan_p: Placement, field_name: str, log_v, hw: Har
     dv = e.vram_bytes - base_e.vram_bytes
     dr = e.ram_bytes - base_e.ram_bytes
     if abs(dv) >= MIB:
-        a = {i["name"]: i["bytes"] for i in base_e.memory["items"]}
-        b = {i["name"]: i["bytes"] for i in e.memory["items"]}
+        a = {i.name: i.bytes for i in base_e.memory.items}
+        b = {i.name: i.bytes for i in e.memory.items}
         items = [f"{n} {(b.get(n, 0) - a.get(n, 0)) / MIB:+.0f}" for n in sorted(set(a) | set(b))
                  if abs(b.get(n, 0) - a.get(n, 0)) >= MIB]
         parts.append(f"VRAM {dv / MIB:+.0f} MiB ({', '.join(items)})")

@@ -28,6 +28,87 @@ class Term:
 
 
 @dataclass(frozen=True)
+class MemoryLine:
+    """One item of a memory breakdown: bytes on a device and the formula that gave them."""
+
+    name: str
+    device: str  # 'gpu' or 'host'
+    bytes: int
+    formula: str = ""
+    page_cache: bool = False  # host bytes that are file-backed page cache (mmap)
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """One GPU of a layer split (memory/devices.py): its blocks and VRAM term by term, and its
+    budget (free VRAM, else its size)."""
+
+    device: int
+    blocks: str  # block ranges on this GPU, '0-11,40'
+    output: bool  # the output layer is here (the last device)
+    gpu_expert_blocks: str  # blocks whose routed experts this GPU holds
+    weights_dense_bytes: int
+    weights_experts_bytes: int
+    kv_bytes: int
+    compute_bytes: int
+    context_bytes: int
+    vram_bytes: int
+    margin_bytes: int
+    vram_required_bytes: int
+    name: str = ""
+    budget_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """The memory breakdown an estimate carries (memory/accounting.py MemoryBreakdown, as data)."""
+
+    vram_bytes: int = 0
+    vram_required_bytes: int = 0
+    ram_bytes: int = 0
+    ram_anon_bytes: int = 0
+    margin_bytes: int = 0
+    items: tuple[MemoryLine, ...] = ()
+    per_gpu: tuple[GpuMemory, ...] = ()  # several GPUs: each device, in device order
+
+    def item_bytes(self, name: str) -> int:
+        return sum(i.bytes for i in self.items if i.name == name)
+
+
+@dataclass(frozen=True)
+class FactorFigure:
+    """A resolved efficiency figure of the cost model: value (unit in the factor's name), where
+    it came from, and its relative uncertainty (1 sigma)."""
+
+    value: float
+    source: str
+    rel_err: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class FactorsUsed:
+    """The factors an estimate was computed with (cost/estimate.py Factors, as data)."""
+
+    bw_gpu_bytes_per_s: FactorFigure
+    gpu_flop_per_s: FactorFigure
+    h2d_bytes_per_s: FactorFigure
+    bw_cpu_bytes_per_s: FactorFigure
+    cpu_dot_elem_per_s: FactorFigure
+    cpu_flop_per_s: FactorFigure
+    s_sync_s: FactorFigure
+    s_layer_gpu_s: FactorFigure
+    t_token_s: FactorFigure
+    nvme_bytes_per_s: FactorFigure
+    remote_share: float
+    cross_socket: bool
+    cpu_only: bool
+    numa_note: str
+    barrier_x: float = 1.0
+    oversub_s_per_barrier: float = 0.0
+
+
+@dataclass(frozen=True)
 class Estimate:
     decode_tok_s: float
     decode_tok_s_range: tuple[float, float]
@@ -40,10 +121,10 @@ class Estimate:
     vram_bytes: int
     vram_required_bytes: int
     ram_bytes: int
-    memory: dict  # MemoryBreakdown.to_dict()
+    memory: MemoryReport = field(default_factory=MemoryReport)
     ram_bytes_per_node: tuple[tuple[int, int], ...] = ()
     depth: int = 0  # context depth the decode figure is for
-    factors: dict = field(default_factory=dict)  # efficiency factors used, with their source
+    factors: FactorsUsed | None = None  # efficiency factors used, with their source
     notes: tuple[str, ...] = ()
 
 

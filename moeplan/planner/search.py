@@ -29,6 +29,7 @@ from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes
+from moeplan.planner.memory.cache import plan_cache
 from moeplan.planner.memory.devices import fit_split, format_tensor_split
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
@@ -226,7 +227,14 @@ def _grow_ctx(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ra
 
 def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request,
                 consts: MemoryConstants | None = None) -> SearchResult:
-    """The fastest placement for `req.objective` that fits the budgets. Raises InfeasibleError."""
+    """The fastest placement for `req.objective` that fits the budgets. Raises InfeasibleError.
+    The search owns one memo (memory/cache.py) for all the placements it evaluates."""
+    with plan_cache():
+        return _choose_plan(model, hw, pr, req, consts)
+
+
+def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request,
+                 consts: MemoryConstants | None) -> SearchResult:
     if consts is None:
         from moeplan.planner.memory.constants import memory_constants
 
@@ -404,7 +412,7 @@ def explain(best: Candidate, cands: list[Candidate], model: ModelSpec, hw: Hardw
             gain = e.decode_tok_s / max(x.estimate.decode_tok_s for x in f16) - 1
             why.append(f"KV {p.cache_type_k}: frees VRAM for more expert layers (+{gain:.0%} decode over f16)")
     if p.numa != "none":
-        why.append(f"NUMA {p.numa}: {dict(e.factors).get('numa_note', '')}")
+        why.append(f"NUMA {p.numa}: {e.factors.numa_note if e.factors else ''}")
     if not p.op_offload:
         why.append("no op-offload: copying experts over PCIe per ubatch is slower than computing them on the CPU")
     if hw.os == "windows":

@@ -53,10 +53,10 @@ def estimate_data(model: ModelSpec, p: Placement, e: Estimate, hw_name: str) -> 
         "depth": e.depth,
         "decode_terms": to_jsonable(e.decode_terms),
         "prefill_terms": to_jsonable(e.prefill_terms),
-        "memory": e.memory,
+        "memory": to_jsonable(e.memory),
         "vram_bytes_per_gpu": vram_bytes_per_gpu(e),
         "ram_bytes_per_node": [list(x) for x in e.ram_bytes_per_node],
-        "factors": e.factors,
+        "factors": to_jsonable(e.factors),
         "notes": _quant_notes(model) + list(e.notes),
         "placement": p.to_dict(),
     }
@@ -64,29 +64,29 @@ def estimate_data(model: ModelSpec, p: Placement, e: Estimate, hw_name: str) -> 
 
 def vram_bytes_per_gpu(e: Estimate) -> list[int]:
     """VRAM in use on every GPU, in device order ([] for a CPU-only run)."""
-    per = e.memory.get("per_gpu")
+    per = e.memory.per_gpu
     if per:
-        return [g["vram_bytes"] for g in per]
+        return [g.vram_bytes for g in per]
     return [e.vram_bytes] if e.vram_bytes else []
 
 
 def gpu_table(e: Estimate) -> Table | None:
     """Several GPUs: what each device holds and needs against its budget."""
-    per = e.memory.get("per_gpu")
+    per = e.memory.per_gpu
     if not per:
         return None
     t = Table(title="per GPU (GiB = 1024^3 bytes; needed = in use + llama.cpp's 1 GiB margin)")
     for col in ("GPU", "blocks", "experts of", "weights", "KV", "compute", "ctx", "in use", "needed", "budget"):
         t.add_column(col, justify="left" if col in ("GPU", "blocks", "experts of") else "right")
     for g in per:
-        budget = g.get("budget_bytes")
-        over = budget is not None and g["vram_required_bytes"] > budget
-        name = g.get("name", "").replace("NVIDIA ", "").replace("GeForce ", "")
-        t.add_row(f"{g['device']} {name}".strip(),
-                  (g["blocks"] or "-") + (" + output" if g["output"] else ""), g["gpu_expert_blocks"] or "-",
-                  f"{(g['weights_dense_bytes'] + g['weights_experts_bytes']) / GIB:.2f}", f"{g['kv_bytes'] / GIB:.2f}",
-                  f"{g['compute_bytes'] / GIB:.2f}", f"{g['context_bytes'] / GIB:.2f}", f"{g['vram_bytes'] / GIB:.2f}",
-                  f"[red]{g['vram_required_bytes'] / GIB:.2f}[/red]" if over else f"{g['vram_required_bytes'] / GIB:.2f}",
+        budget = g.budget_bytes
+        over = budget is not None and g.vram_required_bytes > budget
+        name = g.name.replace("NVIDIA ", "").replace("GeForce ", "")
+        t.add_row(f"{g.device} {name}".strip(),
+                  (g.blocks or "-") + (" + output" if g.output else ""), g.gpu_expert_blocks or "-",
+                  f"{(g.weights_dense_bytes + g.weights_experts_bytes) / GIB:.2f}", f"{g.kv_bytes / GIB:.2f}",
+                  f"{g.compute_bytes / GIB:.2f}", f"{g.context_bytes / GIB:.2f}", f"{g.vram_bytes / GIB:.2f}",
+                  f"[red]{g.vram_required_bytes / GIB:.2f}[/red]" if over else f"{g.vram_required_bytes / GIB:.2f}",
                   f"{budget / GIB:.2f}" if budget is not None else "?")
     return t
 
@@ -116,14 +116,14 @@ def memory_table(e: Estimate, explain: bool = True) -> Table:
     t.add_column("GiB", justify="right")
     if explain:
         t.add_column("how")
-    for item in e.memory["items"]:
-        if not item["bytes"]:
+    for item in e.memory.items:
+        if not item.bytes:
             continue
-        where = item["device"] + (" (page cache)" if item.get("page_cache") else "")
-        t.add_row(item["name"], where, f"{item['bytes'] / GIB:.2f}", *((item["formula"],) if explain else ()))
+        where = item.device + (" (page cache)" if item.page_cache else "")
+        t.add_row(item.name, where, f"{item.bytes / GIB:.2f}", *((item.formula,) if explain else ()))
     extra = ("",) if explain else ()
     t.add_row("VRAM in use", "gpu", f"{e.vram_bytes / GIB:.2f}", *extra)
-    needed = "VRAM needed (+1 GiB margin" + (" per GPU)" if e.memory.get("per_gpu") else ")")
+    needed = "VRAM needed (+1 GiB margin" + (" per GPU)" if e.memory.per_gpu else ")")
     t.add_row(needed, "gpu", f"{e.vram_required_bytes / GIB:.2f}",
               *(("llama.cpp --fit keeps 1 GiB free",) if explain else ()))
     t.add_row("host RAM", "host", f"{e.ram_bytes / GIB:.2f}",

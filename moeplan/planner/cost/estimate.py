@@ -47,9 +47,10 @@ from moeplan.planner.cost import machine
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_read_bytes
+from moeplan.planner.memory.cache import plan_cache
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
-from moeplan.planner.plan import Estimate, Term
+from moeplan.planner.plan import Estimate, FactorFigure, FactorsUsed, GpuMemory, MemoryLine, MemoryReport, Term
 
 # nominal clock of the machine the batch-1 dot-product anchor was measured on (docs/design.md §4:
 # Q8_0 experts at 18.7 GB/s with 2 threads, a Sapphire Rapids-class VM reporting 2100 MHz);
@@ -95,16 +96,13 @@ class Factors:
     barrier_x: float = 1.0  # cost of a thread barrier across the sockets used, x one socket's
     oversub_s_per_barrier: float = 0.0  # threads beyond the logical CPUs (machine.py)
 
-    def to_dict(self) -> dict:
-        out: dict = {}
+    def used(self) -> FactorsUsed:
+        """These factors as an estimate reports them (uncertainties rounded to 4 places)."""
+        vals = {}
         for name in self.__dataclass_fields__:
             v = getattr(self, name)
-            if isinstance(v, Rate):
-                out[name] = {"value": v.value, "source": v.source, "rel_err": round(v.rel_err, 4),
-                             "note": v.note}
-            else:
-                out[name] = v
-        return out
+            vals[name] = (FactorFigure(v.value, v.source, round(v.rel_err, 4), v.note) if isinstance(v, Rate) else v)
+        return FactorsUsed(**vals)
 
 
 # ---- resolving factors ---------------------------------------------------------------------
@@ -808,22 +806,34 @@ def node_ram_split(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: Back
     return ((nodes[0].id, host_bytes),)
 
 
-def _memory_dict(mem, hw: HardwareProfile) -> dict:
-    """The breakdown's JSON; with several GPUs each device's entry also names the GPU and its
-    budget (free memory, else total)."""
+def memory_report(mem, hw: HardwareProfile) -> MemoryReport:
+    """The breakdown as an estimate carries it; with several GPUs each device also names the GPU
+    and its budget (free memory, else total)."""
     d = mem.to_dict()
+    per = []
     for g in d.get("per_gpu", ()):
         if g["device"] < len(hw.gpus):
             gpu = hw.gpus[g["device"]]
-            g["name"] = gpu.name
-            g["budget_bytes"] = gpu.vram_free_bytes if gpu.vram_free_bytes is not None else gpu.vram_bytes
-    return d
+            g = {**g, "name": gpu.name,
+                 "budget_bytes": gpu.vram_free_bytes if gpu.vram_free_bytes is not None else gpu.vram_bytes}
+        per.append(GpuMemory(**g))
+    lines = tuple(MemoryLine(**i) for i in d["items"])
+    return MemoryReport(vram_bytes=d["vram_bytes"], vram_required_bytes=d["vram_required_bytes"],
+                        ram_bytes=d["ram_bytes"], ram_anon_bytes=d["ram_anon_bytes"], margin_bytes=d["margin_bytes"],
+                        items=lines, per_gpu=tuple(per))
 
 
 def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, *, depth: int = 0,
              n_prompt: int = 4096, consts: MemoryConstants | None = None,
              repack_types: tuple[str, ...] = ()) -> Estimate:
-    """Memory, decode and prefill speed of placement `p` on `hw` with backend priors `pr`."""
+    """Memory, decode and prefill speed of placement `p` on `hw` with backend priors `pr`
+    (within the caller's memo, e.g. the search's, else one of its own)."""
+    with plan_cache():
+        return _estimate(model, p, hw, pr, depth, n_prompt, consts, repack_types)
+
+
+def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, depth: int,
+              n_prompt: int, consts: MemoryConstants | None, repack_types: tuple[str, ...]) -> Estimate:
     if not hw.gpus and p.n_gpus:
         p = p.with_(n_gpus=0)
     if consts is None:
@@ -871,9 +881,9 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
         vram_bytes=0 if f.cpu_only else mem.vram_bytes,
         vram_required_bytes=0 if f.cpu_only else mem.vram_required_bytes,
         ram_bytes=host,
-        memory=_memory_dict(mem, hw),
+        memory=memory_report(mem, hw),
         ram_bytes_per_node=node_ram_split(model, p, hw, pr, host if not pr.numa_aware else mem.ram_bytes),
         depth=depth,
-        factors=f.to_dict(),
+        factors=f.used(),
         notes=tuple(notes),
     )

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moeplan.planner.memory import compute_buffer as cb
+from moeplan.planner.memory.cache import memo, plan_cache
 from moeplan.planner.memory.devices import DeviceMemory, device_memory, parse_tensor_split
 from moeplan.planner.model.ggml import canonical_type, row_bytes
 from moeplan.planner.model.spec import KvComponent, LayerSpec, ModelSpec
@@ -201,13 +202,14 @@ def kv_layer_bytes(layer: LayerSpec, n_ctx: int, type_k: str = "f16", type_v: st
 def _kv_groups(model: ModelSpec) -> tuple[tuple[KvComponent, int], ...]:
     """Distinct cache components and how many layers have each (cached): the trunk's, and a
     NextN block's where the main context caches it (DeepSeek V4's raw cache)."""
-    groups = model.memo.get("kv_groups")
+    cache = memo(model)
+    groups = cache.get("kv_groups")
     if groups is None:
         counts: dict[KvComponent, int] = {}
         for layer in model.layers:
             for c in layer.kv:
                 counts[c] = counts.get(c, 0) + 1
-        groups = model.memo["kv_groups"] = tuple(counts.items())
+        groups = cache["kv_groups"] = tuple(counts.items())
     return groups
 
 
@@ -270,7 +272,8 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
     # so the search's thousands of calls share a per-model cache
     key = ("cb", gpu, staging, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn, p.cache_type_k,
            p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
-    hit = model.memo.get(key)
+    cache = memo(model)
+    hit = cache.get(key)
     if hit is not None:
         return dict(hit)
     if not gpu:
@@ -278,7 +281,7 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
     else:
         _, phase = cb.peak_phase(cb.compute_phases(model, p, staging, gpu=gpu))
         terms = {k: v for k, v in phase.items() if v}
-    model.memo[key] = dict(terms)
+    cache[key] = dict(terms)
     return terms
 
 
@@ -286,6 +289,12 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
 
 def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | None = None,
                     repack_types: tuple[str, ...] = ()) -> MemoryBreakdown:
+    with plan_cache():
+        return _estimate_memory(model, p, consts, repack_types)
+
+
+def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | None,
+                     repack_types: tuple[str, ...]) -> MemoryBreakdown:
     """VRAM and host-RAM breakdown of placement `p` (one GPU holding all non-expert weights,
     or, with p.n_gpus == 0, a CPU-only run: every weight, the KV cache and the buffers in RAM).
 

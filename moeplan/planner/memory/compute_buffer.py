@@ -70,6 +70,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.planner.memory.cache import memo
 from moeplan.planner.memory.graph_buffers import (
     GRAPH_ARCHS,
     graph_buffer_terms,
@@ -136,7 +137,8 @@ def _swa_cells(window: int, p: Placement, shape: ReserveShape, kv_pad: int = 256
 def _attention_kinds(model: ModelSpec) -> tuple[tuple[str, object, object], ...]:
     """(attention label, K component, V component) of each distinct attention kind of the
     trunk, first layer of each kind; cached on the model (the search asks thousands of times)."""
-    kinds = model.memo.get("attention_kinds")
+    cache = memo(model)
+    kinds = cache.get("attention_kinds")
     if kinds is None:
         seen: dict[str, tuple[str, object, object]] = {}
         for layer in model.trunk_layers:
@@ -146,7 +148,7 @@ def _attention_kinds(model: ModelSpec) -> tuple[tuple[str, object, object], ...]
             v = next((c for c in layer.kv if c.name == "v"), None)
             key = "mla" if layer.attention.startswith("mla") else ("swa" if k.cells in ("swa", "swa-seq") else "full")
             seen[key] = (layer.attention, k, v)
-        kinds = model.memo["attention_kinds"] = tuple(seen.values())
+        kinds = cache["attention_kinds"] = tuple(seen.values())
     return kinds
 
 
@@ -267,9 +269,10 @@ def staging_bytes(model: ModelSpec, p: Placement, min_batch: int) -> int:
     """Largest single expert weight tensor of a CPU-resident MoE layer (0 without op-offload)."""
     if not p.op_offload or not p.cpu_moe_layers or reserve_shape(p).n_tokens < min_batch:
         return 0
-    per_layer = model.memo.get("max_expert_tensor")
+    cache = memo(model)
+    per_layer = cache.get("max_expert_tensor")
     if per_layer is None:
-        per_layer = model.memo["max_expert_tensor"] = {
+        per_layer = cache["max_expert_tensor"] = {
             layer.index: max((tt.n_bytes for tt in layer.tensors if tt.group == "experts"), default=0)
             for layer in model.moe_layers}
     return max((per_layer.get(i, 0) for i in p.cpu_moe_layers), default=0)

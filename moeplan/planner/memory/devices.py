@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from moeplan.planner.memory import compute_buffer as cb
+from moeplan.planner.memory.cache import memo
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 
@@ -174,14 +175,15 @@ def device_compute_bytes(model: ModelSpec, p: Placement, first: bool, has_output
     staging = cb.staging_bytes(model, p, min_batch) if first else 0
     key = ("cb-dev", first, has_output, staging, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn,
            p.cache_type_k, p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
-    hit = model.memo.get(key)
+    cache = memo(model)
+    hit = cache.get(key)
     if hit is not None:
         return hit
     phases = cb.compute_phases(model, p, staging, gpu=True)
     if not has_output and "output" in phases and len(phases) > 1:
         phases = {k: v for k, v in phases.items() if k != "output"}
     _, phase = cb.peak_phase(phases)
-    val = model.memo[key] = sum(phase.values())
+    val = cache[key] = sum(phase.values())
     return val
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from moeplan.planner.memory.cache import memo
 from moeplan.planner.memory.ggml_graph import (
     CPU_ALIGNMENT,
     CUDA_ALIGNMENT,
@@ -232,9 +233,10 @@ def _evaluate(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_c
     prog = None
     if saturated:
         memo_key = ("graph_program", key)
-        if memo_key not in model.memo:
-            model.memo[memo_key] = _compile(build, cells)
-        prog = model.memo[memo_key]
+        cache = memo(model)
+        if memo_key not in cache:
+            cache[memo_key] = _compile(build, cells)
+        prog = cache[memo_key]
     if prog is not None:
         plan, sizes, inputs = prog.plan, prog.sizes(cells), prog.inputs
     else:

@@ -195,11 +195,6 @@ class ModelSpec:
         return self.head_dims[1]
 
     @cached_property
-    def memo(self) -> dict:
-        """Per-instance cache for pure functions of this model (memory.py, compute_buffer.py)."""
-        return {}
-
-    @cached_property
     def trunk_layers(self) -> tuple[LayerSpec, ...]:
         return tuple(layer for layer in self.layers if layer.kind != "nextn")
 
