@@ -88,7 +88,7 @@ class FactorFigure:
 
 @dataclass(frozen=True)
 class FactorsUsed:
-    """The factors an estimate was computed with (cost/estimate.py Factors, as data)."""
+    """The efficiency factors an estimate was computed with (cost/estimate.py resolves them)."""
 
     bw_gpu_bytes_per_s: FactorFigure
     gpu_flop_per_s: FactorFigure
@@ -104,8 +104,8 @@ class FactorsUsed:
     cross_socket: bool
     cpu_only: bool
     numa_note: str
-    barrier_x: float = 1.0
-    oversub_s_per_barrier: float = 0.0
+    barrier_x: float = 1.0  # cost of a thread barrier across the sockets used, x one socket's
+    oversub_s_per_barrier: float = 0.0  # threads beyond the logical CPUs (cost/machine.py)
 
 
 @dataclass(frozen=True)

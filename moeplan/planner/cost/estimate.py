@@ -39,7 +39,7 @@ uncertainty; the range of a prediction combines them over the terms they feed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import replace
 
 from moeplan.errors import InputError
 from moeplan.planner.cost import factors as F
@@ -66,43 +66,16 @@ _SOURCE_ERR = {"measured": 0.07, "calibrated": 0.05, "nvml": 0.1, "sysfs": 0.1, 
                "spec-sheet": 0.15, "prior": 0.3}
 
 
-@dataclass(frozen=True)
-class Rate:
-    """A resolved figure the model uses: value (unit in the field name), where it came from,
-    and its relative uncertainty (1 sigma)."""
-
-    value: float
-    source: str
-    rel_err: float
-    note: str = ""
+# the resolved factors: one FactorFigure (value, source, 1-sigma rel_err) per rate, as Estimate
+# carries them (planner/plan.py)
+Rate = FactorFigure
+Factors = FactorsUsed
 
 
-@dataclass(frozen=True)
-class Factors:
-    bw_gpu_bytes_per_s: Rate
-    gpu_flop_per_s: Rate
-    h2d_bytes_per_s: Rate
-    bw_cpu_bytes_per_s: Rate
-    cpu_dot_elem_per_s: Rate
-    cpu_flop_per_s: Rate
-    s_sync_s: Rate
-    s_layer_gpu_s: Rate
-    t_token_s: Rate
-    nvme_bytes_per_s: Rate
-    remote_share: float
-    cross_socket: bool
-    cpu_only: bool
-    numa_note: str
-    barrier_x: float = 1.0  # cost of a thread barrier across the sockets used, x one socket's
-    oversub_s_per_barrier: float = 0.0  # threads beyond the logical CPUs (machine.py)
-
-    def used(self) -> FactorsUsed:
-        """These factors as an estimate reports them (uncertainties rounded to 4 places)."""
-        vals = {}
-        for name in self.__dataclass_fields__:
-            v = getattr(self, name)
-            vals[name] = (FactorFigure(v.value, v.source, round(v.rel_err, 4), v.note) if isinstance(v, Rate) else v)
-        return FactorsUsed(**vals)
+def factors_used(f: Factors) -> FactorsUsed:
+    """The factors as an estimate reports them (uncertainties rounded to 4 places: stable JSON)."""
+    return replace(f, **{name: replace(v, rel_err=round(v.rel_err, 4))
+                         for name, v in vars(f).items() if isinstance(v, FactorFigure)})
 
 
 # ---- resolving factors ---------------------------------------------------------------------
@@ -884,6 +857,6 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
         memory=memory_report(mem, hw),
         ram_bytes_per_node=node_ram_split(model, p, hw, pr, host if not pr.numa_aware else mem.ram_bytes),
         depth=depth,
-        factors=f.used(),
+        factors=factors_used(f),
         notes=tuple(notes),
     )
