@@ -50,7 +50,7 @@ def _run(model, placement, k):
                      free_bytes=FREE, clock=time.thread_time)
 
 
-def test_sampled_run_within_10_percent_of_full_run(tmp_path):
+def test_sampled_run_predicts_the_full_run(tmp_path):
     """8 blocks, half on the CPU tier: running 2 of each class and scaling by 2 predicts the
     full run's bytes per token exactly and its decode time within 15% (the median of 5 pairs of
     CPU-time measurements: in a full test session, caches shared with the other tests' leftovers
