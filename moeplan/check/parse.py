@@ -439,7 +439,7 @@ def parse_log(text: str, source: str = "-") -> RunLog:
                 speeds.append(Speed("decode", _f(m.group(4)), "timings", n_tokens=int(m.group(2)),
                                     ms=_f(m.group(1)), line_no=no))
         elif _SAMPLE_T.search(line):
-            pass  # sampling time: no throughput figure of the model
+            read = True  # sampling time: read, but no throughput figure of the model
         elif (m := _CLI_T.search(line)):
             speeds.append(Speed("prefill", _f(m.group(1)), "llama-cli", line_no=no))
             speeds.append(Speed("decode", _f(m.group(2)), "llama-cli", line_no=no))
