@@ -375,7 +375,36 @@ def runner_view(runner: str, model: ModelSpec, hw: HardwareProfile, pr: BackendP
 
     ex = read_priors("executor")
     stand_in = device != "cuda" or not hw.gpus
+    if stand_in:
+        ex = with_measured_dot_rate(ex, hw, dtype)
     return RunnerView(retype(model, dtype), hw, ex, stand_in=stand_in, dtype=dtype)
+
+
+def with_measured_dot_rate(ex: BackendPriors, hw: HardwareProfile, dtype: str,
+                           measure=None) -> BackendPriors:
+    """The executor's priors with its batch-1 dot rate measured on this CPU (its own torch.mv in
+    `dtype`, executor/gemv_rate.py) instead of the bundled figure, expressed in the cost model's
+    terms: weights per cycle = rate x type cost / (ISA scale x all-core clock). Without torch the
+    bundled prior stays."""
+    from moeplan.planner.cost import machine
+    from moeplan.planner.cost.estimate import REF_CLOCK_HZ
+
+    if measure is None:
+        try:
+            from moeplan.executor.gemv_rate import mv_weights_per_s as measure
+        except ImportError:
+            return ex
+    try:
+        rate = measure(dtype)
+    except ImportError:
+        return ex
+    clock, _ = machine.all_core_clock_hz(hw, REF_CLOCK_HZ)
+    isa_x, _ = machine.isa_dot_scale(hw, ex.name)
+    cost = ex.type_cost.get({"bf16": "BF16", "fp16": "F16", "fp32": "F32"}.get(dtype, "BF16"), 1.0)
+    per_cycle = rate * cost / (isa_x * clock)
+    return replace(ex, cpu_dot_weights_per_cycle=per_cycle,
+                   sources=tuple(ex.sources) + (f"cpu_dot_weights_per_cycle measured here: torch.mv {dtype} "
+                                                f"{rate / 1e9:.2f} G weights/s on one thread",))
 
 
 def trial_pairs(view: RunnerView, factors: dict | None, t: Trial) -> list[tuple[float, float]]:
