@@ -18,10 +18,9 @@ Observed buffers (bytes from llama.cpp's MiB lines, 2 decimals, so +-5 KiB):
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
-from moeplan.check.parse import MIB, RunLog, Speed
+from moeplan.check.parse import MIB, RunLog
 from moeplan.check.placement import Recovered
 from moeplan.planner.cost.estimate import estimate
 from moeplan.planner.cost.priors import BackendPriors
@@ -416,14 +415,3 @@ def compare_run(run: RunLog, model: ModelSpec, rec: Recovered, hw: HardwareProfi
     return CheckResult(source=run.source, tool=run.tool, program=rec.program, placement=p, evidence=dict(rec.evidence),
                        rows=tuple(mrows + srows), differences=diffs, notes=tuple(notes),
                        plan_placement=plan_placement, repack_types=rt)
-
-
-def log_error(pred: float, obs: float) -> float:
-    """|log(pred/obs)|: the symmetric relative error used for speeds."""
-    if pred <= 0 or obs <= 0:
-        return math.inf
-    return abs(math.log(pred / obs))
-
-
-def first_speed(run: RunLog, metric: str) -> Speed | None:
-    return next((s for s in run.speeds if s.metric == metric and s.n_parallel <= 1), None)

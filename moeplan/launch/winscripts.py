@@ -65,11 +65,6 @@ def msvcrt_quote(arg: str, force: bool = False) -> str:
     return "".join(out)
 
 
-def msvcrt_program(path: str) -> str:
-    """argv[0]: quoted when it has whitespace (a program path has no quotes on Windows)."""
-    return f'"{path}"' if any(c in path for c in " \t") else path
-
-
 def cmd_token(arg: str) -> str:
     """One argument as launch.cmd text (rules 1 and 2)."""
     bad = [c for c in arg if c in _CMD_FORBIDDEN]

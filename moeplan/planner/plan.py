@@ -71,9 +71,6 @@ class MemoryReport:
     items: tuple[MemoryLine, ...] = ()
     per_gpu: tuple[GpuMemory, ...] = ()  # several GPUs: each device, in device order
 
-    def item_bytes(self, name: str) -> int:
-        return sum(i.bytes for i in self.items if i.name == name)
-
 
 @dataclass(frozen=True)
 class FactorFigure:

@@ -83,19 +83,11 @@ def _prior(name: str) -> tuple[float, float, float, float]:
     return MEMORY_PRIORS[name.split(":")[0]]
 
 
-def memory_priors(obs: list[MemObs]) -> dict[str, float]:
-    return {n: _prior(n)[0] for n in _names(obs)}
-
-
 def predict_memory(params: dict[str, float], o: MemObs) -> float:
     if o.kind == "unaccounted":
         return params.get("cuda_context_bytes", _prior("cuda_context_bytes")[0]) + \
             params.get(f"cuda_pool_bytes_per_ubatch:{o.type_k}", 0.0) * o.n_ubatch
     return o.base_bytes + params.get("compute_extra_bytes", 0.0)
-
-
-def memory_error_mib(params: dict[str, float], o: MemObs) -> float:
-    return abs(predict_memory(params, o) - o.observed_bytes) / MIB
 
 
 def fit_memory(obs: list[MemObs], names: list[str] | None = None) -> dict[str, float]:
