@@ -58,18 +58,24 @@ def write_text_atomic(path: str | os.PathLike, text: str, mode: int | None = Non
     return write_bytes_atomic(path, text.encode("utf-8"), mode)
 
 
+def _check_writable_ancestor(p: Path, start: Path, option: str, what: str) -> None:
+    """The nearest existing path at or above `start` is a writable folder, so `p` (the file or
+    folder asked for) can be created below it."""
+    for q in (start, *start.parents):
+        if q.exists():
+            if not q.is_dir():
+                raise InputError(f"{option} {p}: {q} is a file, not a folder", f"choose another {option}")
+            if not os.access(q, os.W_OK | os.X_OK):
+                raise InputError(f"{option} {p}: {q} is not writable", f"choose a writable {what}")
+            return
+
+
 def check_out_file(path: str | os.PathLike, option: str) -> Path:
     """Before any work: `path` can be written (not a folder, its folder not a file)."""
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{option} {p} is a folder", f"give {option} a file name")
-    for parent in p.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"{option} {p}: {parent} is a file, not a folder", f"choose another {option}")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise InputError(f"{option} {p}: {parent} is not writable", f"choose a writable {option}")
-            break
+    _check_writable_ancestor(p, p.parent, option, option)
     return p
 
 
@@ -78,13 +84,7 @@ def check_out_dir(path: str | os.PathLike, option: str) -> Path:
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise InputError(f"{option} {p} is a file", f"give {option} a folder (it is created if missing)")
-    for q in (p, *p.parents):
-        if q.exists():
-            if not q.is_dir():
-                raise InputError(f"{option} {p}: {q} is a file, not a folder", f"choose another {option}")
-            if not os.access(q, os.W_OK | os.X_OK):
-                raise InputError(f"{option} {p}: {q} is not writable", f"choose a writable {option} folder")
-            break
+    _check_writable_ancestor(p, p, option, f"{option} folder")
     return p
 
 
