@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from gguf_fixtures import write_gptoss, write_qwen3moe
 from launch_plans import make_plan, write_runnable
+from llama_rpc import RpcServers, free_port
 
 from moeplan.launch import write_launch
 from moeplan.planner.placement import Placement
@@ -57,48 +57,6 @@ CASES = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rpc_binary(bin_dir: Path) -> Path | None:
-    """ggml's RPC server: `rpc-server`, named `ggml-rpc-server` in newer builds."""
-    return next((bin_dir / n for n in ("rpc-server", "ggml-rpc-server") if (bin_dir / n).is_file()), None)
-
-
-def start_rpc(bin_dir: Path, n: int) -> tuple[list[subprocess.Popen], str]:
-    procs, ends = [], []
-    rpc = rpc_binary(bin_dir)
-    if rpc is None:
-        raise RuntimeError(f"no rpc-server in {bin_dir}")
-    for _ in range(n):
-        port = free_port()
-        procs.append(subprocess.Popen([str(rpc), "-H", "127.0.0.1", "-p", str(port)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        ends.append(f"127.0.0.1:{port}")
-    for e in ends:  # wait until each listens
-        host, port = e.split(":")
-        for _ in range(100):
-            try:
-                with socket.create_connection((host, int(port)), timeout=0.2):
-                    break
-            except OSError:
-                time.sleep(0.1)
-    return procs, ",".join(ends)
-
-
-def stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
 def run_case(case: Case, bin_dir: Path, work: Path) -> tuple[object, object, str, str]:
     """(model, plan, log text, command) of one case; the log is the script's stderr+stdout
     (for bench.sh: llama-bench's JSON)."""
@@ -108,9 +66,8 @@ def run_case(case: Case, bin_dir: Path, work: Path) -> tuple[object, object, str
     plan = make_plan(m, case.placement)
     folder = work / case.name
     write_launch(plan, m, folder, "llama.cpp", str(bin_dir))
-    procs, ends = start_rpc(bin_dir, case.rpc) if case.rpc else ([], "")
-    try:
-        extra = ["--rpc", ends] if ends else []
+    with RpcServers(bin_dir, case.rpc) as rpc:
+        extra = ["--rpc", ",".join(rpc.endpoints)] if rpc.endpoints else []
         if case.script == "complete.sh":
             extra += ["--verbose", "-nr"]  # -nr: repacking off (some VMs fault on AMX); not a plan flag
         elif case.script == "launch.sh":
@@ -125,8 +82,6 @@ def run_case(case: Case, bin_dir: Path, work: Path) -> tuple[object, object, str
             if r.returncode != 0:
                 raise RuntimeError(f"{case.name}: exit {r.returncode}\n{r.stderr[-3000:]}")
             text = (folder / "bench.json").read_text() if case.script == "bench.sh" else r.stderr + r.stdout
-    finally:
-        stop(procs)
     return m, plan, text, " ".join([case.script, *extra])
 
 

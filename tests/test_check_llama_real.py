@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from launch_plans import write_runnable
-from llama_runs import CASES, DATA, WRITERS, Case, rpc_binary, run_case
+from llama_rpc import rpc_server_path
+from llama_runs import CASES, DATA, WRITERS, Case, run_case
 from typer.testing import CliRunner
 
 from moeplan.check.compare import compare_run, differences
@@ -27,7 +28,7 @@ from moeplan.profiles.backends import read_priors
 
 BIN = os.environ.get("MOEPLAN_LLAMA_BIN", "")
 HAVE_BIN = bool(BIN) and all((Path(BIN) / n).is_file() for n in ("llama-completion", "llama-bench")) \
-    and rpc_binary(Path(BIN)) is not None
+    and rpc_server_path(Path(BIN)) is not None
 MIB = 1024 * 1024
 
 
