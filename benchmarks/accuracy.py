@@ -41,7 +41,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from moeplan.cli import app
+from moeplan.errors import InputError
 from moeplan.profiles import backends as backends_mod
+from moeplan.profiles.catalog import find_cpu
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATA = HERE / "data" / "measurements.jsonl"
@@ -65,7 +67,8 @@ MODEL_MAP = [
     (r"qwen3-30b-a3b", "qwen3-30b-a3b"),
     (r"gpt-oss-120b", "gpt-oss-120b"),
     (r"gpt-oss-20b", "gpt-oss-20b"),
-    (r"kimi-k2-instruct", "kimi-k2"),
+    (r"kimi-k2-(instruct|thinking)", "kimi-k2"),
+    (r"glm[- ]4\.[567](?!-flash|-air)", "glm-4.5"),
     (r"deepseek-coder-v2-lite", "deepseek-coder-v2-lite"),
 ]
 # the software as written -> backend; forks and wrappers are not the backend the priors describe
@@ -140,6 +143,15 @@ def hardware_args(r: dict) -> tuple[list[str] | None, str]:
         args += ["--cpu", r["cpu_model"], "--sockets", str(sockets)]
     elif not gpu_used:
         return None, "CPU not stated"
+    cores = _num(r.get("cpu_cores_total"))
+    if cores and r.get("cpu_model"):
+        try:  # a VM or a part with cores disabled: the cores the source states
+            if find_cpu(r["cpu_model"]).cores * sockets != int(cores):
+                args += ["--cores", str(int(cores) // sockets)]
+        except InputError:
+            pass
+    if _num(r.get("dram_bw_measured_gbps")):
+        args += ["--dram-bw", f"{r['dram_bw_measured_gbps']}GB/s"]
     if r.get("ram_speed_mts"):
         args += ["--ram-speed", str(int(r["ram_speed_mts"]))]
     if r.get("ram_channels_total"):

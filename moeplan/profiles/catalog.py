@@ -2,6 +2,7 @@
 (moeplan/profiles/hardware/*.json): reading, name matching, close matches."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import json
@@ -157,7 +158,55 @@ def find_gpu(name: str) -> GpuPart:
 
 
 def find_cpu(name: str) -> CpuPart:
-    return _find(cpu_parts(), "CPU", name, _CPU_NUMBERS)
+    try:
+        return _find(cpu_parts(), "CPU", name, _CPU_NUMBERS)
+    except InputError:
+        part = generation_part(name)
+        if part is None:
+            raise
+        return part
+
+
+# AMD's EPYC model numbers: the first digit is the series, the last the generation (AMD EPYC
+# processor naming: 7xx1 Naples, 7xx2 Rome, 7xx3 Milan, 9xx4 Genoa, 9xx5 Turin); cloud and OEM
+# parts (EPYC 9B14, 9R14, 9V45, 7C13, 7B13, 7R13, 7V12 ...) put a letter in the second place and
+# keep the scheme. QEMU/KVM guests report the host's family by its code name ("Intel Xeon
+# Processor (Icelake)", target/i386/cpu.c model_id of the Icelake-Server model ...).
+_EPYC_GENERATION = {("7", "2"): "zen2", ("7", "3"): "zen3", ("9", "4"): "zen4", ("9", "5"): "zen5"}
+_QEMU_FAMILY = {"skylake": "skylake-sp", "cascadelake": "cascade-lake", "icelake": "icelake-sp",
+                "sapphirerapids": "sapphire-rapids", "graniterapids": "granite-rapids", "sierraforest": "sierra-forest",
+                "rome": "zen2", "milan": "zen3", "genoa": "zen4", "turin": "zen5"}
+
+
+def generation_part(name: str) -> CpuPart | None:
+    """A CPU the catalog lacks, from what its name says of its generation: the catalog's
+    largest part of that family stands for its memory system (channels, memory type, CCDs),
+    and a core count in the name ('96-Core Processor') replaces its cores; None when the name
+    says nothing. The result says it was modelled so (source), and --cores overrides it."""
+    low = name.lower()
+    fam, series = "", ""
+    m = re.search(r"epyc\s*(\d)[0-9a-z]{2}(\d)[a-z]*\b", low)
+    if m and (m.group(1), m.group(2)) in _EPYC_GENERATION:
+        fam, series = _EPYC_GENERATION[(m.group(1), m.group(2))], "AMD EPYC"
+    q = re.search(r"\((\w+?)(?:-server)?\)", low.replace(" ", ""))
+    if not fam and q and q.group(1) in _QEMU_FAMILY and re.search(r"xeon|epyc", low):
+        fam, series = _QEMU_FAMILY[q.group(1)], "AMD EPYC" if "epyc" in low else "Intel Xeon"
+    if not fam:
+        return None
+    same = [p for p in cpu_parts() if p.family == fam and p.name.startswith(series) and p.segment == "server"
+            and not re.search(r"[FX]$|H", p.name.split()[-1])]  # not the frequency / V-Cache parts
+    if not same:
+        return None
+    # the classic-core dies (8 cores per CCD), not the dense Zen 4c/5c parts
+    rep = max(same, key=lambda p: ((p.cores_per_ccd or 8) <= 8, p.cores, p.ram_speed_mts, p.name))
+    c = re.search(r"(\d+)-core", low)
+    cores = int(c.group(1)) if c else rep.cores
+    per_ccd = rep.cores_per_ccd
+    ccds = min(rep.ccds, max(1, -(-cores // per_ccd))) if rep.ccds and per_ccd else rep.ccds
+    return dataclasses.replace(
+        rep, name=name.strip(), aliases=(), cores=cores, threads=cores * max(1, rep.threads // rep.cores), ccds=ccds,
+        boost_hz=None, source=(f"not in the catalog: modelled as a {fam} part from its name, memory system of the "
+                               f"{rep.name} ({rep.source}); give --cores and --cpu-ghz if they differ"))
 
 
 def _find(parts, kind: str, name: str, numbers: str):

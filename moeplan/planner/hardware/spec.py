@@ -182,6 +182,8 @@ def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | Non
     if req.gpu_node < 0 or req.gpu_node >= n_nodes:
         raise InputError(f"--gpu-node {req.gpu_node} does not exist ({n_nodes} NUMA nodes)",
                          f"pick 0..{n_nodes - 1}")
+    if cpu is not None and cpu.source.startswith("not in the catalog"):
+        notes.append(f"CPU {cpu.name}: {cpu.source}")
     spec_cpu, core_notes = _spec_cpu(req, cpu, eff, sockets, cores_ps, threads_ps)
     notes += core_notes
     nodes, node_notes = _spec_nodes(req, cpu, eff, spec_cpu, n_nodes)
