@@ -136,9 +136,12 @@ def hardware_args(r: dict) -> tuple[list[str] | None, str]:
     """`moeplan hardware` arguments as a user would type them, or (None, reason)."""
     args = ["hardware", "--json", "--name", r["id"]]
     method = r.get("offload_method") or ""
-    gpu_used = bool(r.get("gpu_model")) and not method.startswith("cpu-only")
-    if gpu_used:
+    vram = _num(r.get("gpu_vram_gb_each"))
+    gpu_used = bool(r.get("gpu_model") or vram) and not method.startswith("cpu-only")
+    if gpu_used and r.get("gpu_model"):
         args += ["--gpu", r["gpu_model"], "--gpu-count", str(int(r.get("gpu_count") or 1))]
+    elif gpu_used:  # a GPU known by its VRAM alone: the class prior for its bandwidth
+        args += ["--gpu-vram", f"{int(vram)}GB", "--gpu-count", str(int(r.get("gpu_count") or 1))]
     sockets = int(r.get("cpu_sockets") or 1)
     if r.get("cpu_model"):
         args += ["--cpu", r["cpu_model"], "--sockets", str(sockets)]

@@ -91,3 +91,13 @@ def test_estimate_runs_on_a_vram_only_profile(tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out
+    # experts on the CPU with op-offload: prefill uploads them over a link the profile does not
+    # state; the PCIe 4.0 x16 prior keeps the figure finite (it was 0 tok/s)
+    r = CliRunner().invoke(app, ["estimate", "qwen3-30b-a3b", "--hw", str(hw), "--json", "--all-cpu-moe",
+                                 "--prompt", "4096"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    h2d = next(t for t in out["prefill_terms"] if t["name"] == "h2d_experts")
+    assert h2d["seconds"] > 0
+    assert 10 < out["prefill_tok_s"] < 1e5
+    assert "PCIe 4.0 x16 assumed" in out["factors"]["h2d_bytes_per_s"]["source"]

@@ -193,6 +193,11 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
         peak = pcie_bytes_per_s(gpu.pcie_gen, gpu.pcie_width) or pcie_bytes_per_s(3, gpu.pcie_width)
         h2d = Rate(peak * 0.8 * pi, f"spec-sheet PCIe {gpu.pcie_gen}x{gpu.pcie_width} x prior",
                    math.hypot(0.15, pi_err))
+    elif gpu and not cpu_only:
+        # a GPU known by its VRAM alone: the link of most cards of the last generations, PCIe 4.0
+        # x16, with the spread from a 3.0 x16 slot to a 5.0 x16 one
+        h2d = Rate(pcie_bytes_per_s(4, 16) * 0.8 * pi, "prior: PCIe 4.0 x16 assumed (link not given)",
+                   math.hypot(0.5, pi_err), "link not given: pass --pcie GENxLANES")
     else:
         h2d = Rate(0.0, "none", 0.0)
 
