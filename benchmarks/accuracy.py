@@ -166,6 +166,8 @@ def hardware_args(r: dict) -> tuple[list[str] | None, str]:
     if not ram or re.search(r"ram[^.]*requirement", (r.get("notes") or "").lower()):
         ram = 4096.0  # not stated: the row ran, so its weights fitted in RAM
     args += ["--ram", f"{int(ram)}GB"]
+    if "windows" in (r.get("os") or "").lower():
+        args += ["--os", "windows"]
     return args, ""
 
 

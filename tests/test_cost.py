@@ -108,20 +108,41 @@ def test_ik_offload_threshold():
     assert "h2d_experts" in {x.name for x in estimate(m, p.with_(n_ubatch=128), hw, pr).prefill_terms}
 
 
-def test_numa_binding_beats_no_policy_on_two_sockets():
+def test_no_policy_reads_one_node_with_dynamic_chunking():
+    m = toy_model()
+    hw = toy_hw(nodes=2, dram_bw=160e9, cores=32)
+    cpu = (0, 1, 2, 3)
+
+    def reads(pr, p):
+        return {x.name: x.seconds for x in estimate(m, p, hw, pr).decode_terms}["cpu_experts_read"]
+
+    none = Placement(cpu_moe_layers=cpu, n_threads=32, numa="none")
+    bind = Placement(cpu_moe_layers=cpu, n_threads=16, numa="bind", numa_nodes=(0,))
+    # fast cores: the 16 threads on the page node alone fill its DRAM (80 GB/s); without --numa
+    # ggml hands chunks out dynamically, so the far threads only take what is left: none = bind
+    pr = unit_priors(rho_remote=0.25)
+    assert reads(pr, none) == pytest.approx(4 * E_TOK / 80e9)
+    assert reads(pr, bind) == pytest.approx(4 * E_TOK / 80e9)
+    # slow cores (0.5 x the node's fair share: 2.5 GB/s each): 16 near threads read 40 GB/s, the
+    # 16 far ones 0.25 x 40 = 10 GB/s over the link, side by side: 50 GB/s; a bind has 40
+    pr = unit_priors(rho_remote=0.25, core_read_share=0.5)
+    assert reads(pr, none) == pytest.approx(4 * E_TOK / 50e9)
+    assert reads(pr, bind) == pytest.approx(4 * E_TOK / 40e9)
+
+
+def test_interleave_waits_for_remote_lines_and_distribute_reads_locally():
     m = toy_model()
     hw = toy_hw(nodes=2, dram_bw=160e9, cores=32)
     pr = unit_priors(rho_remote=0.25)
     cpu = (0, 1, 2, 3)
-    none = estimate(m, Placement(cpu_moe_layers=cpu, n_threads=32, numa="none"), hw, pr)
-    bind = estimate(m, Placement(cpu_moe_layers=cpu, n_threads=16, numa="bind", numa_nodes=(0,)), hw, pr)
-    # none: pages on one node (80 GB/s), half the reads remote at rho 0.25:
-    #   80 / (0.5 + 0.5 / 0.25) = 32 GB/s; bind: node 0 local 80 GB/s
-    t_none = {x.name: x.seconds for x in none.decode_terms}["cpu_experts_read"]
-    t_bind = {x.name: x.seconds for x in bind.decode_terms}["cpu_experts_read"]
-    assert t_none == pytest.approx(4 * E_TOK / 32e9)
-    assert t_bind == pytest.approx(4 * E_TOK / 80e9)
-    assert bind.ram_bytes_per_node == ((0, bind.ram_bytes),)
+    t = {}
+    for numa in ("interleave", "distribute"):
+        e = estimate(m, Placement(cpu_moe_layers=cpu, n_threads=32, numa=numa, numa_nodes=(0, 1)), hw, pr)
+        t[numa] = {x.name: x.seconds for x in e.decode_terms}["cpu_experts_read"]
+    # interleave: half of every thread's lines remote at 0.25 x 160: 160 / (0.5 + 0.5 / 0.25) = 64 GB/s
+    assert t["interleave"] == pytest.approx(4 * E_TOK / 64e9)
+    # distribute (page cache dropped, static chunks): every page local to its reader: 160 GB/s
+    assert t["distribute"] == pytest.approx(4 * E_TOK / 160e9)
 
 
 def test_expert_cache_hits_move_reads_to_the_gpu():

@@ -36,7 +36,11 @@ def test_estimate_flags_change_what_they_should():
     base = ["estimate", "deepseek-v3", "--hw", "epyc-genoa-2s-4090", "--all-cpu-moe", "--json"]
     a = _json(base)
     b = _json(base + ["--numa", "bind"])
-    assert b["decode_tok_s"] > a["decode_tok_s"]  # one node's local bandwidth beats remote reads
+    i = _json(base + ["--numa", "interleave"])
+    # a bind reads one node locally; interleaved pages make every thread wait for remote lines
+    assert b["decode_tok_s"] > i["decode_tok_s"]
+    assert "node 0" in b["factors"]["bw_cpu_bytes_per_s"]["note"]
+    assert "no NUMA policy" in a["factors"]["bw_cpu_bytes_per_s"]["note"]
     c = _json(base + ["--kv-type", "q8_0", "--ctx", "32k"])
     d = _json(base + ["--ctx", "32k"])
     assert c["vram_bytes"] < d["vram_bytes"]

@@ -435,7 +435,7 @@ def _windows_why(best: Candidate, cands: list[Candidate], hw: HardwareProfile) -
         line = f"NUMA on Windows: bound to node {node} with {bind_hint(node, mask)}"
         if spread:
             d = max(c.estimate.decode_tok_s for c in spread)
-            line += (f"; the Windows default (threads on all nodes, pages spread) would decode at {d:.1f} tok/s, "
+            line += (f"; the Windows default (pages spread over the nodes) would decode at {d:.1f} tok/s, "
                      f"the bind gains {e.decode_tok_s / d - 1:+.0%}")
         return out + [line]
     if not binds:

@@ -46,6 +46,7 @@ from moeplan.planner.cost import factors as F
 from moeplan.planner.cost import machine
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
+from moeplan.planner.hardware.windows import GROUP_SIZE as WINDOWS_GROUP_SIZE
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_read_bytes
 from moeplan.planner.memory.cache import plan_cache
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
@@ -217,37 +218,57 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
             rho, rho_err = (sum(remote) / len(remote)) / local, 0.1  # measured
         except (IndexError, ZeroDivisionError):
             pass
+    pages_k = 0  # 'none' with pages on k of the nodes: threads near them and far from them differ
+    thread_nodes = nodes  # the nodes whose cores run the threads
     if pr.numa_aware or len(nodes) == 1:
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 0.0
         note = "node-local pools" if pr.numa_aware and len(nodes) > 1 else f"node {nodes[0].id}"
     elif hw.os == "windows":
         # no numactl and a no-op --numa on Windows (planner/hardware/windows.py): any policy but
-        # a `start /NODE` bind leaves threads on every node and pages spread over the nodes
+        # a `start /NODE` bind leaves the pages spread over the nodes
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 1 - 1 / len(nodes)
         note = (f"Windows default: threads on all nodes, pages spread over nodes {[n.id for n in nodes]}, "
                 f"{f_remote:.0%} of reads remote")
+        if (sum(len(n.cpus) for n in nodes) or hw.cpu.n_threads) > WINDOWS_GROUP_SIZE:
+            # more logical CPUs than one processor group: ggml-cpu's Windows threads are not
+            # group-aware (ggml_thread_apply_affinity, "TODO: support > 64 CPUs"), and Windows 10 /
+            # Server 2019 keep a process's threads in its primary group, one node here (Windows 11
+            # and Server 2022 spread them over the groups: then this is pessimistic)
+            thread_nodes = nodes[:1]
+            mem_nodes_bw = bws[0][0]
+            note = (f"Windows: threads in one processor group (node {nodes[0].id}, <= {WINDOWS_GROUP_SIZE} logical "
+                    f"CPUs), pages spread over nodes {[n.id for n in nodes]}, {f_remote:.0%} of reads remote "
+                    "(Windows 11 / Server 2022 spread threads over the groups)")
     elif p.numa == "interleave":
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 1 - 1 / len(nodes)
         note = f"pages interleaved over nodes {[n.id for n in nodes]}"
     elif p.numa == "distribute":
+        # --numa distribute: no MAP_POPULATE and MADV_RANDOM (src/llama-mmap.cpp, `if (numa)`), so
+        # after the page cache is dropped (the plan says so) each page is faulted in by the first
+        # thread that reads it; ggml_is_numa() turns dynamic chunking off (ggml-cpu.c
+        # mul_mat / mul_mat_id: `disable_chunking`), thread i always takes chunk i of a matrix,
+        # and thread i runs on node i % n (set_numa_thread_affinity): every later read is local
         mem_nodes_bw = sum(b[0] for b in bws)
-        f_remote = 0.5 * (1 - 1 / len(nodes))  # first touch by spread threads: half stays remote
-        note = "threads spread over nodes, pages first-touched by them"
+        f_remote = 0.0
+        note = ("threads pinned round-robin over nodes, each page first touched by the thread that reads it "
+                "(page cache dropped): reads node-local")
     else:  # none: threads spread by the OS, pages on the loader's node until it is full
         k = machine.pages_nodes(host_bytes, [n.mem_total_bytes for n in nodes])
         mem_nodes_bw = sum(b[0] for b in bws[:k])
-        f_remote = 1 - 1 / len(nodes)
-        note = (f"no NUMA policy: pages on {'one node' if k == 1 else f'{k} nodes (one node is too small)'}, "
-                f"{f_remote:.0%} of reads remote")
+        f_remote = 1 - k / len(nodes)
+        pages_k = k
+        note = (f"no NUMA policy: pages on {'one node' if k == 1 else f'{k} nodes'} (MAP_POPULATE from the loading "
+                f"thread), threads on all {len(nodes)}; dynamic chunking lets the threads near the pages take more "
+                "of the work")
     # threads on cores: SMT siblings and threads beyond the logical CPUs add no read rate
-    n_cores = sum(n.n_physical_cores or len(n.cpus) for n in nodes) or hw.cpu.n_cores
-    n_logical = sum(len(n.cpus) for n in nodes) or hw.cpu.n_threads
+    n_cores = sum(n.n_physical_cores or len(n.cpus) for n in thread_nodes) or hw.cpu.n_cores
+    n_logical = sum(len(n.cpus) for n in thread_nodes) or hw.cpu.n_threads
     tu = machine.thread_use(T, n_cores, n_logical)
-    sockets_n = max(1, round(len(nodes) * max(1, hw.cpu.n_sockets) / max(1, n_nodes)))
-    cores_per_node = max(1, n_cores // len(nodes))
+    sockets_n = max(1, round(len(thread_nodes) * max(1, hw.cpu.n_sockets) / max(1, n_nodes)))
+    cores_per_node = max(1, n_cores // len(thread_nodes))
     core_fig = _fig(hw.cpu.core_read_bytes_per_s)
     share, share_src, share_err = _factor(F.CORE_READ_SHARE, pr.core_read_share, pr, hw)
     fam_core = machine.core_read_prior(hw)
@@ -267,14 +288,29 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     dram_bw = eta_c * mem_nodes_bw
     bw_loc = min(thread_bw, ccd_bw, dram_bw)
     rem_bw = rho * bw_loc
-    link = machine.socket_link_cap(hw, len(nodes), sockets_n) if f_remote else None
-    if link and sockets_n > 2:
+    page_sockets = max(1, round(len(nodes) * max(1, hw.cpu.n_sockets) / max(1, n_nodes)))
+    link = machine.socket_link_cap(hw, len(nodes), page_sockets) if f_remote else None
+    if link and page_sockets > 2:
         # more than two sockets: remote reads spread over many links at once; the links,
         # not one pair's remote/local ratio, bound them
         rem_bw = min(bw_loc, link[0] * LINK_READ)
     elif link:
         rem_bw = min(rem_bw, link[0] * LINK_READ)
-    bw_val = 1 / ((1 - f_remote) / bw_loc + f_remote / max(rem_bw, 1.0)) if f_remote else bw_loc
+    if f_remote and pages_k:
+        # no --numa: ggml_is_numa() is false, so mul_mat(_id) hands out chunks dynamically
+        # (ggml_threadpool_chunk_add): the threads on the k page nodes and the remote ones read
+        # side by side, each at its own rate, together bounded by the page nodes' DRAM
+        n_u = len(nodes)
+        near = min(thread_bw, ccd_bw) * pages_k / n_u
+        far = min(rho * min(thread_bw, ccd_bw) * (n_u - pages_k) / n_u,
+                  link[0] * LINK_READ if link else math.inf)
+        bw_val = min(dram_bw, near + far)
+    elif f_remote:
+        # every thread reads the same mix (interleaved pages, Windows' spread): it waits for its
+        # remote lines, so the rates combine harmonically
+        bw_val = 1 / ((1 - f_remote) / bw_loc + f_remote / max(rem_bw, 1.0))
+    else:
+        bw_val = bw_loc
     src_err = max(b[2] for b in bws)
     bound = min((thread_bw, "threads"), (ccd_bw, "ccd"), (dram_bw, "dram"))[1]
     err = math.hypot(src_err, {"threads": share_err, "ccd": 0.15, "dram": etac_err}[bound], rho_err * f_remote)
@@ -311,7 +347,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
                     f"{eff_src} ({isa_class}, {eff:.2f} of FP32 peak at {clock / 1e9:.2f} GHz)",
                     math.hypot(eff_err, core_peak[2] if core_peak else 0.3))
 
-    sockets_used = len(nodes) > 1 and hw.cpu.n_sockets > 1
+    sockets_used = len(thread_nodes) > 1 and hw.cpu.n_sockets > 1
     # a barrier's counter line crosses the socket links: one hop more per doubling of sockets
     xs = 1.0 + math.log2(sockets_n) if sockets_used else 1.0
     s_sync, ss_src, ss_err = _factor(F.S_SYNC_S, pr.s_sync_s, pr, hw)
