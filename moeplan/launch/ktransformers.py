@@ -126,7 +126,10 @@ def emit(ctx: EmitContext) -> Launch:
     if n_pools > 1 and tuple(p.numa_nodes) != tuple(range(n_pools)):
         notes.append(f"kt-kernel puts its {n_pools} pools on NUMA nodes 0-{n_pools - 1} (experts_base.py "
                      f"subpool_numa_map), not the plan's nodes {','.join(map(str, p.numa_nodes))}")
-    if n_pools == 1:
+    if n_pools == 1 and p.numa == "bind" and p.numa_nodes and p.numa_nodes[0] != 0:
+        notes.append(f"kt-kernel's single pool pins its threads and memory to NUMA node 0 (worker_pool.cpp), "
+                     f"the plan binds node {p.numa_nodes[0]}: check the server log for hwloc binding errors")
+    elif n_pools == 1 and p.numa != "bind":
         notes.append("one kt-kernel worker pool: its threads and pages are bound to NUMA node 0 (worker_pool.cpp); "
                      "on a multi-socket machine re-plan with --numa distribute for one pool per node")
     threshold = kt_threshold_of(p.extra)
