@@ -216,6 +216,13 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         args += ["--numa", "distribute"]
     elif re.search(r"-n\s*0|--cpunodebind|membind|-m\s*0|isolate", numa):
         args += ["--numa", "bind"]
+    elif backend == "ktransformers":
+        # KTransformers runs one worker pool per node only when the row says so (a USE_NUMA=1
+        # build of 0.2/0.3, --kt-threadpool-count N > 1): --numa distribute; else one pool
+        said = f"{r.get('flags') or ''} {numa}".lower()
+        pools = re.search(r"threadpool(?:[- ]count)?\s*(\d+)", said)
+        if re.search(r"use_numa=1", said) or (pools and int(pools.group(1)) > 1):
+            args += ["--numa", "distribute"]
     ub = str(r.get("batch_ubatch") or "").split("/")[-1].strip()
     if ub.isdigit():
         args += ["--ubatch", ub]

@@ -7,7 +7,14 @@ tests/data/help/sglang-0.5.23), used with kt-kernel 0.7.2 (PyPI) for the CPU ker
                        kt-kernel's conversion script) or LLAMAFILE (GGUF weights)
   --kt-weight-path     folder of the CPU expert weights (converted safetensors, or the GGUF folder)
   --kt-cpuinfer        CPU threads for the experts: the plan's threads (physical cores)
-  --kt-threadpool-count  one thread pool per NUMA node the plan uses
+  --kt-threadpool-count  one worker pool per NUMA node under a per-node plan (numa 'distribute',
+                       or 'bind' to several nodes), else 1 (cost/machine.py kt_pool_count: kt-kernel
+                       maps pool i to node i and splits every expert between the pools)
+  --kt-gpu-prefill-token-threshold  prompts of at least this many tokens prefill on the GPU layer
+                       by layer (the plan's threshold, cost/machine.py); emitted only when the
+                       target lists it: SGLang 0.5.23's launch_server --help does not (it lives in
+                       the kvcache-ai SGLang build that `kt run` launches), and without it the
+                       threshold stays at KTConfig's 0: every prompt's CPU experts run on the CPU
   --kt-num-gpu-experts   experts of *every* MoE layer kept on the GPU (see gpu_experts_per_layer)
   --kt-max-deferred-experts-per-token  experts whose CPU work may be deferred to overlap the
                        next layer (changes numerics slightly; the plan's extra sets it, default 0)
@@ -36,7 +43,9 @@ from moeplan.launch.numa import numa_prefix
 from moeplan.launch.sglang import LAUNCHER, NO_SGLANG, PORT, bench_command, kv_dtype, limit_parts
 from moeplan.launch.sglang import release_flags as sg_flags
 from moeplan.launch.vllm import model_arg
+from moeplan.planner.cost.machine import kt_pool_count, kt_threshold_of
 
+THRESHOLD_FLAG = "--kt-gpu-prefill-token-threshold"
 KT_RELEASE = "kt-kernel 0.7.2 with SGLang 0.5.23 (the --kt-* flags of its launch_server --help)"
 MAX_MEM_FRACTION = 0.95
 KT_FLAGS = {"--kt-method": "KT_METHOD", "--kt-weight-path": "KT_WEIGHT_PATH", "--kt-cpuinfer": "KT_CPUINFER",
@@ -105,15 +114,34 @@ def emit(ctx: EmitContext) -> Launch:
     model, requires = model_arg(ctx)
     method, wpath, wrequires, wnote = weights(ctx)
     g, g_total = gpu_experts_per_layer(ctx)
-    n_pools = len(p.numa_nodes) or 1
+    if p.numa == "distribute" and not p.numa_nodes:
+        raise InputError("the plan asks for per-node kt-kernel pools but lists no NUMA nodes",
+                         "re-plan with `moeplan tune --backend ktransformers` so the plan names the nodes")
+    n_pools = kt_pool_count(p.numa, len(p.numa_nodes))
     notes = [wnote,
              f"--kt-num-gpu-experts {g}: KTransformers keeps {g} experts of each of the {len(m.moe_layers)} MoE "
              f"layers on the GPU ({g_total} in all), the same expert bytes as the plan's GPU layers"
              + (" and expert cache" if p.gpu_expert_cache_bytes else "")
              + f"; counted in {m.quant} bytes, so if the checkpoint stores experts in a wider type, lower it"]
-    if not p.numa_nodes:
-        notes.append("one kt-kernel thread pool: the plan names no NUMA nodes; on a multi-socket machine "
-                     "re-plan with them so each socket gets its own pool")
+    if n_pools > 1 and tuple(p.numa_nodes) != tuple(range(n_pools)):
+        notes.append(f"kt-kernel puts its {n_pools} pools on NUMA nodes 0-{n_pools - 1} (experts_base.py "
+                     f"subpool_numa_map), not the plan's nodes {','.join(map(str, p.numa_nodes))}")
+    if n_pools == 1 and p.numa == "bind" and p.numa_nodes and p.numa_nodes[0] != 0:
+        notes.append(f"kt-kernel's single pool pins its threads and memory to NUMA node 0 (worker_pool.cpp), "
+                     f"the plan binds node {p.numa_nodes[0]}: check the server log for hwloc binding errors")
+    elif n_pools == 1 and p.numa != "bind":
+        notes.append("one kt-kernel worker pool: its threads and pages are bound to NUMA node 0 (worker_pool.cpp); "
+                     "on a multi-socket machine re-plan with --numa distribute for one pool per node")
+    threshold = kt_threshold_of(p.extra)
+    threshold_part: tuple[tuple[str, ...], ...] = ()
+    if threshold is not None and p.cpu_moe_layers:
+        if ctx.flags["server"].has(THRESHOLD_FLAG):
+            threshold_part = ((THRESHOLD_FLAG, str(threshold)),)
+        elif threshold:
+            notes.append(f"{target_text(ctx.flags['server'], KT_RELEASE, NO_SGLANG)} has no {THRESHOLD_FLAG}: "
+                         f"it prefills every prompt's CPU experts on the CPU (KTConfig's threshold 0); the plan's "
+                         f"prefill figure for prompts of {threshold}+ tokens assumes the layer-wise GPU prefill of "
+                         f"the kvcache-ai SGLang build (`kt run`), which takes {THRESHOLD_FLAG} {threshold}")
     kv_note = kv_dtype(p.cache_type_k)[1]
     if kv_note:
         notes.append(kv_note)
@@ -122,6 +150,7 @@ def emit(ctx: EmitContext) -> Launch:
         ("--kt-method", method), ("--kt-weight-path", wpath), ("--kt-cpuinfer", str(p.n_threads)),
         ("--kt-threadpool-count", str(n_pools)), ("--kt-num-gpu-experts", str(g)),
         ("--kt-max-deferred-experts-per-token", ctx.extra("kt_max_deferred_experts_per_token", "0")),
+        *threshold_part,
     ]
     if p.n_gpus > 1:
         parts.append(("--tp-size", str(p.n_gpus)))

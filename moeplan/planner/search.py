@@ -24,7 +24,8 @@ import math
 from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError
-from moeplan.planner.cost.estimate import cpu_nodes, dot_elements, estimate, physical_cores, used_nodes
+from moeplan.planner.cost.estimate import cpu_nodes, dot_elements, estimate, kt_plan_threshold, physical_cores, used_nodes
+from moeplan.planner.cost.machine import KT_CHUNKED_PREFILL_TOKENS, KT_THRESHOLD_KEY
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
@@ -135,9 +136,7 @@ def shortfall(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ra
     mem = estimate_memory(model, p, consts)
     if p.n_gpus == 1 and mem.vram_required_bytes > vram:
         return f"VRAM short by {(mem.vram_required_bytes - vram) / GIB:.2f} GiB"
-    anon = mem.ram_anon_bytes
-    if pr.numa_aware:
-        anon += mem.get("weights_experts_cpu") * max(0, len(used_nodes(hw, p)) - 1)
+    anon = mem.ram_anon_bytes  # kt-kernel's per-node pools split the experts: counted once
     if anon > ram - OS_RESERVE_BYTES:
         return f"RAM short by {(anon - ram + OS_RESERVE_BYTES) / GIB:.2f} GiB"
     if p.numa == "bind" and hw.numa_nodes:
@@ -170,8 +169,17 @@ def _score(e: Estimate, objective: str, kv: str) -> float:
 
 def _numa_options(hw: HardwareProfile, req: Request, pr: BackendPriors) -> tuple[tuple[str, tuple[int, ...]], ...]:
     nodes = list(hw.cpu_nodes)
-    if len(nodes) <= 1 or pr.numa_aware:
-        return (("none", ()),) if not pr.numa_aware else (("none", tuple(n.id for n in nodes)),)
+    if len(nodes) <= 1:
+        return (("none", ()),)
+    if pr.numa_aware:
+        # KTransformers: one worker pool per node ('distribute', kt-kernel --kt-threadpool-count
+        # = the nodes) unless asked otherwise; one pool ('none') or one bound node ('bind': kt-kernel's
+        # single pool lives on node 0, experts_base.py subpool_numa_map = range(count)); numactl
+        # --interleave is overridden by the pools' own memory binding, so it is not offered
+        ids = tuple(n.id for n in nodes)
+        kt = {"distribute": ids, "none": (), "bind": (nodes[0].id,)}
+        allowed = tuple(pol for pol in (req.numa_policies or ("distribute",)) if pol in kt) or ("distribute",)
+        return tuple((pol, kt[pol]) for pol in allowed)
     allowed = req.numa_policies or ("bind", "interleave", "distribute", "none")
     if hw.os == "windows":
         # no numactl and no --numa on Windows: the OS default ('none', pages spread over the
@@ -258,11 +266,14 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
             continue
         if kv != "f16" and has_gpu and kv_f16 - kv_cache_bytes(model, ctx0, kv, kv) < min_layer:
             continue
+        # KTransformers: SGLang's --chunked-prefill-size (the plan's n_batch) is the chunk the
+        # layer-wise GPU prefill uploads the CPU experts for (cost/machine.py)
+        batch0 = KT_CHUNKED_PREFILL_TOKENS if pr.name == "ktransformers" else 2048
         for numa, nodes in _numa_options(hw, req, pr):
             for ub in req.ubatches:
                 for op in ((True, False) if has_gpu and pr.op_offload in ("mainline", "ik") else (True,)):
                     base = Placement(backend=pr.name, n_ctx=ctx0, cache_type_k=kv, cache_type_v=kv,
-                                     flash_attn=True, n_ubatch=ub, n_batch=max(2048, ub), numa=numa,
+                                     flash_attn=True, n_ubatch=ub, n_batch=max(batch0, ub), numa=numa,
                                      numa_nodes=nodes, op_offload=op, n_gpus=n_gpus)
                     base = base.with_(n_threads=req.threads or physical_cores(hw, base))
                     if hw.os == "windows" and numa == "bind":
@@ -301,6 +312,12 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
         grown = fit_placement(model, grown, hw, vram, consts) or grown
         e = estimate(model, grown, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
         best = Candidate(grown, e, _score(e, req.objective, grown.cache_type_k))
+    if pr.name == "ktransformers" and has_gpu:
+        # the layer-wise GPU prefill threshold the estimate assumed (cost/estimate.py
+        # kt_prefill_crossover_tokens), written into the plan for the emitter
+        thr = kt_plan_threshold(model, best.placement, hw, pr, consts)
+        extra = tuple(kv for kv in best.placement.extra if kv[0] != KT_THRESHOLD_KEY) + ((KT_THRESHOLD_KEY, str(thr)),)
+        best = Candidate(best.placement.with_(extra=extra), best.estimate, best.score)
     alts = _distinct_alternatives(candidates[1:], best)
     pareto = pareto_front(model, best.placement, order, hw, pr, req, vram, ram, consts) if has_gpu else ()
     return SearchResult(best=best, alternatives=tuple(alts), pareto=pareto, n_evaluated=n_eval,

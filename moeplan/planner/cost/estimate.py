@@ -220,10 +220,14 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
             pass
     pages_k = 0  # 'none' with pages on k of the nodes: threads near them and far from them differ
     thread_nodes = nodes  # the nodes whose cores run the threads
-    if pr.numa_aware or len(nodes) == 1:
+    # KTransformers: per-node worker pools only under a 'distribute' / multi-node 'bind' plan
+    # (machine.kt_pool_count); one pool on several nodes reads like llama.cpp without a policy
+    pools = machine.kt_pool_count(p.numa, len(nodes)) if pr.numa_aware else 1
+    if pools > 1 or len(nodes) == 1:
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 0.0
-        note = "node-local pools" if pr.numa_aware and len(nodes) > 1 else f"node {nodes[0].id}"
+        note = (f"{pools} per-node pools (kt-kernel --kt-threadpool-count {pools}): each node's threads read "
+                "their node's share of every expert" if pools > 1 else f"node {nodes[0].id}")
     elif hw.os == "windows":
         # no numactl and a no-op --numa on Windows (planner/hardware/windows.py): any policy but
         # a `start /NODE` bind leaves the pages spread over the nodes
@@ -670,14 +674,58 @@ def _multi_gpu_prefill(model: ModelSpec, p: Placement, hw: HardwareProfile, f: F
     return total, " + ".join(parts), t_h
 
 
+def kt_prefill_threshold(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
+                         f: Factors, devices: tuple = ()) -> int:
+    """The --kt-gpu-prefill-token-threshold a KTransformers plan runs with: the plan's own
+    (Placement.extra), else the crossover the planner picks (kt_prefill_crossover_tokens)."""
+    own = machine.kt_threshold_of(p.extra)
+    if own is not None:
+        return own
+    return kt_prefill_crossover_tokens(model, p, hw, pr, f, devices)
+
+
+def kt_prefill_crossover_tokens(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
+                                f: Factors, devices: tuple = ()) -> int:
+    """Shortest prompt for which KTransformers' layer-wise GPU prefill (every CPU layer's experts
+    uploaded per chunk + GPU compute) takes less time than the CPU experts; 0 (off) when even a
+    full chunk of KT_CHUNKED_PREFILL_TOKENS is faster on the CPU (longer prompts only repeat
+    chunks, so the layer-wise path never wins). The upload is a fixed cost per chunk and the
+    CPU path grows with the prompt, so the difference changes sign once: bisection."""
+    if pr.name != "ktransformers" or f.cpu_only or not p.cpu_moe_layers or not p.op_offload:
+        return 0
+
+    def faster_on_gpu(n: int) -> bool:
+        t_lw = sum(t.seconds for t in estimate_prefill_terms(model, p, hw, pr, f, n, devices, layerwise=True)[0])
+        t_cpu = sum(t.seconds for t in estimate_prefill_terms(model, p, hw, pr, f, n, devices, layerwise=False)[0])
+        return t_lw < t_cpu
+
+    hi = machine.KT_CHUNKED_PREFILL_TOKENS
+    if not faster_on_gpu(hi):
+        return 0
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if faster_on_gpu(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
 def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
-                           f: Factors, n_prompt: int, devices: tuple = ()) -> tuple[list[Term], dict[str, float]]:
-    """Terms of processing an n_prompt-token prompt, in seconds per prompt token."""
+                           f: Factors, n_prompt: int, devices: tuple = (), *,
+                           layerwise: bool | None = None) -> tuple[list[Term], dict[str, float]]:
+    """Terms of processing an n_prompt-token prompt, in seconds per prompt token. `layerwise`
+    forces KTransformers' prefill path (None: the plan's threshold decides)."""
     k, n = p.n_experts_used or model.n_experts_used, model.n_experts
     n_prompt = max(1, n_prompt)
     u = max(1, min(p.n_ubatch, n_prompt))
     cpu_layers = bool(set(p.cpu_moe_layers))
-    layerwise = p.op_offload and machine.kt_layerwise_prefill(pr.name, n_prompt, cpu_layers and not f.cpu_only)
+    kt_gpu = pr.name == "ktransformers" and p.op_offload and cpu_layers and not f.cpu_only
+    if layerwise is None:
+        layerwise = kt_gpu and machine.kt_layerwise_prefill(pr.name, n_prompt, True,
+                                                            kt_prefill_threshold(model, p, hw, pr, f, devices))
+    layerwise = bool(layerwise and kt_gpu)
     if layerwise:
         u = min(n_prompt, machine.KT_CHUNKED_PREFILL_TOKENS)
     n_ub = math.ceil(n_prompt / u)
@@ -733,10 +781,16 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                 b = sum(layer.expert_bytes for layer in moe_cpu) * full
                 what = ("all experts of the CPU layers uploaded layer by layer (KTransformers GPU prefill)"
                         if layerwise else "used experts")
-                terms.append(Term("h2d_experts", b / max(1.0, f.h2d_bytes_per_s.value) * scale, "pcie",
+                rate, rate_how, rate_err = f.h2d_bytes_per_s.value, "", f.h2d_bytes_per_s.rel_err
+                if layerwise and f.bw_cpu_bytes_per_s.value / 2 < rate:
+                    # kt-kernel's pools memcpy each expert into the pinned buffer first
+                    # (write_weights_to_buffer): a read and a write of every byte
+                    rate, rate_err = f.bw_cpu_bytes_per_s.value / 2, f.bw_cpu_bytes_per_s.rel_err
+                    rate_how = " (CPU copy into the pinned buffer: CPU read rate / 2)"
+                terms.append(Term("h2d_experts", b / max(1.0, rate) * scale, "pcie",
                                   f"{b / 1e9:.2f} GB of {what} per ubatch of {u} / "
-                                  f"{f.h2d_bytes_per_s.value / 1e9:.1f} GB/s"))
-                errs["h2d_experts"] = f.h2d_bytes_per_s.rel_err
+                                  f"{rate / 1e9:.1f} GB/s{rate_how}"))
+                errs["h2d_experts"] = rate_err
             else:
                 fl = u * 2 * exp_params(moe_cpu)
                 b = sum(layer.expert_bytes for layer in moe_cpu) * share
@@ -806,13 +860,17 @@ BOTTLENECK_TEXT = {
 
 
 def node_ram_split(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
-                   host_bytes: int) -> tuple[tuple[int, int], ...]:
+                   host_bytes: int, cpu_expert_bytes: int = 0) -> tuple[tuple[int, int], ...]:
     """Host RAM per NUMA node: bound nodes hold it all, interleave spreads it (as Windows does
-    without a bind), KTransformers copies the experts to every node, no policy puts it on the
-    first node."""
+    without a bind), KTransformers' per-node pools hold 1/N of every CPU expert each (kt-kernel
+    splits, machine.py "KTransformers"; the rest stays on the first node), no policy puts it on
+    the first node."""
     nodes = used_nodes(hw, p)
-    if pr.numa_aware and len(nodes) > 1:
-        return tuple((n.id, host_bytes) for n in nodes)
+    pools = machine.kt_pool_count(p.numa, len(nodes)) if pr.numa_aware else 1
+    if pools > 1:
+        share = cpu_expert_bytes // pools
+        rest = host_bytes - share * pools
+        return tuple((n.id, share + (rest if i == 0 else 0)) for i, n in enumerate(nodes))
     spread = p.numa in ("interleave", "distribute") or (hw.os == "windows" and p.numa != "bind")
     if spread and len(nodes) > 1:
         share = host_bytes // len(nodes)
@@ -835,6 +893,21 @@ def memory_report(mem, hw: HardwareProfile) -> MemoryReport:
     return MemoryReport(vram_bytes=d["vram_bytes"], vram_required_bytes=d["vram_required_bytes"],
                         ram_bytes=d["ram_bytes"], ram_anon_bytes=d["ram_anon_bytes"], margin_bytes=d["margin_bytes"],
                         items=lines, per_gpu=tuple(per))
+
+
+def kt_plan_threshold(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
+                      consts: MemoryConstants | None = None) -> int:
+    """The --kt-gpu-prefill-token-threshold the planner writes into a KTransformers plan."""
+    if not hw.gpus and p.n_gpus:
+        p = p.with_(n_gpus=0)
+    if consts is None:
+        from moeplan.planner.memory.constants import memory_constants
+
+        consts = memory_constants(hw, pr.name)
+    with plan_cache():
+        mem = estimate_memory(model, p, consts)
+        f = resolve_factors(hw, pr, p, host_bytes=mem.ram_bytes)
+        return kt_prefill_crossover_tokens(model, p, hw, pr, f, mem.devices if not f.cpu_only else ())
 
 
 def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, *, depth: int = 0,
@@ -870,9 +943,25 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
     prefill = 1.0 / t_pp if t_pp > 0 else 0.0
     prr = _terms_range(pterms, perrs)
     host = mem.ram_bytes
-    if pr.numa_aware and len(used_nodes(hw, p)) > 1:
-        host += mem.get("weights_experts_cpu") * (len(used_nodes(hw, p)) - 1)
     notes = []
+    pools = machine.kt_pool_count(p.numa, len(used_nodes(hw, p))) if pr.numa_aware and p.cpu_moe_layers else 1
+    if pools > 1:
+        notes.append(f"{pools} kt-kernel pools split every CPU expert between the nodes (RAM counted once); "
+                     "KTransformers 0.2/0.3 built with USE_NUMA=1 copies them to every node instead "
+                     f"({pools}x the {mem.get('weights_experts_cpu') / 2**30:.1f} GiB of CPU experts)")
+    elif pr.numa_aware and p.cpu_moe_layers and len(cpu_nodes(hw)) > 1 and p.numa == "none":
+        notes.append("one KTransformers thread pool on a multi-node machine: most expert reads cross the socket "
+                     "links; per-node pools (--numa distribute: kt-kernel --kt-threadpool-count, or a USE_NUMA=1 "
+                     "build of 0.2/0.3) read node-local memory")
+    if pr.name == "ktransformers" and p.op_offload and p.cpu_moe_layers and not f.cpu_only:
+        thr = kt_prefill_threshold(model, p, hw, pr, f, devices)
+        own = machine.kt_threshold_of(p.extra) is not None
+        notes.append(f"prefill: layer-wise on the GPU (every CPU layer's experts uploaded per "
+                     f"{machine.KT_CHUNKED_PREFILL_TOKENS}-token chunk) for prompts of {thr} tokens or more, the CPU "
+                     f"experts below (--kt-gpu-prefill-token-threshold {thr}, "
+                     + ("the plan's)" if own else "where the layer-wise path gets faster)")
+                     if thr else "prefill: the CPU experts for every prompt length (the layer-wise GPU path "
+                     "is never faster here, or the plan's threshold is 0)")
     if res_share < 1.0:
         notes.append(f"only {res_share:.0%} of the CPU experts fit in RAM: the rest is read from NVMe")
     if p.n_draft:
@@ -896,7 +985,7 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
         vram_required_bytes=0 if f.cpu_only else mem.vram_required_bytes,
         ram_bytes=host,
         memory=memory_report(mem, hw),
-        ram_bytes_per_node=node_ram_split(model, p, hw, pr, host if not pr.numa_aware else mem.ram_bytes),
+        ram_bytes_per_node=node_ram_split(model, p, hw, pr, host, int(mem.get("weights_experts_cpu"))),
         depth=depth,
         factors=factors_used(f),
         notes=tuple(notes),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from moeplan.errors import InputError
 from moeplan.planner.hardware.profile import HardwareProfile
 
 LINE_BYTES = 64
@@ -278,18 +279,65 @@ def pages_nodes(host_bytes: float, node_mem_bytes: list[int]) -> int:
     return max(1, min(len(node_mem_bytes), math.ceil(host_bytes / (per * 0.9))))
 
 
-# KTransformers >= 0.4 (kt-kernel + SGLang): a prompt of at least --kt-gpu-prefill-threshold
-# tokens is prefilled on the GPU layer by layer, each MoE layer's experts copied to a shared
-# full-GPU layer first (sglang python/sglang/srt/layers/moe/kt_ep_wrapper.py KTConfig
-# .gpu_prefill_token_threshold, kt_full_context.py SharedFullContext "full GPU layer for prefill
-# token threshold fallback"); `kt run` defaults the threshold to 4096
-# (kt-kernel/python/cli/commands/run.py: resolve(kt_gpu_prefill_threshold, ..., 4096)) and
-# chunks prefill by CHUNKED_PREFILL_SIZE 4096 tokens, so every chunk uploads every CPU layer's
-# experts once. Shorter prompts run the CPU experts (AMX / AVX-512 kernels). KTransformers 0.2/0.3
-# (and `--no-op-offload`, i.e. --kt-gpu-prefill-threshold 0) prefill on the CPU.
-KT_GPU_PREFILL_TOKENS = 4096
+# ---- KTransformers (kt-kernel) ----------------------------------------------------------------
+#
+# NUMA. kt-kernel runs one CPUInfer worker pool per --kt-threadpool-count (SGLang's KTConfig
+# .threadpool_count): kt-kernel/python/experts_base.py _get_cpu_infer maps pool i to NUMA node i
+# (subpool_numa_map = range(count)) and gives it cpuinfer // count threads. Each pool's threads
+# are pinned to cores of its node and bind their memory to it (cpu_backend/worker_pool.cpp
+# InNumaPool::InNumaPool: hwloc_set_thread_cpubind on the node's cores; worker_thread ->
+# set_memory_to_numa, HWLOC_MEMBIND_BIND | STRICT). The MoE operator is split, not copied, over
+# the pools: operators/moe-tp.hpp TP_MOE_Common gives every pool intermediate_size / count of
+# every expert (tp_config.intermediate_size /= tp_count), each part allocated and loaded by its
+# node's threads, and sums the pools' partial outputs (merge_results). So with N pools every
+# expert read is node-local and the experts take their bytes once, 1/N on each node.
+# One pool (count 1) is pool 0 on node 0: threads on node 0's cores, pages on node 0.
+# KTransformers 0.2/0.3 differ: built with USE_NUMA=1 the llamafile MoE copies every expert to
+# every configured node (csrc/ktransformers_ext/operators/llamafile/moe.cpp: numa_alloc_onnode +
+# memcpy per node) and binds thread i to node i * nodes / threads (cpu_backend/backend.cpp);
+# built without it there is one pool of unpinned threads reading the copy the loading thread
+# first-touched (numa 'none' in the cost model).
+KT_POOL_POLICIES = ("bind", "distribute")  # a plan's numa under which KT runs one pool per node
+KT_LEGACY_USE_NUMA_COPIES = True  # KT 0.2/0.3 USE_NUMA=1: one copy of the experts per node (note only)
+
+
+def kt_pool_count(numa: str, n_nodes_used: int) -> int:
+    """Worker pools KTransformers runs for a plan: one per NUMA node the plan uses under a
+    'distribute' (per-node pools) or a multi-node 'bind', else one."""
+    return n_nodes_used if numa in KT_POOL_POLICIES and n_nodes_used > 1 else 1
+
+
+# Prefill. KTransformers >= 0.4 (kt-kernel + SGLang): a prompt of at least
+# --kt-gpu-prefill-token-threshold tokens is prefilled on the GPU layer by layer, each MoE layer's
+# CPU experts written by the CPU pools into a pinned buffer and copied to a shared full-GPU layer
+# first (kt-kernel operators/amx/bf16-moe.hpp write_weight_scale_to_buffer -> every TP part's
+# write_weights_to_buffer, a memcpy from its node; SGLang kt_ep_wrapper.py KTConfig
+# .gpu_prefill_token_threshold, default 0 = off; "> threshold: layerwise GPU prefill ... requires
+# one MoE layer extra VRAM", kt-kernel README). Published recipes set it from 400 to 4096
+# (doc/en/kt-kernel/AVX2-Tutorial.md 400, Kimi-K2-Thinking-Native.md 400, MiniMax-M3 500,
+# GLM-5 1024, Qwen3-Coder-Next 2048, kt-kernel README 4096; `kt run` defaults to 4096,
+# kt-kernel/python/cli/commands/run.py resolve(..., 4096)). Prefill is chunked by
+# --chunked-prefill-size 4096, so every chunk uploads every CPU layer's experts once. Shorter
+# prompts run the CPU experts on the CPU pools. KTransformers 0.2/0.3 prefill on the CPU.
+# The planner sets the threshold to the prompt length where the layer-wise path gets faster
+# (estimate.kt_prefill_crossover_tokens); a plan carries it in Placement.extra under this key.
+KT_THRESHOLD_KEY = "kt_gpu_prefill_token_threshold"
 KT_CHUNKED_PREFILL_TOKENS = 4096
 
 
-def kt_layerwise_prefill(backend: str, n_prompt: int, has_cpu_experts_and_gpu: bool) -> bool:
-    return backend == "ktransformers" and has_cpu_experts_and_gpu and n_prompt >= KT_GPU_PREFILL_TOKENS
+def kt_threshold_of(extra: tuple[tuple[str, str], ...]) -> int | None:
+    """The plan's --kt-gpu-prefill-token-threshold (0 = off), None when the plan sets none."""
+    for k, v in extra:
+        if k == KT_THRESHOLD_KEY:
+            if not str(v).strip().isdigit():
+                raise InputError(f"{KT_THRESHOLD_KEY} {v!r} is not a token count",
+                                 "give a whole number of prompt tokens (0 turns the layer-wise GPU prefill off)")
+            return int(v)
+    return None
+
+
+def kt_layerwise_prefill(backend: str, n_prompt: int, has_cpu_experts_and_gpu: bool, threshold: int) -> bool:
+    """KTransformers' layer-wise GPU prefill runs for prompts of at least `threshold` tokens
+    (0 = never)."""
+    return (backend == "ktransformers" and has_cpu_experts_and_gpu and threshold > 0
+            and n_prompt >= threshold)

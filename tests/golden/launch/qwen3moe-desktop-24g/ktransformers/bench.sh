@@ -7,7 +7,7 @@
 # flags for: kt-kernel 0.7.2 with SGLang 0.5.23 (the --kt-* flags of its launch_server --help) (no sglang found: pass --bin the python that has it)
 # note: CPU experts read by kt-kernel's LLAMAFILE kernel from the GGUF folder
 # note: --kt-num-gpu-experts 4: KTransformers keeps 4 experts of each of the 6 MoE layers on the GPU (24 in all), the same expert bytes as the plan's GPU layers; counted in Q8_0 bytes, so if the checkpoint stores experts in a wider type, lower it
-# note: one kt-kernel thread pool: the plan names no NUMA nodes; on a multi-socket machine re-plan with them so each socket gets its own pool
+# note: one kt-kernel worker pool: its threads and pages are bound to NUMA node 0 (worker_pool.cpp); on a multi-socket machine re-plan with --numa distribute for one pool per node
 # note: SGLang has no q8_0 KV cache; fp8_e5m2 (1 byte per element) is the nearest
 # note: the plan was made for llama.cpp; its speed figures are for that backend
 set -euo pipefail

@@ -7,7 +7,7 @@
 # flags for: kt-kernel 0.7.2 with SGLang 0.5.23 (the --kt-* flags of its launch_server --help) (no sglang found: pass --bin the python that has it)
 # note: --kt-method AMXINT4 needs an Intel CPU with AMX (Sapphire Rapids or newer) and expert weights converted by kt-kernel's conversion script; on other CPUs use GGUF weights with LLAMAFILE
 # note: --kt-num-gpu-experts 42: KTransformers keeps 42 experts of each of the 36 MoE layers on the GPU (1512 in all), the same expert bytes as the plan's GPU layers; counted in MXFP4 bytes, so if the checkpoint stores experts in a wider type, lower it
-# note: one kt-kernel thread pool: the plan names no NUMA nodes; on a multi-socket machine re-plan with them so each socket gets its own pool
+# note: one kt-kernel worker pool: its threads and pages are bound to NUMA node 0 (worker_pool.cpp); on a multi-socket machine re-plan with --numa distribute for one pool per node
 # note: the plan was made for llama.cpp; its speed figures are for that backend
 set -euo pipefail
 : "${MODEL:?set MODEL to the Hugging Face checkpoint of gpt-oss-120b (a folder or hub id)}"

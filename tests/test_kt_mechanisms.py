@@ -1,0 +1,168 @@
+"""KTransformers mechanisms: per-node worker pools vs one pool, and the layer-wise GPU prefill
+threshold (planner/cost/machine.py "KTransformers", cost/estimate.py, launch/ktransformers.py)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from launch_plans import make_plan, write_models
+from model_builders import toy_hw, toy_model, unit_priors
+
+from moeplan.launch import emit_launch, release_programs
+from moeplan.launch.binaries import Programs
+from moeplan.launch.ktransformers import THRESHOLD_FLAG
+from moeplan.planner.cost import machine
+from moeplan.planner.cost.estimate import (
+    LINK_READ,
+    estimate,
+    estimate_prefill_terms,
+    kt_prefill_crossover_tokens,
+    resolve_factors,
+)
+from moeplan.planner.memory.accounting import estimate_memory
+from moeplan.planner.memory.constants import memory_constants
+from moeplan.planner.placement import Placement
+from moeplan.planner.search import Request, choose_plan
+from moeplan.profiles import catalog
+from moeplan.profiles.backends import read_priors
+from moeplan.profiles.catalog import SpecRequest
+from moeplan.units import GIB
+
+KEY = machine.KT_THRESHOLD_KEY
+
+
+def kt_priors(**kw):
+    return unit_priors(name="ktransformers", op_offload="never", numa_aware=True, **kw)
+
+
+def two_socket_xeon():
+    return catalog.build_profile(SpecRequest(cpu="Xeon Gold 6330", sockets=2, ram_bytes=1024 * GIB,
+                                             gpu="RTX 4090"))
+
+
+# ---- NUMA: pools ---------------------------------------------------------------------------
+
+def test_per_node_pools_read_locally_one_pool_reads_over_the_socket_links():
+    hw, pr = two_socket_xeon(), read_priors("ktransformers")
+    assert pr.numa_aware and len(hw.cpu_nodes) == 2
+    ids = tuple(n.id for n in hw.cpu_nodes)
+    pools = resolve_factors(hw, pr, Placement(backend="ktransformers", n_threads=56, numa="distribute",
+                                              numa_nodes=ids), host_bytes=400 * GIB)
+    one = resolve_factors(hw, pr, Placement(backend="ktransformers", n_threads=56, numa="none"),
+                          host_bytes=400 * GIB)
+    assert pools.remote_share == 0.0 and "2 per-node pools" in pools.numa_note
+    assert one.remote_share == pytest.approx(0.5)
+    assert pools.bw_cpu_bytes_per_s.value > one.bw_cpu_bytes_per_s.value
+    # half the reads remote, and those go over the UPI links: at most 2 x the links' read rate
+    link, _ = machine.socket_link_cap(hw, 2, 2)
+    assert one.bw_cpu_bytes_per_s.value <= 2 * link * LINK_READ * (1 + 1e-9)
+    assert "remote reads" in one.numa_note
+
+
+def test_pool_count_follows_the_plans_numa():
+    assert machine.kt_pool_count("distribute", 2) == 2
+    assert machine.kt_pool_count("bind", 2) == 2
+    assert machine.kt_pool_count("none", 2) == 1
+    assert machine.kt_pool_count("interleave", 4) == 1
+    assert machine.kt_pool_count("distribute", 1) == 1
+
+
+def test_pools_split_the_experts_between_nodes_ram_counted_once():
+    m, hw, pr = toy_model(), toy_hw(nodes=2), kt_priors()
+    p = Placement(backend="ktransformers", cpu_moe_layers=(0, 1, 2, 3), n_threads=16, numa="distribute",
+                  numa_nodes=(0, 1))
+    e = estimate(m, p, hw, pr)
+    mem = estimate_memory(m, p, memory_constants(hw, pr.name))
+    experts = int(mem.get("weights_experts_cpu"))
+    assert experts == 4 * 3 * 1024 * 1024 * 8 * 2
+    assert e.ram_bytes == mem.ram_bytes  # no per-node copies (kt-kernel moe-tp.hpp splits)
+    per = dict(e.ram_bytes_per_node)
+    assert per[1] == experts // 2
+    assert per[0] == mem.ram_bytes - experts // 2
+    one = estimate(m, p.with_(numa="none", numa_nodes=()), hw, pr)
+    assert one.ram_bytes_per_node == ((0, one.ram_bytes),)
+    assert any("one KTransformers thread pool" in n for n in one.notes)
+
+
+def test_tune_plans_per_node_pools_for_kt_on_two_nodes():
+    m, hw, pr = toy_model(), toy_hw(nodes=2, vram_gib=2.0), kt_priors()
+    res = choose_plan(m, hw, pr, Request(backend="ktransformers", n_ctx=4096))
+    p = res.best.placement
+    assert p.numa == "distribute" and p.numa_nodes == (0, 1)
+    assert machine.kt_pool_count(p.numa, len(p.numa_nodes)) == 2
+    asked = choose_plan(m, hw, pr, Request(backend="ktransformers", n_ctx=4096, numa_policies=("none",))).best
+    assert asked.placement.numa == "none"
+    assert res.best.estimate.decode_tok_s > asked.estimate.decode_tok_s
+
+
+# ---- prefill: the layer-wise GPU threshold -------------------------------------------------
+
+def _kt_case(h2d: float):
+    m, hw, pr = toy_model(), toy_hw(h2d=h2d), kt_priors(cpu_mm_eff={"avx2": 0.05})
+    p = Placement(backend="ktransformers", cpu_moe_layers=(0, 1, 2, 3), n_threads=16)
+    f = resolve_factors(hw, pr, p)
+    return m, hw, pr, p, f
+
+
+def _t(m, hw, pr, p, f, n, layerwise):
+    return sum(t.seconds for t in estimate_prefill_terms(m, p, hw, pr, f, n, layerwise=layerwise)[0])
+
+
+def test_crossover_is_where_the_layerwise_path_gets_faster():
+    m, hw, pr, p, f = _kt_case(25e9)
+    n = kt_prefill_crossover_tokens(m, p, hw, pr, f)
+    assert 1 < n < machine.KT_CHUNKED_PREFILL_TOKENS
+    assert _t(m, hw, pr, p, f, n, True) < _t(m, hw, pr, p, f, n, False)
+    assert _t(m, hw, pr, p, f, n - 1, True) >= _t(m, hw, pr, p, f, n - 1, False)
+
+
+def test_crossover_falls_as_the_link_gets_faster():
+    def crossover(h2d):
+        m, hw, pr, p, f = _kt_case(h2d)
+        return kt_prefill_crossover_tokens(m, p, hw, pr, f)
+
+    thresholds = [crossover(h2d) for h2d in (2e9, 8e9, 25e9, 64e9)]
+    live = [t for t in thresholds if t]
+    assert live == sorted(live, reverse=True) and len(set(live)) == len(live) >= 3
+    # a link so slow that even a full chunk is faster on the CPU: the path is off
+    assert crossover(0.05e9) == 0
+
+
+def test_the_plans_threshold_selects_the_prefill_path():
+    m, hw, pr, p, _ = _kt_case(25e9)
+    at = p.with_(extra=((KEY, "1000"),))
+    names = lambda n, q: {t.name for t in estimate(m, q, hw, pr, n_prompt=n).prefill_terms}  # noqa: E731
+    assert "cpu_experts" in names(999, at) and "h2d_experts" not in names(999, at)
+    assert "h2d_experts" in names(1000, at)
+    assert "h2d_experts" not in names(8192, p.with_(extra=((KEY, "0"),)))  # 0 = off
+    with pytest.raises(Exception, match=KEY):
+        estimate(m, p.with_(extra=((KEY, "many"),)), hw, pr)
+
+
+# ---- the emitter ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return write_models(tmp_path_factory.mktemp("models"))
+
+
+def test_emitter_pools_and_threshold_flag(models):
+    m = models["qwen3moe"]
+    p = Placement(backend="ktransformers", cpu_moe_layers=m.moe_layer_indices[:3], n_ctx=8192, n_threads=32,
+                  numa="distribute", numa_nodes=(0, 1), n_batch=4096, extra=((KEY, "700"),))
+    stock = emit_launch(make_plan(m, p), m, "ktransformers")
+    argv = list(stock.script("launch.sh").command.argv)
+    assert argv[argv.index("--kt-threadpool-count") + 1] == "2"
+    # SGLang 0.5.23's launch_server --help has no threshold flag: not emitted, said in the notes
+    assert THRESHOLD_FLAG not in argv
+    assert any(THRESHOLD_FLAG in n and "700" in n for n in stock.notes)
+    # a build that lists it (kvcache-ai SGLang) gets the plan's value
+    progs = release_programs("ktransformers")
+    server = progs.flags["server"]
+    flags = {**progs.flags, "server": dataclasses.replace(server, flags={**server.flags, THRESHOLD_FLAG: "N"})}
+    fork = emit_launch(make_plan(m, p), m, "ktransformers", programs=Programs(progs.programs, flags))
+    argv = list(fork.script("launch.sh").command.argv)
+    assert argv[argv.index(THRESHOLD_FLAG) + 1] == "700"
+    one = list(emit_launch(make_plan(m, p.with_(numa="none", numa_nodes=())), m, "ktransformers")
+               .script("launch.sh").command.argv)
+    assert one[one.index("--kt-threadpool-count") + 1] == "1"
