@@ -42,9 +42,8 @@ import math
 from dataclasses import replace
 
 from moeplan.errors import InputError
-from moeplan.planner.cost import attention
+from moeplan.planner.cost import attention, machine
 from moeplan.planner.cost import factors as F
-from moeplan.planner.cost import machine
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_read_bytes
