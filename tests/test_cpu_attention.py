@@ -108,7 +108,7 @@ def test_sliding_window_layers_attend_only_the_window():
     assert len(swa) == len(full) == 18
     assert all(a.cache_cells == 128 + 512 for a in swa)
     m = _machine(32)
-    t_swa = [A.decode_attention(swa, m, "llama.cpp", "f16", "f16").seconds for _ in (0,)][0]
+    t_swa = A.decode_attention(swa, m, "llama.cpp", "f16", "f16").seconds
     swa_deeper = [a for a in A.attention_layers(gpt, 30000) if a.cells == 128]
     assert A.decode_attention(swa_deeper, m, "llama.cpp", "f16", "f16").seconds == pytest.approx(t_swa)
 
