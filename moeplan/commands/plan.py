@@ -32,6 +32,7 @@ from moeplan.errors import InputError
 HwOpt = Annotated[Optional[str], typer.Option("--hw", help="Hardware profile JSON, a preset name, or omit to use this machine (cached probe).")]
 DepthOpt = Annotated[int, typer.Option("--depth", help="Tokens already in context when decoding.")]
 PromptOpt = Annotated[int, typer.Option("--prompt", help="Prompt length for the prefill figure.")]
+PromptDepthOpt = Annotated[int, typer.Option("--prompt-depth", help="Tokens already in the cache when the prompt is processed (llama-bench -d).")]
 VramOpt = Annotated[Optional[str], typer.Option("--vram", help="What-if VRAM budget (all GPUs), e.g. 96G.")]
 RamOpt = Annotated[Optional[str], typer.Option("--ram", help="What-if host RAM, e.g. 512G.")]
 
@@ -124,7 +125,7 @@ def register(app: typer.Typer) -> None:
         no_op_offload: NoOpOffloadOpt = False, gpu_expert_cache: CacheOpt = None, draft: DraftOpt = 0,
         accept: AcceptOpt = 0.0, backend: BackendOpt = "llama.cpp", no_mmap: NoMmapOpt = False,
         experts_used: ExpertsUsedOpt = None, cpu_only: CpuOnlyOpt = False, vram: VramOpt = None, ram: RamOpt = None,
-        tensor_split: TsOpt = None, gpus: GpusOpt = None, as_json: JsonOpt = False,
+        tensor_split: TsOpt = None, gpus: GpusOpt = None, as_json: JsonOpt = False, prompt_depth: PromptDepthOpt = 0,
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
         from moeplan.planner.cost.estimate import estimate, physical_cores
@@ -136,6 +137,8 @@ def register(app: typer.Typer) -> None:
         from moeplan.ui.plan_tables import estimate_data, estimate_render
 
         check_run_shape(depth, prompt)
+        if prompt_depth < 0:
+            raise InputError(f"--prompt-depth {prompt_depth} is negative", "for example --prompt-depth 6000")
         spec = resolve_model(model, quant=quant, size=size)
         profile = select_gpus(_hardware(hw, vram, ram), gpus)
         p = resolve_placement(spec, backend=backend, cpu_moe_layers=cpu_moe_layers, cpu_layers=cpu_layers,
@@ -147,7 +150,7 @@ def register(app: typer.Typer) -> None:
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
         p = _device_split(spec, p, profile, tensor_split, gpus)
         check_placement(p, model=spec, profile=profile)
-        e = estimate(spec, p, profile, read_priors(backend), depth=depth, n_prompt=prompt)
+        e = estimate(spec, p, profile, read_priors(backend), depth=depth, n_prompt=prompt, prompt_depth=prompt_depth)
         if as_json:
             emit_json(estimate_data(spec, p, e, profile.name))
         else:

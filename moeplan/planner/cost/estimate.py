@@ -42,8 +42,8 @@ import math
 from dataclasses import replace
 
 from moeplan.errors import InputError
+from moeplan.planner.cost import attention, machine
 from moeplan.planner.cost import factors as F
-from moeplan.planner.cost import machine
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
 from moeplan.planner.hardware.windows import GROUP_SIZE as WINDOWS_GROUP_SIZE
@@ -417,6 +417,27 @@ def attention_flops_per_token(model: ModelSpec, depth: int) -> float:
     return flops
 
 
+def _attention_machine(hw: HardwareProfile, p: Placement, f: Factors, threads: int) -> attention.CpuMachine:
+    return attention.cpu_machine(hw, threads, physical_cores(hw, p), f.bw_cpu_bytes_per_s.value,
+                                 f.cpu_flop_per_s.value, f.cpu_flop_per_s.rel_err, REF_CLOCK_HZ)
+
+
+def cpu_attention_decode(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors,
+                         depth: int, n_step: int = 1) -> attention.CpuAttention:
+    """One decode step's attention on the CPU at `depth` cells (docs/cost-model.md, CPU attention)."""
+    layers = attention.attention_layers(model, depth + n_step - 1, p.n_ubatch)
+    return attention.decode_attention(layers, _attention_machine(hw, p, f, p.n_threads), pr.name,
+                                      p.cache_type_k, p.cache_type_v, p.flash_attn, n_step)
+
+
+def cpu_attention_prefill(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors,
+                          mean_depth: int, u: int) -> attention.CpuAttention:
+    """One ubatch of u tokens' attention on the CPU, its cells at the prompt's mean depth."""
+    layers = attention.attention_layers(model, mean_depth, p.n_ubatch)
+    return attention.prefill_attention(layers, _attention_machine(hw, p, f, p.threads_batch), pr.name,
+                                       p.cache_type_k, p.cache_type_v, u, p.flash_attn)
+
+
 # ---- the estimate ---------------------------------------------------------------------------
 
 def _terms_range(terms: list[Term], errs: dict[str, float]) -> float:
@@ -475,12 +496,15 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
         terms.append(Term("cpu_compute_excess", max(0.0, t_dot - t_read), "cpu-compute",
                           f"max(0, {all_dot / 1e9:.2f} G weights / {f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read)"))
         errs["cpu_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
-        attn = attention_flops_per_token(model, depth) * n_step
-        if attn:
-            # attention at depth on the CPU: the score and value products over the cached cells
-            terms.append(Term("cpu_attention", attn / max(1.0, f.cpu_flop_per_s.value), "cpu-compute",
-                              f"{attn / 1e9:.1f} GFLOP at depth {depth} / {f.cpu_flop_per_s.value / 1e9:.0f} GFLOP/s"))
-            errs["cpu_attention"] = f.cpu_flop_per_s.rel_err
+        ca = cpu_attention_decode(model, p, hw, pr, f, depth, n_step)
+        if ca.seconds:
+            # attention at depth as ggml-cpu / iqk run it (cost/attention.py); the KV's first
+            # read from DRAM is in cpu_weights_read, this is the time beyond it
+            t_kv = kv_bytes / f.bw_cpu_bytes_per_s.value
+            terms.append(Term("cpu_attention", max(0.0, ca.seconds - t_kv), "cpu-compute",
+                              f"max(0, {ca.seconds * 1e3:.2f} ms - {t_kv * 1e3:.2f} ms KV read) at depth {depth}: "
+                              + ca.formula))
+            errs["cpu_attention"] = ca.rel_err
         n_ops = len(model.trunk_layers)
         terms.append(Term("barriers", n_ops * pr.n_cpu_ops_per_layer * 2 * (pr.s_barrier_s_per_thread * p.n_threads
                           * f.barrier_x + f.oversub_s_per_barrier), "sync",
@@ -713,10 +737,11 @@ def kt_prefill_crossover_tokens(model: ModelSpec, p: Placement, hw: HardwareProf
 
 
 def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
-                           f: Factors, n_prompt: int, devices: tuple = (), *,
+                           f: Factors, n_prompt: int, devices: tuple = (), prompt_depth: int = 0, *,
                            layerwise: bool | None = None) -> tuple[list[Term], dict[str, float]]:
-    """Terms of processing an n_prompt-token prompt, in seconds per prompt token. `layerwise`
-    forces KTransformers' prefill path (None: the plan's threshold decides)."""
+    """Terms of processing an n_prompt-token prompt, in seconds per prompt token; prompt_depth
+    tokens are in the cache before it (llama-bench -d). `layerwise` forces KTransformers' prefill
+    path (None: the plan's threshold decides)."""
     k, n = p.n_experts_used or model.n_experts_used, model.n_experts
     n_prompt = max(1, n_prompt)
     u = max(1, min(p.n_ubatch, n_prompt))
@@ -731,7 +756,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     n_ub = math.ceil(n_prompt / u)
     cpu = set(p.cpu_moe_layers)
     share = distinct_experts(n, k, u) / max(1, n)
-    depth_mid = n_prompt / 2
+    depth_mid = max(0, prompt_depth) + n_prompt / 2
     moe_gpu = [layer for layer in model.moe_layers if layer.index not in cpu]
     moe_cpu = [layer for layer in model.moe_layers if layer.index in cpu]
     p_dense = non_expert_params(model)
@@ -749,11 +774,17 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     errs: dict[str, float] = {}
     scale = n_ub / n_prompt  # per-ubatch seconds -> seconds per prompt token
     if f.cpu_only:
-        flops = u * (2 * (p_dense + exp_params(model.moe_layers)) + attn)
+        flops = u * 2 * (p_dense + exp_params(model.moe_layers))
         t = flops / max(1.0, f.cpu_flop_per_s.value)
         terms.append(Term("cpu_matmul", t * scale, "cpu-compute",
                           f"{flops / 1e12:.2f} TFLOP per ubatch / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s"))
         errs["cpu_matmul"] = f.cpu_flop_per_s.rel_err
+        ca = cpu_attention_prefill(model, p, hw, pr, f, int(depth_mid), u)
+        if ca.seconds:
+            # the attention ops of a ubatch as ggml-cpu / iqk run them (cost/attention.py)
+            terms.append(Term("cpu_attention", ca.seconds * scale, "cpu-compute",
+                              f"{ca.seconds * 1e3:.1f} ms per ubatch at mean depth {int(depth_mid)}: {ca.formula}"))
+            errs["cpu_attention"] = ca.rel_err
     elif devices:
         t_g, how, t_h = _multi_gpu_prefill(model, p, hw, f, u, share, per_tok, attn,
                                            exp_params(moe_cpu) if offload else 0.0, devices)
@@ -912,15 +943,17 @@ def kt_plan_threshold(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: B
 
 def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, *, depth: int = 0,
              n_prompt: int = 4096, consts: MemoryConstants | None = None,
-             repack_types: tuple[str, ...] = ()) -> Estimate:
+             repack_types: tuple[str, ...] = (), prompt_depth: int = 0) -> Estimate:
     """Memory, decode and prefill speed of placement `p` on `hw` with backend priors `pr`
-    (within the caller's memo, e.g. the search's, else one of its own)."""
+    (within the caller's memo, e.g. the search's, else one of its own); the prompt follows
+    prompt_depth cached tokens."""
     with plan_cache():
-        return _estimate(model, p, hw, pr, depth, n_prompt, consts, repack_types)
+        return _estimate(model, p, hw, pr, depth, n_prompt, consts, repack_types, prompt_depth)
 
 
 def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, depth: int,
-              n_prompt: int, consts: MemoryConstants | None, repack_types: tuple[str, ...]) -> Estimate:
+              n_prompt: int, consts: MemoryConstants | None, repack_types: tuple[str, ...],
+              prompt_depth: int = 0) -> Estimate:
     if not hw.gpus and p.n_gpus:
         p = p.with_(n_gpus=0)
     if consts is None:
@@ -937,7 +970,7 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
     t_step = sum(t.seconds for t in dterms)
     decode = per_step / t_step if t_step > 0 else 0.0
     dr = _terms_range(dterms, derrs)
-    pterms, perrs = estimate_prefill_terms(model, p, hw, pr, f, n_prompt, devices)
+    pterms, perrs = estimate_prefill_terms(model, p, hw, pr, f, n_prompt, devices, prompt_depth)
     pterms = fitted_term_scales(pterms, pr.term_scale.get("prefill", {}))
     t_pp = sum(t.seconds for t in pterms)
     prefill = 1.0 / t_pp if t_pp > 0 else 0.0
