@@ -16,6 +16,7 @@ from moeplan.commands.placement_opts import (
     CpuLayersOpt,
     CpuMoeLayersOpt,
     CpuOnlyOpt,
+    NglOpt,
     CtxOpt,
     DraftOpt,
     ExpertsUsedOpt,
@@ -124,7 +125,7 @@ def register(app: typer.Typer) -> None:
         no_op_offload: NoOpOffloadOpt = False, gpu_expert_cache: CacheOpt = None, draft: DraftOpt = 0,
         accept: AcceptOpt = 0.0, backend: BackendOpt = "llama.cpp", no_mmap: NoMmapOpt = False,
         experts_used: ExpertsUsedOpt = None, cpu_only: CpuOnlyOpt = False, vram: VramOpt = None, ram: RamOpt = None,
-        tensor_split: TsOpt = None, gpus: GpusOpt = None, as_json: JsonOpt = False,
+        tensor_split: TsOpt = None, gpus: GpusOpt = None, ngl: NglOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
         from moeplan.planner.cost.estimate import estimate, physical_cores
@@ -143,7 +144,7 @@ def register(app: typer.Typer) -> None:
                               default_threads=physical_cores(profile, Placement(numa=numa)), ubatch=ubatch, numa=numa,
                               no_op_offload=no_op_offload, gpu_expert_cache=gpu_expert_cache, draft=draft,
                               accept=accept, no_mmap=no_mmap, experts_used=experts_used,
-                              logical_cpus=profile.cpu.n_threads)
+                              logical_cpus=profile.cpu.n_threads, ngl=ngl)
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
         p = _device_split(spec, p, profile, tensor_split, gpus)
         check_placement(p, model=spec, profile=profile)
