@@ -39,6 +39,24 @@ NglOpt = Annotated[Optional[int], typer.Option(
 NoMmapOpt = Annotated[bool, typer.Option("--no-mmap", help="Load weights into anonymous memory (no page cache).")]
 
 
+def check_ngl(ngl: int | None, model: ModelSpec, backend: str) -> int | None:
+    """--ngl N as Placement.n_gpu_layers: None when not given or when N covers every block and
+    the output (llama.cpp clamps it: the same as moeplan's default); InputError when negative
+    or for a backend without llama.cpp's layer split."""
+    if ngl is None:
+        return None
+    n_all = len(model.layers)
+    if ngl < 0:
+        raise InputError(f"--ngl {ngl} is below 0",
+                         f"give 0..{n_all + 1} ({n_all} blocks of {model.name} + the output layer)")
+    from moeplan.planner import backends
+
+    if backend in backends.NAMES and not backends.get(backend).gguf_runner:
+        raise InputError(f"--ngl {ngl}: {backend} has no plain layer split (-ngl)",
+                         "use --backend llama.cpp or ik_llama.cpp, or --cpu-moe-layers for experts on the CPU")
+    return ngl if ngl <= n_all else None
+
+
 def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_layers: int | None = None,
                       cpu_layers: str | None = None, all_cpu_moe: bool = False, ctx: str = "4096",
                       kv_type: str = "f16", threads: int | None = None, default_threads: int = 1,
@@ -62,18 +80,13 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         raise InputError("give only one of --cpu-moe-layers, --cpu-layers, --all-cpu-moe",
                          "they all say which layers keep their experts on the CPU")
     moe = model.moe_layer_indices
-    n_gpu_layers = None
-    if ngl is not None:
-        if ngl < 0:
-            raise InputError(f"--ngl {ngl} is below 0", f"give 0..{len(model.layers) + 1} "
-                             f"({len(model.layers)} blocks of {model.name} + the output layer)")
-        if ngl <= len(model.layers):  # more is every layer, what moeplan emits anyway
-            n_gpu_layers = ngl
-            from moeplan.planner.memory.devices import layer_split
+    n_gpu_layers = check_ngl(ngl, model, backend)
+    if n_gpu_layers is not None:
+        from moeplan.planner.memory.devices import layer_split
 
-            cpu_blocks, _ = layer_split(model, Placement(n_gpu_layers=ngl))
-            # experts to move to the CPU are chosen among the GPU blocks' MoE layers
-            moe = tuple(i for i in moe if i not in cpu_blocks)
+        cpu_blocks, _ = layer_split(model, Placement(n_gpu_layers=n_gpu_layers))
+        # experts to move to the CPU are chosen among the GPU blocks' MoE layers
+        moe = tuple(i for i in moe if i not in cpu_blocks)
     if all_cpu_moe:
         cpu = moe
     elif cpu_layers is not None:

@@ -26,6 +26,7 @@ from moeplan.commands.placement_opts import (
     NumaOpt,
     ThreadsOpt,
     UbatchOpt,
+    check_ngl,
     resolve_placement,
 )
 from moeplan.errors import InputError
@@ -177,6 +178,7 @@ def register(app: typer.Typer) -> None:
         binary: Annotated[Optional[str], typer.Option("--bin", help="Backend binary to check flags against / run.")] = None,
         explain: Annotated[bool, typer.Option("--explain", help="Show the formula of every figure.")] = False,
         gpus: GpusOpt = None,
+        ngl: NglOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Search every sensible placement, recommend the fastest that fits, and say why."""
@@ -212,8 +214,9 @@ def register(app: typer.Typer) -> None:
         if threads is not None:
             check_threads(threads, profile.cpu.n_threads)
         priors = read_priors(backend)
+        n_gpu_layers = check_ngl(ngl, spec, backend)
         req = Request(backend=backend, objective=objective, n_ctx=n_ctx,
-                      min_ctx=n_min_ctx, depth=depth, n_prompt=prompt, threads=threads)
+                      min_ctx=n_min_ctx, depth=depth, n_prompt=prompt, threads=threads, n_gpu_layers=n_gpu_layers)
         result = choose_plan(spec, profile, priors, req)
         result = _with_devices(result, gpus)
         plan = build_plan(spec, profile, result, objective, size or "", moeplan_version=__version__)
