@@ -457,9 +457,10 @@ def ngl_split(model: ModelSpec, p: Placement, f: Factors) -> SplitLayers:
 
 def _split_hops(split: SplitLayers, model: ModelSpec) -> int:
     """Host<->GPU hand-overs of the hidden state per forward pass at the -ngl split: into the
-    first GPU block, and back out when the output layer is on the CPU (N <= n_layer_all)."""
+    first GPU layer (a block, or the output layer, which llama.cpp counts as the first of the
+    N GPU layers), and back out if blocks were on a GPU but the output were not."""
     has_gpu_blocks = split.n_trunk < len(model.trunk_layers)
-    return (1 if has_gpu_blocks else 0) + (1 if has_gpu_blocks and not split.out_gpu else 0)
+    return (1 if has_gpu_blocks or split.out_gpu else 0) + (1 if has_gpu_blocks and not split.out_gpu else 0)
 
 
 def _cpu_block_decode_terms(model: ModelSpec, p: Placement, pr: BackendPriors, f: Factors, depth: int,

@@ -327,7 +327,7 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
         cpu_resident = sum(layer.resident_bytes for layer in model.trunk_layers if layer.index in cpu_blocks)
         items.append(MemoryItem("weights_dense_cpu", "host", cpu_resident + (0 if out_gpu else out),
                                 f"attention/norm/router/shared/dense-FFN of the {n_cpu_trunk} CPU blocks"
-                                + ("" if out_gpu else " + output + output_norm (-ngl <= n_layer: dev_output is the CPU)"),
+                                + ("" if out_gpu else " + output + output_norm (-ngl 0: dev_output is the CPU)"),
                                 page_cache=mmap_backed))
     else:
         items.append(MemoryItem("weights_dense", weights_dev, out + resident,
