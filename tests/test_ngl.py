@@ -183,6 +183,17 @@ def test_tune_keeps_a_fixed_ngl(tmp_path):
     assert plan["placement"]["n_gpu_layers"] == 30
     assert all(i >= 48 - 29 for i in plan["placement"]["cpu_moe_layers"])
     assert "    -ngl 30 \\" in (tmp_path / "o" / "launch.sh").read_text()
+    # the plan file reads back with its -ngl (emit re-checks the placement)
+    out = RUN.invoke(app, ["emit", str(tmp_path / "o" / "plan.json"), "--out", str(tmp_path / "again")])
+    assert out.exit_code == 0, out.output
+    assert "    -ngl 30 \\" in (tmp_path / "again" / "launch.sh").read_text()
+
+
+def test_plans_without_ngl_do_not_carry_the_field():
+    from moeplan.planner.serde import to_jsonable
+
+    assert "n_gpu_layers" not in to_jsonable(Placement()) and "n_gpu_layers" not in Placement().to_dict()
+    assert to_jsonable(Placement(n_gpu_layers=0))["n_gpu_layers"] == 0
 
 
 @pytest.mark.parametrize("backend", ["llama.cpp", "ik_llama.cpp"])

@@ -63,7 +63,7 @@ class Placement:
     n_draft: int = 0
     draft_accept: float = 0.0
     n_gpus: int = 1
-    n_gpu_layers: int | None = None
+    n_gpu_layers: int | None = field(default=None, metadata={"omit_default": True})
     # experts used per token if not the model's own (llama.cpp --override-kv
     # ARCH.expert_used_count=int:6, KTransformers' reduced-expert runs); 0 = the model's
     n_experts_used: int = 0
@@ -81,6 +81,8 @@ class Placement:
         d["cpu_moe_layers"] = list(self.cpu_moe_layers)
         d["numa_nodes"] = list(self.numa_nodes)
         d["extra"] = [list(kv) for kv in self.extra]
+        if self.n_gpu_layers is None:  # omitted at its default, as serde.to_jsonable does
+            del d["n_gpu_layers"]
         return d
 
     @classmethod
