@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from moeplan.cli import app
 from moeplan.launch import emit_launch
 from moeplan.planner.cost.estimate import estimate
-from moeplan.planner.memory.compute_buffer import staging_bytes
 from moeplan.planner.memory.accounting import estimate_memory, kv_layer_bytes
+from moeplan.planner.memory.compute_buffer import staging_bytes
 from moeplan.planner.memory.devices import assign_blocks, device_memory, layer_split
 from moeplan.planner.placement import Placement
 from moeplan.probes.hwprofile import load_hardware
