@@ -192,7 +192,14 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         args += ["--cpu-only"]
     elif on_cpu == "all" or method in ("cpu-moe", "ktransformers"):
         args += ["--all-cpu-moe"]
-    elif isinstance(on_cpu, int) and not method.startswith("ngl"):
+    elif method.startswith("ngl"):
+        # a plain layer split: the GPU layer count from the method text or the flags
+        m = (re.search(r"(\d+) of \d+ layers on GPU", method)
+             or re.search(r"(?:-ngl|--n-gpu-layers)\s+(\d+)\b", str(r.get("flags") or "")))
+        if not m:
+            return None, f"placement not expressible ({method})"
+        args += ["--ngl", m.group(1)]
+    elif isinstance(on_cpu, int):
         args += ["--cpu-moe-layers", str(on_cpu)]
     elif method.startswith("none"):
         pass

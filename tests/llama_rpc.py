@@ -54,12 +54,17 @@ class RpcCase:
     n_ubatch: int = 128
     n_batch: int = 256
     cache_type: str = "f16"
+    n_gpu_layers: int | None = None  # -ngl N (plain layer split); None = every layer on the devices
 
 
 CASES = (
     RpcCase("qwen3moe-2dev", "qwen3moe", 6, 2, "3,4", (1, 4)),
     RpcCase("qwen3moe-3dev-uneven", "qwen3moe", 8, 3, "1,5,3", (0, 2, 3), cache_type="q8_0"),
     RpcCase("gptoss-2dev", "gpt-oss", 6, 2, "4,3", (0, 5), n_ctx=4096),
+    # -ngl: blocks 0-2 wholly on the CPU (weights, KV, their ops), 3-5 + output on the device,
+    # block 4's experts on the CPU as well
+    RpcCase("qwen3moe-1dev-ngl4", "qwen3moe", 6, 1, "", (4,), n_gpu_layers=4),
+    RpcCase("qwen3moe-2dev-ngl5", "qwen3moe", 8, 2, "1,1", (), n_gpu_layers=5),
 )
 
 
@@ -138,8 +143,8 @@ def case_placement(case: RpcCase):
 
     return Placement(cpu_moe_layers=case.cpu_moe_layers, n_ctx=case.n_ctx, n_threads=2, n_batch=case.n_batch,
                      n_ubatch=case.n_ubatch, cache_type_k=case.cache_type, cache_type_v=case.cache_type,
-                     op_offload=False, load_mode="no-mmap", n_gpus=case.n_devices,
-                     extra=(("tensor_split", case.tensor_split),))
+                     op_offload=False, load_mode="no-mmap", n_gpus=case.n_devices, n_gpu_layers=case.n_gpu_layers,
+                     extra=(("tensor_split", case.tensor_split),) if case.tensor_split else ())
 
 
 def emitted_once_command(case: RpcCase, model, model_path: Path, bin_dir: Path, folder: Path) -> list[str]:
@@ -164,6 +169,11 @@ def run_case(case: RpcCase, bin_dir: Path, work: Path, shim: Path | None) -> dic
         env["LD_PRELOAD"] = str(shim)
     with RpcServers(bin_dir, case.n_devices) as rpc:
         argv = cmd + ["--rpc", rpc.rpc_arg, "--verbose", "--no-warmup"]
+        if case.n_gpu_layers is not None:
+            # CPU blocks' dense weights would go to the CPU build's extra buffer types (AMX,
+            # CPU_REPACK; on this VM AMX traps with SIGILL); a GPU build puts them in the host
+            # buffer instead (accounting.py), which --no-repack reproduces
+            argv.append("--no-repack")
         r = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, cwd=str(work))
         log = r.stdout + r.stderr
         if r.returncode != 0:
@@ -173,7 +183,8 @@ def run_case(case: RpcCase, bin_dir: Path, work: Path, shim: Path | None) -> dic
     layers = {int(i): dev for i, dev in LAYER_DEV.findall(log)}
     overrides = {n: b for n, b in OVERRIDE.findall(log)}
     script = (work / "launch" / "complete.sh").read_text()
-    flags = {"-ts": re.search(r"\n\s+-ts (\S+)", script).group(1),
+    ts = re.search(r"\n\s+-ts (\S+)", script)
+    flags = {"-ts": ts.group(1) if ts else "",
              "-ngl": re.search(r"\n\s+-ngl (\S+)", script).group(1),
              "-ot": re.findall(r"\n\s+-ot '([^']*)'", script)}
     return {"case": {**case.__dict__, "cpu_moe_layers": list(case.cpu_moe_layers)},
@@ -204,9 +215,9 @@ def predict(model, case: RpcCase) -> dict:
     from moeplan.planner.memory.devices import assign_blocks, device_memory, parse_tensor_split
 
     p = case_placement(case)
-    weights = parse_tensor_split(case.tensor_split, case.n_devices)
+    weights = parse_tensor_split(case.tensor_split or "1", case.n_devices)
     devs = device_memory(model, p, weights, context_bytes=0, margin_bytes=0)
-    block_dev, out_dev = assign_blocks(len(model.layers), weights)
+    block_dev, out_dev = assign_blocks(len(model.layers), weights, case.n_gpu_layers)
     cpu = set(case.cpu_moe_layers)
     out = []
     for d in devs:
@@ -237,7 +248,7 @@ def measured(rec: dict, n_devices: int) -> list[dict]:
     return out
 
 
-def record(bin_dir: Path, work: Path) -> None:
+def record(bin_dir: Path, work: Path, only: tuple[str, ...] = ()) -> None:
     work.mkdir(parents=True, exist_ok=True)
     shim = build_alloc_shim(work)
     info = llama_build_info(bin_dir)
@@ -245,6 +256,8 @@ def record(bin_dir: Path, work: Path) -> None:
     commit = m.group(1) if m else ""
     DATA.mkdir(parents=True, exist_ok=True)
     for case in CASES:
+        if only and case.name not in only:
+            continue
         rec = run_case(case, bin_dir, work / case.name, shim)
         rec["llama_cpp"] = {"build": info, "commit": commit}
         (DATA / f"{case.name}.json").write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
@@ -256,6 +269,7 @@ if __name__ == "__main__":
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", default="/tmp/moeplan-rpc")
     ap.add_argument("--record", action="store_true")
+    ap.add_argument("--case", action="append", default=[], help="record only this case (repeatable)")
     a = ap.parse_args()
     if a.record:
-        record(Path(a.bin), Path(a.work))
+        record(Path(a.bin), Path(a.work), tuple(a.case))

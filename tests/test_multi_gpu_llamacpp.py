@@ -10,6 +10,8 @@ that ran, and compare per device:
   weights buffer of each device                          exact (every tensor 32-byte aligned)
   KV buffer of each device                               exact
   compute buffer of each device                          not below llama.cpp's, above by <= 15%
+  with -ngl N (the *-ngl* cases): blocks on the CPU, the CPU's weights and KV buffers
+  (exact) and its compute buffer (not below, above by <= 15%)
 
 test_live_rpc re-runs the first case when MOEPLAN_LLAMA_BIN names a build with rpc-server.
 """
@@ -32,12 +34,15 @@ def _check(model, case, rec):
     pred = predict(model, case)
     meas = measured(rec, case.n_devices)
     n = len(model.layers)
-    want_layers = {str(i): f"RPC{d}" for i, d in enumerate(pred["block_devices"])}
-    want_layers[str(n)] = f"RPC{pred['output_device']}"
+    want_layers = {str(i): f"RPC{d}" if d >= 0 else "CPU" for i, d in enumerate(pred["block_devices"])}
+    want_layers[str(n)] = f"RPC{pred['output_device']}" if pred["output_device"] >= 0 else "CPU"
     assert rec["layer_devices"] == want_layers
     want_cpu = sorted(t.name for t in model.tensors if t.group == "experts" and t.layer in case.cpu_moe_layers)
     assert rec["cpu_overrides"] == want_cpu
     assert rec["emitted_flags"]["-ts"] == case.tensor_split
+    if case.n_gpu_layers is not None:
+        assert rec["emitted_flags"]["-ngl"] == str(case.n_gpu_layers)
+        _check_host(model, case, rec)
     for pd, md in zip(pred["devices"], meas):
         assert pd["blocks"] == [b for b in md["blocks"] if b < n], pd["device"]  # n: the output layer
         assert pd["weights_bytes"] == md["weights_bytes"], pd["device"]
@@ -50,11 +55,34 @@ def _check(model, case, rec):
         assert 0 <= over <= COMPUTE_OVER, (pd["device"], pd["compute_bytes"], md["compute_bytes"])
 
 
+def _check_host(model, case, rec):
+    """-ngl N: the CPU's buffers hold the CPU blocks' weights and KV (exact) and their ops'
+    compute buffer (not below llama.cpp's, above by at most COMPUTE_OVER)."""
+    from llama_rpc import case_placement
+
+    from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory
+
+    mem = estimate_memory(model, case_placement(case), MemoryConstants(cuda_context_bytes=0, margin_bytes=0))
+
+    def cpu(kind):
+        return sum(b["bytes"] if b["bytes"] is not None else round(b["mib"] * 1024 * 1024)
+                   for b in rec["buffers"] if b["kind"] == kind and b["buffer_type"] == "CPU")
+    assert mem.get("weights_dense_cpu") > 0 and mem.get("kv_cache_cpu") > 0
+    assert mem.get("weights_embed") + mem.get("weights_dense_cpu") + mem.get("weights_experts_cpu") == cpu("model")
+    assert mem.get("kv_cache_cpu") == cpu("kv")
+    over = (mem.get("compute_cpu") - cpu("compute")) / cpu("compute")
+    assert 0 <= over <= COMPUTE_OVER, (mem.get("compute_cpu"), cpu("compute"))
+    # the GPU side is what the devices hold
+    assert mem.get("kv_cache") == sum(b["bytes"] for b in rec["buffers"] if b["kind"] == "kv"
+                                      and b["buffer_type"].startswith("RPC"))
+
+
 def test_recordings_cover_the_cases():
     assert set(RECORDS) == set(BY_NAME)
     for rec in RECORDS.values():
         assert rec["exact"] is True and len(rec["llama_cpp"]["commit"]) >= 7
-        assert "--rpc RPC_ENDPOINTS" in rec["command"] and rec["emitted_flags"]["-ts"]
+        assert "--rpc RPC_ENDPOINTS" in rec["command"]
+        assert rec["emitted_flags"]["-ts"] or rec["case"]["n_devices"] == 1
 
 
 @pytest.mark.parametrize("name", sorted(RECORDS))

@@ -33,7 +33,28 @@ BackendOpt = Annotated[str, typer.Option("--backend", help="llama.cpp | ik_llama
 CpuOnlyOpt = Annotated[bool, typer.Option("--cpu-only", help="No GPU layers (llama.cpp -ngl 0): every weight on the CPU.")]
 ExpertsUsedOpt = Annotated[Optional[int], typer.Option(
     "--experts-used", help="Experts per token if not the model's own (llama.cpp --override-kv, KTransformers).")]
+NglOpt = Annotated[Optional[int], typer.Option(
+    "--ngl", help="llama.cpp -ngl N, a plain layer split: the last N layers (the output counts as one) on the "
+                  "GPU, the blocks before them entirely on the CPU (default: every layer on the GPU).")]
 NoMmapOpt = Annotated[bool, typer.Option("--no-mmap", help="Load weights into anonymous memory (no page cache).")]
+
+
+def check_ngl(ngl: int | None, model: ModelSpec, backend: str) -> int | None:
+    """--ngl N as Placement.n_gpu_layers: None when not given or when N covers every block and
+    the output (llama.cpp clamps it: the same as moeplan's default); InputError when negative
+    or for a backend without llama.cpp's layer split."""
+    if ngl is None:
+        return None
+    n_all = len(model.layers)
+    if ngl < 0:
+        raise InputError(f"--ngl {ngl} is below 0",
+                         f"give 0..{n_all + 1} ({n_all} blocks of {model.name} + the output layer)")
+    from moeplan.planner import backends
+
+    if backend in backends.NAMES and not backends.get(backend).gguf_runner:
+        raise InputError(f"--ngl {ngl}: {backend} has no plain layer split (-ngl)",
+                         "use --backend llama.cpp or ik_llama.cpp, or --cpu-moe-layers for experts on the CPU")
+    return ngl if ngl <= n_all else None
 
 
 def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_layers: int | None = None,
@@ -42,7 +63,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                       ubatch: int = 512, numa: str = "none", numa_nodes: tuple[int, ...] = (),
                       no_op_offload: bool = False, gpu_expert_cache: str | None = None, draft: int = 0,
                       accept: float = 0.0, no_mmap: bool = False, experts_used: int | None = None,
-                      logical_cpus: int | None = None) -> Placement:
+                      logical_cpus: int | None = None, ngl: int | None = None) -> Placement:
     """Turn the flags into a Placement; raises InputError with a hint on bad values.
 
     The ranges are planner/limits.py's, shared with tune and with plan files; `logical_cpus`
@@ -59,6 +80,13 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         raise InputError("give only one of --cpu-moe-layers, --cpu-layers, --all-cpu-moe",
                          "they all say which layers keep their experts on the CPU")
     moe = model.moe_layer_indices
+    n_gpu_layers = check_ngl(ngl, model, backend)
+    if n_gpu_layers is not None:
+        from moeplan.planner.memory.devices import layer_split
+
+        cpu_blocks, _ = layer_split(model, Placement(n_gpu_layers=n_gpu_layers))
+        # experts to move to the CPU are chosen among the GPU blocks' MoE layers
+        moe = tuple(i for i in moe if i not in cpu_blocks)
     if all_cpu_moe:
         cpu = moe
     elif cpu_layers is not None:
@@ -66,14 +94,16 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
             cpu = parse_layer_list(cpu_layers)
         except ValueError:
             raise InputError(f"cannot read --cpu-layers {cpu_layers!r}", "write block indices like 0-19,40") from None
-        not_moe = [i for i in cpu if i not in moe]
+        all_moe = model.moe_layer_indices
+        not_moe = [i for i in cpu if i not in all_moe]
         if not_moe:
             raise InputError(f"block {not_moe[0]} has no routed experts",
-                             f"MoE blocks of {model.name}: {moe[0]}-{moe[-1]} (see moeplan inspect)")
+                             f"MoE blocks of {model.name}: {all_moe[0]}-{all_moe[-1]} (see moeplan inspect)")
     elif cpu_moe_layers is not None:
         if cpu_moe_layers < 0 or cpu_moe_layers > len(moe):
             raise InputError(f"--cpu-moe-layers {cpu_moe_layers} is out of range",
-                             f"{model.name} has {len(moe)} MoE layers")
+                             f"{model.name} has {len(moe)} MoE layers"
+                             + (f" on the GPU with --ngl {ngl}" if n_gpu_layers is not None else ""))
         from moeplan.planner import backends
 
         if backends.get(backend).n_cpu_moe_from == "last":
@@ -100,7 +130,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         flash_attn=True, n_ubatch=ubatch, n_batch=max(2048, ubatch), n_threads=n_threads,
         numa=numa, numa_nodes=numa_nodes, op_offload=not no_op_offload,
         gpu_expert_cache_bytes=cache_bytes, load_mode="no-mmap" if no_mmap else "mmap",
-        n_draft=draft, draft_accept=accept, n_experts_used=experts_used or 0,
+        n_draft=draft, draft_accept=accept, n_experts_used=experts_used or 0, n_gpu_layers=n_gpu_layers,
     )
     check_placement(p, model=model, logical_cpus=logical_cpus)
     return p

@@ -20,11 +20,13 @@ from moeplan.commands.placement_opts import (
     DraftOpt,
     ExpertsUsedOpt,
     KvTypeOpt,
+    NglOpt,
     NoMmapOpt,
     NoOpOffloadOpt,
     NumaOpt,
     ThreadsOpt,
     UbatchOpt,
+    check_ngl,
     resolve_placement,
 )
 from moeplan.errors import InputError
@@ -125,7 +127,8 @@ def register(app: typer.Typer) -> None:
         no_op_offload: NoOpOffloadOpt = False, gpu_expert_cache: CacheOpt = None, draft: DraftOpt = 0,
         accept: AcceptOpt = 0.0, backend: BackendOpt = "llama.cpp", no_mmap: NoMmapOpt = False,
         experts_used: ExpertsUsedOpt = None, cpu_only: CpuOnlyOpt = False, vram: VramOpt = None, ram: RamOpt = None,
-        tensor_split: TsOpt = None, gpus: GpusOpt = None, as_json: JsonOpt = False, prompt_depth: PromptDepthOpt = 0,
+        tensor_split: TsOpt = None, gpus: GpusOpt = None, ngl: NglOpt = None, as_json: JsonOpt = False,
+        prompt_depth: PromptDepthOpt = 0,
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
         from moeplan.planner.cost.estimate import estimate, physical_cores
@@ -146,7 +149,7 @@ def register(app: typer.Typer) -> None:
                               default_threads=physical_cores(profile, Placement(numa=numa)), ubatch=ubatch, numa=numa,
                               no_op_offload=no_op_offload, gpu_expert_cache=gpu_expert_cache, draft=draft,
                               accept=accept, no_mmap=no_mmap, experts_used=experts_used,
-                              logical_cpus=profile.cpu.n_threads)
+                              logical_cpus=profile.cpu.n_threads, ngl=ngl)
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
         p = _device_split(spec, p, profile, tensor_split, gpus)
         check_placement(p, model=spec, profile=profile)
@@ -179,6 +182,7 @@ def register(app: typer.Typer) -> None:
         binary: Annotated[Optional[str], typer.Option("--bin", help="Backend binary to check flags against / run.")] = None,
         explain: Annotated[bool, typer.Option("--explain", help="Show the formula of every figure.")] = False,
         gpus: GpusOpt = None,
+        ngl: NglOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Search every sensible placement, recommend the fastest that fits, and say why."""
@@ -214,8 +218,9 @@ def register(app: typer.Typer) -> None:
         if threads is not None:
             check_threads(threads, profile.cpu.n_threads)
         priors = read_priors(backend)
+        n_gpu_layers = check_ngl(ngl, spec, backend)
         req = Request(backend=backend, objective=objective, n_ctx=n_ctx,
-                      min_ctx=n_min_ctx, depth=depth, n_prompt=prompt, threads=threads)
+                      min_ctx=n_min_ctx, depth=depth, n_prompt=prompt, threads=threads, n_gpu_layers=n_gpu_layers)
         result = choose_plan(spec, profile, priors, req)
         result = _with_devices(result, gpus)
         plan = build_plan(spec, profile, result, objective, size or "", moeplan_version=__version__)

@@ -88,9 +88,12 @@ def load_mode_parts(fs: FlagSet, mode: str, bench: bool) -> list[tuple[str, ...]
 
 def ngl_value(ctx: EmitContext) -> str:
     """Every block of the file (NextN blocks included) plus the output layer; 0 for a plan
-    without GPU layers (a machine without a GPU, or -ngl 0 on purpose)."""
+    without GPU layers (a machine without a GPU, or -ngl 0 on purpose); the plan's
+    n_gpu_layers when it asks for a plain layer split."""
     if ctx.placement.n_gpus == 0:
         return "0"
+    if ctx.placement.n_gpu_layers is not None:  # a plain layer split asked for (--ngl N)
+        return str(ctx.placement.n_gpu_layers)
     return str(len(ctx.model.layers) + 1)
 
 
@@ -328,7 +331,7 @@ def device_notes(ctx: EmitContext) -> list[str]:
     except ValueError:
         raise InputError(f"the plan's tensor_split {ctx.extra('tensor_split')!r} is not a list of at most "
                          f"{p.n_gpus} non-negative numbers", "re-plan with `moeplan tune`") from None
-    devs, out_dev = assign_blocks(len(ctx.model.layers), weights)
+    devs, out_dev = assign_blocks(len(ctx.model.layers), weights, p.n_gpu_layers)
     cpu = set(p.cpu_moe_layers)
     names = [d.strip() for d in (ctx.extra("devices") or "").split(",") if d.strip()]
     notes = []

@@ -293,7 +293,8 @@ def check_run_shape(depth: int, prompt: int, model_name: str = "", model_ctx: in
 FLAG_OF = {"backend": "--backend", "numa": "--numa", "cache_type_k": "--kv-type", "cache_type_v": "--kv-type",
            "n_ctx": "--ctx", "n_ubatch": "--ubatch", "n_threads": "--threads", "n_draft": "--draft",
            "draft_accept": "--accept", "gpu_expert_cache_bytes": "--gpu-expert-cache",
-           "n_experts_used": "--experts-used", "cpu_moe_layers": "--cpu-layers", "load_mode": "--no-mmap"}
+           "n_experts_used": "--experts-used", "cpu_moe_layers": "--cpu-layers", "load_mode": "--no-mmap",
+           "n_gpu_layers": "--ngl"}
 
 
 def check_placement(p: Any, *, where: str = "", model: Any = None, profile: Any = None,
@@ -334,6 +335,17 @@ def check_placement(p: Any, *, where: str = "", model: Any = None, profile: Any 
     check_int(p.n_gpus, f("n_gpus"), Limit(0, MAX_GPUS, "GPUs of one machine"), InputError, hint)
     check_int(p.n_outputs_max, f("n_outputs_max"), Limit(0, MAX_BATCH, "rows of logits"), InputError, hint)
     check_int(p.n_experts_used, f("n_experts_used"), EXPERTS, InputError, hint)
+    if p.n_gpu_layers is not None:
+        check_int(p.n_gpu_layers, f("n_gpu_layers"), Limit(0, MAX_LAYERS + 1, "llama.cpp -ngl: blocks + the output"),
+                  InputError, "the last N layers go to the GPU; N = blocks + 1 offloads every block and the output")
+        from moeplan.planner import backends
+
+        if not backends.get(p.backend).gguf_runner:
+            raise InputError(f"{f('n_gpu_layers')} {p.n_gpu_layers}: {p.backend} has no plain layer split (-ngl)",
+                             "use --backend llama.cpp or ik_llama.cpp, or --cpu-moe-layers")
+        if p.n_gpus == 0 and p.n_gpu_layers:
+            raise InputError(f"{f('n_gpu_layers')} {p.n_gpu_layers} asks for GPU layers on a CPU-only run",
+                             "drop --cpu-only, or use --ngl 0")
     for i, layer in enumerate(p.cpu_moe_layers):
         check_int(layer, f"{f('cpu_moe_layers')}[{i}]", Limit(0, MAX_LAYERS - 1, LAYERS.reason), InputError, hint)
     for i, node in enumerate(p.numa_nodes):
@@ -345,6 +357,17 @@ def check_placement(p: Any, *, where: str = "", model: Any = None, profile: Any 
         if bad:
             raise InputError(f"{f('cpu_moe_layers')} names block {bad[0]}, which has no routed experts",
                              f"MoE blocks of {model.name}: {min(moe) if moe else '-'}-{max(moe) if moe else '-'}")
+        if p.n_gpu_layers is not None and p.n_gpus:
+            from moeplan.planner.memory.devices import layer_split
+
+            cpu_blocks, _ = layer_split(model, p)
+            on_cpu = [i for i in p.cpu_moe_layers if i in cpu_blocks]
+            if on_cpu:
+                gpu_moe = [i for i in model.moe_layer_indices if i not in cpu_blocks]
+                raise InputError(f"{f('cpu_moe_layers')} names block {on_cpu[0]}, which -ngl {p.n_gpu_layers} "
+                                 "already keeps entirely on the CPU",
+                                 "only experts of GPU blocks can move to the CPU: "
+                                 + (f"MoE blocks {gpu_moe[0]}-{gpu_moe[-1]}" if gpu_moe else "there are none"))
         if p.n_experts_used > model.n_experts:
             raise InputError(f"{f('n_experts_used')} = {p.n_experts_used} is above "
                              f"the {model.n_experts} experts of {model.name}",

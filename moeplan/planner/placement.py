@@ -23,6 +23,11 @@ class Placement:
     numa: 'bind' = numactl --cpunodebind/--membind to `numa_nodes`; 'interleave' = pages
         interleaved over `numa_nodes`; 'distribute' = llama.cpp --numa distribute;
         'none' = no policy (first touch).
+    n_gpu_layers: llama.cpp's -ngl N, the plain layer split: the last N layers (the output
+        layer counts as layer n_layer_all, so N = n_layer_all + 1 includes it) are on the GPUs,
+        the blocks before them entirely on the CPU (weights, KV cache, compute); None = every
+        block and the output on the GPUs (what moeplan emits: -ngl n_layer_all + 1).
+        planner/memory/devices.py assign_blocks mirrors the rule.
     gpu_expert_cache_bytes: size of a GPU cache of hot experts of CPU layers (llama.cpp
         --moe-cache-mib, KTransformers' GPU experts); 0 = none.
     n_draft / draft_accept: speculative decoding, drafted tokens per step and acceptance rate.
@@ -58,6 +63,7 @@ class Placement:
     n_draft: int = 0
     draft_accept: float = 0.0
     n_gpus: int = 1
+    n_gpu_layers: int | None = field(default=None, metadata={"omit_default": True})
     # experts used per token if not the model's own (llama.cpp --override-kv
     # ARCH.expert_used_count=int:6, KTransformers' reduced-expert runs); 0 = the model's
     n_experts_used: int = 0
@@ -75,6 +81,8 @@ class Placement:
         d["cpu_moe_layers"] = list(self.cpu_moe_layers)
         d["numa_nodes"] = list(self.numa_nodes)
         d["extra"] = [list(kv) for kv in self.extra]
+        if self.n_gpu_layers is None:  # omitted at its default, as serde.to_jsonable does
+            del d["n_gpu_layers"]
         return d
 
     @classmethod

@@ -31,7 +31,7 @@ from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes
 from moeplan.planner.memory.cache import plan_cache
-from moeplan.planner.memory.devices import fit_split, format_tensor_split
+from moeplan.planner.memory.devices import fit_split, format_tensor_split, layer_split
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Alternative, Estimate, Plan, digest_of, model_ref
@@ -61,6 +61,7 @@ class Request:
     ubatches: tuple[int, ...] = UBATCHES
     numa_policies: tuple[str, ...] = ()  # () = all that make sense for the machine
     threads: int | None = None
+    n_gpu_layers: int | None = None  # a fixed -ngl N (plain layer split); None = every layer on the GPUs
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,11 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
     has_gpu = bool(hw.gpus) and vram > 0
     n_gpus = max(1, len(hw.gpus)) if has_gpu else 0
     order = cpu_layer_order(model, pr)
+    ngl = req.n_gpu_layers if has_gpu else None
+    if ngl is not None:
+        # -ngl N keeps the first blocks wholly on the CPU: only the GPU blocks' experts can move
+        cpu_blocks, _ = layer_split(model, Placement(n_gpu_layers=ngl, n_gpus=n_gpus))
+        order = tuple(i for i in order if i not in cpu_blocks)
     ctx0 = req.n_ctx or min(req.min_ctx, model.n_ctx_train or req.min_ctx)
     candidates: list[Candidate] = []
     shortfalls: list[str] = []
@@ -274,7 +280,7 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
                 for op in ((True, False) if has_gpu and pr.op_offload in ("mainline", "ik") else (True,)):
                     base = Placement(backend=pr.name, n_ctx=ctx0, cache_type_k=kv, cache_type_v=kv,
                                      flash_attn=True, n_ubatch=ub, n_batch=max(batch0, ub), numa=numa,
-                                     numa_nodes=nodes, op_offload=op, n_gpus=n_gpus)
+                                     numa_nodes=nodes, op_offload=op, n_gpus=n_gpus, n_gpu_layers=ngl)
                     base = base.with_(n_threads=req.threads or physical_cores(hw, base))
                     if hw.os == "windows" and numa == "bind":
                         base = base.with_(extra=(("win_affinity_mask", _win_mask(hw, nodes)),))

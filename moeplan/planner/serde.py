@@ -9,7 +9,10 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 def to_jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        # a field marked metadata={"omit_default": True} is left out at its default, so that
+        # documents (and their digests) written before the field existed stay the same
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.metadata.get("omit_default") and getattr(obj, f.name) == f.default)}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(x) for x in obj]
     if isinstance(obj, dict):

@@ -119,17 +119,21 @@ def _is_quant(t: str) -> bool:
     return t.lower() not in ("f16", "f32", "bf16")
 
 
-def attention_layers(model: ModelSpec, depth: int, n_ubatch: int = 512) -> list[AttnLayer]:
+def attention_layers(model: ModelSpec, depth: int, n_ubatch: int = 512,
+                     blocks: frozenset[int] | None = None) -> list[AttnLayer]:
     """Layers with a K cache ('k' component), their heads and row widths. MLA: the cache holds
     the latent c_kv + k_rope (accounting.kv_read_bytes sizes the same 'k' rows); llama.cpp
     attends with one KV head of width key_length (kv_lora_rank + rope) and V = the first
-    value_length of it. Sliding-window caches hold window + n_ubatch cells (KvComponent 'swa')."""
+    value_length of it. Sliding-window caches hold window + n_ubatch cells (KvComponent 'swa').
+    `blocks`: only these blocks (the CPU blocks of a -ngl split)."""
     extra = dict(model.extra)
     n_head = max(1, model.n_head)
     d_k = int(extra.get("attention.key_length") or (model.n_embd // n_head))
     d_v = int(extra.get("attention.value_length") or d_k)
     out = []
     for layer in model.trunk_layers:
+        if blocks is not None and layer.index not in blocks:
+            continue
         k = next((c for c in layer.kv if c.name == "k"), None)
         if k is None or depth <= 0:
             continue

@@ -33,13 +33,20 @@ Prefill, per ubatch of u tokens (U(u) distinct experts per layer):
               (R_dense + sum_G U(u)/N * E_l) / BW_g)
   t_ubatch = t_gpu + t_h2d + t_cpu + |C| * s_sync ; prefill tok/s = prompt / sum t_ubatch
 
+A plain layer split (-ngl N, Placement.n_gpu_layers) leaves the first blocks wholly on the
+CPU: their routed experts join C above; their dense weights R_dense_cpu and KV are read at BW_c
+(cpu_blocks_read, cpu_blocks_compute_excess, cpu_blocks_attention, cpu_blocks_barriers) and
+the hidden state crosses PCIe at the split (split_hop); in prefill with op-offload their dense
+weights are copied to the GPU every ubatch (h2d_cpu_blocks), else the CPU multiplies them
+(cpu_blocks_matmul). Formulas at SplitLayers and the _cpu_block_*_terms functions.
+
 Each factor carries a source (calibrated > measured > spec-sheet > prior) and a relative
 uncertainty; the range of a prediction combines them over the terms they feed.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from moeplan.errors import InputError
 from moeplan.planner.cost import attention, machine
@@ -49,6 +56,7 @@ from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, 
 from moeplan.planner.hardware.windows import GROUP_SIZE as WINDOWS_GROUP_SIZE
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_read_bytes
 from moeplan.planner.memory.cache import plan_cache
+from moeplan.planner.memory.devices import layer_split
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Estimate, FactorFigure, FactorsUsed, GpuMemory, MemoryLine, MemoryReport, Term
@@ -392,16 +400,19 @@ def dot_elements(layer: LayerSpec, type_cost: dict[str, float]) -> float:
     return sum(t.n_elements * type_cost.get(t.ggml_type, 1.3) for t in layer.tensors if t.group == "experts")
 
 
-def non_expert_params(model: ModelSpec) -> float:
-    """Weights multiplied per token outside the routed experts (embedding lookup excluded)."""
-    n = sum(t.n_elements for t in model.globals if t.group == "output")
+def non_expert_params(model: ModelSpec, blocks: frozenset[int] | None = None, output: bool = True) -> float:
+    """Weights multiplied per token outside the routed experts (embedding lookup excluded);
+    of `blocks` only when given, the output matrix when `output`."""
+    n = sum(t.n_elements for t in model.globals if t.group == "output") if output else 0
     for layer in model.trunk_layers:
+        if blocks is not None and layer.index not in blocks:
+            continue
         n += sum(t.n_elements for t in layer.tensors
                  if t.group not in ("experts", "expert_aux", "norm") and len(t.shape) >= 2)
     return float(n)
 
 
-def attention_flops_per_token(model: ModelSpec, depth: int) -> float:
+def attention_flops_per_token(model: ModelSpec, depth: int, blocks: frozenset[int] | None = None) -> float:
     """Score and value products of one token at context depth `depth`:
     4 * cells attended * n_head * d_k per attention layer (d_k = GGUF attention.key_length;
     for MLA that is the absorbed latent width, which is what llama.cpp multiplies)."""
@@ -409,6 +420,8 @@ def attention_flops_per_token(model: ModelSpec, depth: int) -> float:
     d_k = int(extra.get("attention.key_length") or (model.n_embd // max(1, model.n_head)))
     flops = 0.0
     for layer in model.trunk_layers:
+        if blocks is not None and layer.index not in blocks:
+            continue
         for c in layer.kv:
             if c.name != "k":
                 continue
@@ -423,17 +436,18 @@ def _attention_machine(hw: HardwareProfile, p: Placement, f: Factors, threads: i
 
 
 def cpu_attention_decode(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors,
-                         depth: int, n_step: int = 1) -> attention.CpuAttention:
-    """One decode step's attention on the CPU at `depth` cells (docs/cost-model.md, CPU attention)."""
-    layers = attention.attention_layers(model, depth + n_step - 1, p.n_ubatch)
+                         depth: int, n_step: int = 1, blocks: frozenset[int] | None = None) -> attention.CpuAttention:
+    """One decode step's attention on the CPU at `depth` cells (docs/cost-model.md, CPU attention);
+    `blocks`: only those blocks' (a -ngl split's CPU blocks)."""
+    layers = attention.attention_layers(model, depth + n_step - 1, p.n_ubatch, blocks)
     return attention.decode_attention(layers, _attention_machine(hw, p, f, p.n_threads), pr.name,
                                       p.cache_type_k, p.cache_type_v, p.flash_attn, n_step)
 
 
 def cpu_attention_prefill(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors,
-                          mean_depth: int, u: int) -> attention.CpuAttention:
+                          mean_depth: int, u: int, blocks: frozenset[int] | None = None) -> attention.CpuAttention:
     """One ubatch of u tokens' attention on the CPU, its cells at the prompt's mean depth."""
-    layers = attention.attention_layers(model, mean_depth, p.n_ubatch)
+    layers = attention.attention_layers(model, mean_depth, p.n_ubatch, blocks)
     return attention.prefill_attention(layers, _attention_machine(hw, p, f, p.threads_batch), pr.name,
                                        p.cache_type_k, p.cache_type_v, u, p.flash_attn)
 
@@ -453,6 +467,8 @@ def _resident_share(model: ModelSpec, p: Placement, hw: HardwareProfile, mem_hos
     if p.load_mode != "mmap" or not hw.system.ram_total_bytes:
         return 1.0
     cpu_layers = set(p.cpu_moe_layers)
+    if p.n_gpus and p.n_gpu_layers is not None:
+        cpu_layers |= layer_split(model, p)[0]
     need = sum(layer.expert_bytes for layer in model.moe_layers if layer.index in cpu_layers)
     if need <= 0:
         return 1.0
@@ -460,12 +476,147 @@ def _resident_share(model: ModelSpec, p: Placement, hw: HardwareProfile, mem_hos
     return max(0.0, min(1.0, avail / need))
 
 
+@dataclass(frozen=True)
+class SplitLayers:
+    """llama.cpp -ngl N with blocks wholly on the CPU (Placement.n_gpu_layers; the rule is
+    planner/memory/devices.py assign_blocks): which blocks, and what of the per-token work
+    moves with them. Empty for every other placement.
+
+    blocks       the CPU blocks (weights, KV cache and their ops: src/llama-model.cpp
+                 load_tensors dev_layer; src/llama-kv-cache.cpp puts layer il's K/V on
+                 dev_layer(il))
+    out_gpu      the output layer's device is a GPU (N = n_layer_all + 1), else the CPU
+    dense_bytes  resident (non-expert) bytes of the CPU blocks, + output when out_gpu is False
+    params       the matching multiplied weights (norm vectors excluded)
+    moe_on_cpu   the CPU blocks' MoE layers: their routed experts are host-resident like
+                 --cpu-moe-layers' and are costed by the same terms"""
+
+    blocks: frozenset[int] = frozenset()
+    out_gpu: bool = True
+    n_trunk: int = 0
+    dense_bytes: int = 0
+    params: float = 0.0
+    moe_on_cpu: frozenset[int] = frozenset()
+
+    def attention_flops(self, model: ModelSpec, depth: int) -> float:
+        return attention_flops_per_token(model, depth, self.blocks) if self.blocks else 0.0
+
+
+def ngl_split(model: ModelSpec, p: Placement, f: Factors) -> SplitLayers:
+    if f.cpu_only or p.n_gpu_layers is None or not p.n_gpus:
+        return SplitLayers()
+    blocks, out_gpu = layer_split(model, p)
+    if not blocks and out_gpu:
+        return SplitLayers()
+    out_b = sum(t.n_bytes for t in model.globals if t.group != "embed")
+    dense = sum(layer.resident_bytes for layer in model.trunk_layers if layer.index in blocks)
+    return SplitLayers(blocks=blocks, out_gpu=out_gpu,
+                       n_trunk=sum(1 for layer in model.trunk_layers if layer.index in blocks),
+                       dense_bytes=dense + (0 if out_gpu else out_b),
+                       params=non_expert_params(model, blocks, output=not out_gpu),
+                       moe_on_cpu=frozenset(i for i in model.moe_layer_indices if i in blocks))
+
+
+def _split_hops(split: SplitLayers, model: ModelSpec) -> int:
+    """Host<->GPU hand-overs of the hidden state per forward pass at the -ngl split: into the
+    first GPU layer (a block, or the output layer, which llama.cpp counts as the first of the
+    N GPU layers), and back out if blocks were on a GPU but the output were not."""
+    has_gpu_blocks = split.n_trunk < len(model.trunk_layers)
+    return (1 if has_gpu_blocks or split.out_gpu else 0) + (1 if has_gpu_blocks and not split.out_gpu else 0)
+
+
+def _cpu_block_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors, depth: int,
+                            n_step: int, split: SplitLayers, kv_cpu: float, terms: list[Term],
+                            errs: dict[str, float]) -> None:
+    """Decode of the blocks -ngl leaves on the CPU (their routed experts are in
+    cpu_experts_read / cpu_compute_excess with the other CPU experts):
+      cpu_blocks_read    = (R_dense_cpu + KV_read_cpu(depth)) / BW_c
+      cpu_blocks_compute_excess = max(0, P_dense_cpu * n_step / r_dot - cpu_blocks_read)
+      cpu_blocks_attention = the CPU blocks' attention as cost/attention.py runs it, beyond
+                             their KV read
+      cpu_blocks_barriers  = n_cpu_blocks x 2 n_ops x (s_barrier x T x x_sockets + oversub)
+                             (as a CPU-only run's, per CPU block)
+      split_hop          = hops x (s_hop + 4 E n_step / B_h2d), hops = 1 (+1 when the output
+                           layer is on the CPU) - one hidden state over PCIe per hand-over"""
+    b = split.dense_bytes + kv_cpu
+    t_read = b / f.bw_cpu_bytes_per_s.value
+    terms.append(Term("cpu_blocks_read", t_read, "cpu-mem",
+                      f"({split.dense_bytes / 1e9:.2f} dense + {kv_cpu / 1e9:.3f} KV at depth {depth}) GB of "
+                      f"{len(split.blocks)} CPU blocks / {f.bw_cpu_bytes_per_s.value / 1e9:.1f} GB/s"))
+    errs["cpu_blocks_read"] = f.bw_cpu_bytes_per_s.rel_err
+    dot = split.params * n_step
+    t_dot = dot / max(1.0, f.cpu_dot_elem_per_s.value)
+    terms.append(Term("cpu_blocks_compute_excess", max(0.0, t_dot - t_read), "cpu-compute",
+                      f"max(0, {dot / 1e9:.2f} G weights / {f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read time)"))
+    errs["cpu_blocks_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
+    ca = cpu_attention_decode(model, p, hw, pr, f, depth, n_step, split.blocks)
+    if ca.seconds:
+        # as a CPU-only run's attention (cost/attention.py); the KV's read is in cpu_blocks_read
+        t_kv = kv_cpu / f.bw_cpu_bytes_per_s.value
+        terms.append(Term("cpu_blocks_attention", max(0.0, ca.seconds - t_kv), "cpu-compute",
+                          f"max(0, {ca.seconds * 1e3:.2f} ms - {t_kv * 1e3:.2f} ms KV read) at depth {depth}: "
+                          + ca.formula))
+        errs["cpu_blocks_attention"] = ca.rel_err
+    n_ops = pr.n_cpu_ops_per_layer * 2
+    per_barrier = pr.s_barrier_s_per_thread * p.n_threads * f.barrier_x + f.oversub_s_per_barrier
+    terms.append(Term("cpu_blocks_barriers", split.n_trunk * n_ops * per_barrier, "sync",
+                      f"{split.n_trunk} CPU blocks x {n_ops} ops x thread barrier"))
+    errs["cpu_blocks_barriers"] = 0.5
+    hops = _split_hops(split, model)
+    if hops:
+        act = 4 * model.n_embd * n_step
+        h2d = max(1.0, f.h2d_bytes_per_s.value)
+        terms.append(Term("split_hop", hops * (S_HOP_S + act / h2d), "sync",
+                          f"{hops} host<->GPU hop(s) x ({S_HOP_S * 1e6:.0f} us + {act / 1e3:.1f} kB / "
+                          f"{h2d / 1e9:.1f} GB/s)"))
+        errs["split_hop"] = S_HOP_REL_ERR
+
+
+def _cpu_block_prefill_terms(model: ModelSpec, f: Factors, u: int, scale: float, split: SplitLayers,
+                             dense_offload: bool, ca: attention.CpuAttention, terms: list[Term],
+                             errs: dict[str, float]) -> None:
+    """Prefill of the blocks -ngl leaves on the CPU, per ubatch of u tokens (x scale: per token):
+      op-offload (u >= 32): every dense weight of those blocks is copied to the GPU for its op
+        (ggml-backend.cpp ggml_backend_sched_split_graph: a host-buffer weight whose op the
+        GPU's offload_op accepts is run there, the weight a split input copied each ubatch),
+        h2d_cpu_blocks = R_dense_cpu / B_h2d, and their matmuls join gpu_matmul;
+      otherwise cpu_blocks_matmul = max(2 u P_dense_cpu / F_cpu, R_dense_cpu / BW_c);
+      cpu_blocks_attention = the CPU blocks' attention of a ubatch as cost/attention.py runs it
+        (K/V are in a host buffer that is not a weight buffer, so the op is not offloaded);
+      split_hop = hops x (s_hop + 4 E u / B_h2d)."""
+    if dense_offload:
+        b = split.dense_bytes
+        terms.append(Term("h2d_cpu_blocks", b / max(1.0, f.h2d_bytes_per_s.value) * scale, "pcie",
+                          f"{b / 1e9:.2f} GB dense weights of {len(split.blocks)} CPU blocks per ubatch of {u} / "
+                          f"{f.h2d_bytes_per_s.value / 1e9:.1f} GB/s (op-offload)"))
+        errs["h2d_cpu_blocks"] = f.h2d_bytes_per_s.rel_err
+    else:
+        fl = u * 2 * split.params
+        t_c = fl / max(1.0, f.cpu_flop_per_s.value)
+        t_r = split.dense_bytes / max(1.0, f.bw_cpu_bytes_per_s.value)
+        terms.append(Term("cpu_blocks_matmul", max(t_c, t_r) * scale, "cpu-compute" if t_c >= t_r else "cpu-mem",
+                          f"max({fl / 1e12:.3f} TFLOP / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s, "
+                          f"{split.dense_bytes / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.0f} GB/s) per ubatch"))
+        errs["cpu_blocks_matmul"] = f.cpu_flop_per_s.rel_err if t_c >= t_r else f.bw_cpu_bytes_per_s.rel_err
+    if ca.seconds:
+        terms.append(Term("cpu_blocks_attention", ca.seconds * scale, "cpu-compute",
+                          f"{ca.seconds * 1e3:.1f} ms per ubatch of the CPU blocks: {ca.formula}"))
+        errs["cpu_blocks_attention"] = ca.rel_err
+    hops = _split_hops(split, model)
+    if hops:
+        h2d = max(1.0, f.h2d_bytes_per_s.value)
+        terms.append(Term("split_hop", hops * (S_HOP_S + 4 * model.n_embd * u / h2d) * scale, "pcie",
+                          f"{hops} host<->GPU hop(s) of {u} hidden states per ubatch"))
+        errs["split_hop"] = S_HOP_REL_ERR
+
+
 def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
                           f: Factors, depth: int, resident_share: float = 1.0,
                           devices: tuple = ()) -> tuple[list[Term], dict[str, float], float]:
     """Terms of one decode step (seconds), their errors, and tokens produced per step."""
     k, n = p.n_experts_used or model.n_experts_used, model.n_experts
-    cpu = set(p.cpu_moe_layers)
+    split = ngl_split(model, p, f)
+    cpu = set(p.cpu_moe_layers) | split.moe_on_cpu
     n_step = 1 + max(0, p.n_draft)  # tokens verified per step
     touched = distinct_experts(n, k, n_step) / max(1, n) if n else 0.0  # share of a layer's experts read
     per_tok = k / n if n else 0.0
@@ -477,8 +628,11 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
         hit = cache_hit_rate(per_layer, n, pr.zipf_s)
     terms: list[Term] = []
     errs: dict[str, float] = {}
-    r_dense = model.dense_bytes_read_per_token
+    r_dense = model.dense_bytes_read_per_token - split.dense_bytes
     kv_bytes = kv_read_bytes(model, depth + n_step - 1, p.cache_type_k, p.cache_type_v) if depth or n_step else 0
+    kv_cpu = (kv_read_bytes(model, depth + n_step - 1, p.cache_type_k, p.cache_type_v, blocks=set(split.blocks))
+              if split.blocks and kv_bytes else 0)
+    kv_bytes -= kv_cpu
     gpu_exp = sum(layer.expert_bytes for layer in model.moe_layers if layer.index not in cpu) * touched
     cpu_exp = [layer for layer in model.moe_layers if layer.index in cpu]
     cpu_bytes = sum(layer.expert_bytes for layer in cpu_exp) * touched
@@ -520,7 +674,7 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
         errs["gpu_weights_read"] = f.bw_gpu_bytes_per_s.rel_err
         # batch-1 matmuls on a GPU are memory-bound; the term only shows for a slow device
         # (the executor's CPU stand-in): 2 FLOP per weight read on the GPU side
-        gpu_params = (non_expert_params(model) + sum(layer.expert_elements for layer in model.moe_layers
+        gpu_params = (non_expert_params(model) - split.params + sum(layer.expert_elements for layer in model.moe_layers
                                                     if layer.index not in cpu) * touched) * n_step
         t_gc = 2 * gpu_params / max(1.0, f.gpu_flop_per_s.value)
         if t_gc > t_gw:
@@ -532,16 +686,19 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
             t_kv = kv_bytes / f.bw_gpu_bytes_per_s.value
             terms.append(Term("kv_read", t_kv, "gpu-mem", f"{kv_bytes / 1e9:.3f} GB of KV at depth {depth}"))
             errs["kv_read"] = f.bw_gpu_bytes_per_s.rel_err
-            attn = attention_flops_per_token(model, depth) * n_step
+            attn = (attention_flops_per_token(model, depth) - split.attention_flops(model, depth)) * n_step
             t_af = attn / max(1.0, f.gpu_flop_per_s.value)
             if t_af > t_kv:
                 terms.append(Term("attention_compute_excess", t_af - t_kv, "gpu-compute",
                                   f"{attn / 1e9:.1f} GFLOP of attention at depth {depth} beyond the KV read"))
                 errs["attention_compute_excess"] = f.gpu_flop_per_s.rel_err
     if not f.cpu_only:
-        terms.append(Term("gpu_launch", len(model.trunk_layers) * f.s_layer_gpu_s.value, "gpu-compute",
-                          f"{len(model.trunk_layers)} layers x {f.s_layer_gpu_s.value * 1e6:.0f} us"))
+        n_gpu_blocks = len(model.trunk_layers) - split.n_trunk
+        terms.append(Term("gpu_launch", n_gpu_blocks * f.s_layer_gpu_s.value, "gpu-compute",
+                          f"{n_gpu_blocks} layers x {f.s_layer_gpu_s.value * 1e6:.0f} us"))
         errs["gpu_launch"] = f.s_layer_gpu_s.rel_err
+        if split.blocks:
+            _cpu_block_decode_terms(model, p, hw, pr, f, depth, n_step, split, kv_cpu, terms, errs)
         if cpu_exp:
             if pr.op_offload == "weights":
                 # vLLM/SGLang --cpu-offload-gb: the offloaded layers' weights cross PCIe every step
@@ -561,9 +718,13 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
                                   f"max(0, {cpu_dot * miss / 1e9:.2f} G weights / "
                                   f"{f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read time)"))
                 errs["cpu_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
-                terms.append(Term("sync", len(cpu_exp) * f.s_sync_s.value, "sync",
-                                  f"{len(cpu_exp)} CPU layers x {f.s_sync_s.value * 1e6:.0f} us"))
-                errs["sync"] = f.s_sync_s.rel_err
+                # a GPU block whose experts are on the CPU hands over twice per layer; a whole CPU
+                # block does not (its barriers are in cpu_blocks_barriers)
+                n_sync = sum(1 for layer in cpu_exp if layer.index not in split.blocks)
+                if n_sync or not split.blocks:
+                    terms.append(Term("sync", n_sync * f.s_sync_s.value, "sync",
+                                      f"{n_sync} CPU layers x {f.s_sync_s.value * 1e6:.0f} us"))
+                    errs["sync"] = f.s_sync_s.rel_err
                 if resident_share < 1.0:
                     miss_bytes = cpu_bytes * miss * (1.0 - resident_share)
                     terms.append(Term("nvme_read", miss_bytes / f.nvme_bytes_per_s.value, "nvme",
@@ -754,7 +915,8 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     if layerwise:
         u = min(n_prompt, machine.KT_CHUNKED_PREFILL_TOKENS)
     n_ub = math.ceil(n_prompt / u)
-    cpu = set(p.cpu_moe_layers)
+    split = ngl_split(model, p, f)
+    cpu = set(p.cpu_moe_layers) | split.moe_on_cpu
     share = distinct_experts(n, k, u) / max(1, n)
     depth_mid = max(0, prompt_depth) + n_prompt / 2
     moe_gpu = [layer for layer in model.moe_layers if layer.index not in cpu]
@@ -762,7 +924,10 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     p_dense = non_expert_params(model)
     per_tok = k / n if n else 0.0
     exp_params = lambda layers: sum(layer.expert_elements for layer in layers) * per_tok  # noqa: E731
-    attn = attention_flops_per_token(model, int(depth_mid))
+    attn_all = attention_flops_per_token(model, int(depth_mid))
+    # attention of the CPU blocks stays on the CPU: its K/V are not weights (see SplitLayers)
+    attn_cpu = split.attention_flops(model, int(depth_mid))
+    attn = attn_all - attn_cpu
     if pr.op_offload == "mainline":
         offload = p.op_offload and u >= 32
     elif pr.op_offload == "ik":
@@ -770,6 +935,11 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     else:
         offload = pr.op_offload == "weights"
     offload = offload or layerwise
+    # whole CPU blocks (-ngl): their dense weights are MUL_MAT srcs in host buffers, offloaded
+    # at u >= 32 (ggml-cuda.cu ggml_backend_cuda_device_offload_op: ne[1] >= 32; ik_llama.cpp
+    # has the same rule for MUL_MAT, its u*k rule is for MUL_MAT_ID)
+    dense_offload = bool(split.blocks) and p.op_offload and pr.op_offload in ("mainline", "ik") and u >= 32
+    p_dense_gpu = p_dense - (0.0 if dense_offload else split.params)
     terms: list[Term] = []
     errs: dict[str, float] = {}
     scale = n_ub / n_prompt  # per-ubatch seconds -> seconds per prompt token
@@ -787,7 +957,8 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
             errs["cpu_attention"] = ca.rel_err
     elif devices:
         t_g, how, t_h = _multi_gpu_prefill(model, p, hw, f, u, share, per_tok, attn,
-                                           exp_params(moe_cpu) if offload else 0.0, devices)
+                                           (exp_params(moe_cpu) if offload else 0.0)
+                                           + (split.params if dense_offload else 0.0), devices)
         terms.append(Term("gpu_matmul", t_g * scale, "gpu-compute",
                           f"per device, one after another, per ubatch of {u}: {how}"))
         errs["gpu_matmul"] = f.gpu_flop_per_s.rel_err
@@ -796,10 +967,10 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                               f"hidden states of {u} tokens crossing {len(devices) - 1} GPU boundaries"))
             errs["device_hops"] = S_HOP_REL_ERR
     if not f.cpu_only and not devices:
-        gpu_params = p_dense + exp_params(moe_gpu) + (exp_params(moe_cpu) if offload else 0.0)
+        gpu_params = p_dense_gpu + exp_params(moe_gpu) + (exp_params(moe_cpu) if offload else 0.0)
         flops = u * (2 * gpu_params + attn)
         t_c = flops / max(1.0, f.gpu_flop_per_s.value)
-        r = model.dense_bytes_read_per_token + sum(layer.expert_bytes for layer in moe_gpu) * share
+        r = model.dense_bytes_read_per_token - split.dense_bytes + sum(layer.expert_bytes for layer in moe_gpu) * share
         t_r = r / max(1.0, f.bw_gpu_bytes_per_s.value)
         terms.append(Term("gpu_matmul", max(t_c, t_r) * scale, "gpu-compute",
                           f"max({flops / 1e12:.2f} TFLOP / {f.gpu_flop_per_s.value / 1e12:.0f} TFLOP/s, "
@@ -831,9 +1002,14 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                                   f"max({fl / 1e12:.2f} TFLOP / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s, "
                                   f"{b / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.0f} GB/s) per ubatch"))
                 errs["cpu_experts"] = f.cpu_flop_per_s.rel_err if t_c >= t_r else f.bw_cpu_bytes_per_s.rel_err
-            terms.append(Term("sync", len(moe_cpu) * f.s_sync_s.value * scale, "sync",
-                              f"{len(moe_cpu)} CPU layers x {f.s_sync_s.value * 1e6:.0f} us per ubatch"))
-            errs["sync"] = f.s_sync_s.rel_err
+            n_sync = sum(1 for layer in moe_cpu if layer.index not in split.blocks)
+            if n_sync or not split.blocks:
+                terms.append(Term("sync", n_sync * f.s_sync_s.value * scale, "sync",
+                                  f"{n_sync} CPU layers x {f.s_sync_s.value * 1e6:.0f} us per ubatch"))
+                errs["sync"] = f.s_sync_s.rel_err
+        if split.blocks:
+            ca = cpu_attention_prefill(model, p, hw, pr, f, int(depth_mid), u, split.blocks)
+            _cpu_block_prefill_terms(model, f, u, scale, split, dense_offload, ca, terms, errs)
     return terms, errs
 
 
@@ -1002,6 +1178,11 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
                      f"{per_step:.2f} tokens per step")
     if f.cpu_only:
         notes.append("no GPU layers: everything runs on the CPU")
+    elif p.n_gpu_layers is not None:
+        blocks, out_gpu = layer_split(model, p)
+        if blocks or not out_gpu:
+            notes.append(f"-ngl {p.n_gpu_layers}: {len(blocks)} of {len(model.layers)} blocks"
+                         + ("" if out_gpu else " and the output layer") + " run on the CPU with their KV cache")
     d_range = held_out_range(decode, dterms, pr.term_range_log.get("decode", {}))
     p_range = held_out_range(prefill, pterms, pr.term_range_log.get("prefill", {}))
     return Estimate(

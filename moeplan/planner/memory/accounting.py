@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from moeplan.planner.memory import compute_buffer as cb
 from moeplan.planner.memory.cache import memo, plan_cache
-from moeplan.planner.memory.devices import DeviceMemory, device_memory, parse_tensor_split
+from moeplan.planner.memory.devices import DeviceMemory, device_memory, layer_split, parse_tensor_split
 from moeplan.planner.model.ggml import canonical_type, row_bytes
 from moeplan.planner.model.spec import KvComponent, LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
@@ -302,21 +302,37 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
     """
     c = consts or MemoryConstants()
     cpu_only = p.n_gpus == 0
-    cpu_layers = set(layer.index for layer in model.moe_layers) if cpu_only else set(p.cpu_moe_layers)
+    # -ngl N (plain layer split): blocks before the last N are wholly on the CPU
+    split = not cpu_only and p.n_gpu_layers is not None
+    cpu_blocks, out_gpu = layer_split(model, p) if split else (frozenset(), True)
+    cpu_layers = (set(layer.index for layer in model.moe_layers) if cpu_only
+                  else set(p.cpu_moe_layers) | {i for i in model.moe_layer_indices if i in cpu_blocks})
     items: list[MemoryItem] = []
     mmap_backed = p.load_mode == "mmap"
     weights_dev = "host" if cpu_only else "gpu"
 
     embd = sum(t.n_bytes for t in model.globals if t.group == "embed")
     out = sum(t.n_bytes for t in model.globals if t.group != "embed")
-    resident = sum(layer.resident_bytes for layer in model.trunk_layers)
+    resident = sum(layer.resident_bytes for layer in model.trunk_layers if layer.index not in cpu_blocks)
     gpu_experts = sum(layer.expert_bytes for layer in model.moe_layers if layer.index not in cpu_layers)
     cpu_experts = sum(layer.expert_bytes for layer in model.moe_layers if layer.index in cpu_layers)
     n_gpu_moe = sum(1 for layer in model.moe_layers if layer.index not in cpu_layers)
 
-    items.append(MemoryItem("weights_dense", weights_dev, out + resident,
-                            "output + output_norm + attention/norm/router/shared/dense-FFN of every block",
-                            page_cache=cpu_only and mmap_backed))
+    if split:
+        n_cpu_trunk = sum(1 for layer in model.trunk_layers if layer.index in cpu_blocks)
+        items.append(MemoryItem("weights_dense", "gpu", (out if out_gpu else 0) + resident,
+                                ("output + output_norm + " if out_gpu else "")
+                                + f"attention/norm/router/shared/dense-FFN of the {model.n_layers - n_cpu_trunk} "
+                                f"GPU blocks (-ngl {p.n_gpu_layers})"))
+        cpu_resident = sum(layer.resident_bytes for layer in model.trunk_layers if layer.index in cpu_blocks)
+        items.append(MemoryItem("weights_dense_cpu", "host", cpu_resident + (0 if out_gpu else out),
+                                f"attention/norm/router/shared/dense-FFN of the {n_cpu_trunk} CPU blocks"
+                                + ("" if out_gpu else " + output + output_norm (-ngl 0: dev_output is the CPU)"),
+                                page_cache=mmap_backed))
+    else:
+        items.append(MemoryItem("weights_dense", weights_dev, out + resident,
+                                "output + output_norm + attention/norm/router/shared/dense-FFN of every block",
+                                page_cache=cpu_only and mmap_backed))
     if not cpu_only:
         items.append(MemoryItem("weights_experts", "gpu", gpu_experts,
                                 f"routed experts of the {n_gpu_moe} MoE layers kept on the GPU"))
@@ -328,7 +344,15 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
     kv = kv_cache_bytes(model, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, n_ub, kv_unified=p.kv_unified)
     kv_formula = (f"pad256(ctx={p.n_ctx}) cells x per-layer rows "
                   f"(K {p.cache_type_k}, V {p.cache_type_v}, n_seq {p.n_seq})")
-    items.append(MemoryItem("kv_cache", "gpu" if (p.kv_offload and not cpu_only) else "host", kv, kv_formula))
+    if split and cpu_blocks and p.kv_offload:
+        # src/llama-kv-cache.cpp: layer il's K/V live on model.dev_layer(il) with offload_kqv,
+        # so the CPU blocks' cache is in host RAM
+        kv_cpu = sum(kv_layer_bytes(layer, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, n_ub,
+                                    kv_unified=p.kv_unified) for layer in model.layers if layer.index in cpu_blocks)
+        items.append(MemoryItem("kv_cache", "gpu", kv - kv_cpu, kv_formula + ", GPU blocks"))
+        items.append(MemoryItem("kv_cache_cpu", "host", kv_cpu, kv_formula + f", the {len(cpu_blocks)} CPU blocks"))
+    else:
+        items.append(MemoryItem("kv_cache", "gpu" if (p.kv_offload and not cpu_only) else "host", kv, kv_formula))
 
     devices: tuple[DeviceMemory, ...] = ()
     if not cpu_only and p.n_gpus > 1:
@@ -363,14 +387,34 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
         items.append(MemoryItem("repack", "host", repack,
                                 "CPU_REPACK copy of CPU expert weights of repackable types"))
     # CPU-only: the CPU buffer holds the whole graph (logits too), and nothing is staged
-    cterms = compute_buffer_terms(model, p.with_(op_offload=False) if cpu_only else p, gpu=cpu_only, consts=c)
-    items.append(MemoryItem("compute_cpu", "host", sum(cterms.values()),
-                            "whole graph (CPU-only run)" if cpu_only else
-                            "graph inputs (KQ masks, ids) and token-embedding rows, which llama.cpp keeps on the CPU"))
+    if split and cpu_blocks:
+        cterms = cpu_blocks_compute_terms(model, p, out_gpu)
+        formula = (f"the CPU blocks' ops ({'attention/MoE' if out_gpu else 'attention/MoE/output'} peak of "
+                   "compute_buffer.py, CPU alignment), graph inputs included")
+    else:
+        cterms = compute_buffer_terms(model, p.with_(op_offload=False) if cpu_only else p, gpu=cpu_only, consts=c)
+        formula = ("whole graph (CPU-only run)" if cpu_only else
+                   "graph inputs (KQ masks, ids) and token-embedding rows, which llama.cpp keeps on the CPU")
+    items.append(MemoryItem("compute_cpu", "host", sum(cterms.values()), formula))
     items.append(MemoryItem("output", "host", model.n_vocab * 4 * p.n_seq,
                             "logits buffer n_vocab * n_outputs * 4 (one output per sequence)"))
     margin = 0 if cpu_only else c.margin_bytes * max(1, len(devices))
     return MemoryBreakdown(items=tuple(items), margin_bytes=margin, devices=devices)
+
+
+def cpu_blocks_compute_terms(model: ModelSpec, p: Placement, out_gpu: bool) -> dict[str, int]:
+    """CPU compute buffer under -ngl N with blocks on the CPU: ggml_backend_sched runs those
+    blocks' ops on the CPU backend (their weights and KV are in host buffers), so its buffer
+    holds their live sets: the attention and MoE phases of compute_buffer.py as on a CPU-only
+    run, and the output phase too when the output layer is on the CPU. An upper bound when
+    op-offload moves the blocks' matmuls to the GPU at n_ubatch >= 32: their results are then
+    in the GPU buffer and only copied back. Never below the plain CPU-side buffer."""
+    phases = cb.compute_phases(model, p.with_(op_offload=False, n_gpus=0), 0, gpu=False)
+    if out_gpu and "output" in phases and len(phases) > 1:
+        phases = {k: v for k, v in phases.items() if k != "output"}
+    _, phase = cb.peak_phase(phases)
+    side = cb.cpu_side_bytes(model, p)
+    return dict(phase) if sum(phase.values()) >= sum(side.values()) else side
 
 
 def tensor_split_weights(p: Placement) -> tuple[float, ...]:

@@ -266,16 +266,33 @@ def output_bytes(model: ModelSpec, shape: ReserveShape) -> dict[str, int]:
 
 
 def staging_bytes(model: ModelSpec, p: Placement, min_batch: int) -> int:
-    """Largest single expert weight tensor of a CPU-resident MoE layer (0 without op-offload)."""
-    if not p.op_offload or not p.cpu_moe_layers or reserve_shape(p).n_tokens < min_batch:
+    """Largest single expert weight tensor of a CPU-resident MoE layer (0 without op-offload).
+
+    With -ngl N and blocks wholly on the CPU, every matmul weight of those blocks (and the
+    output matrix when the output layer is on the CPU) is a host weight the scheduler hands
+    to the GPU at n_ubatch >= 32 (ggml-cuda.cu ggml_backend_cuda_device_offload_op: MUL_MAT
+    with ne[1] >= GGML_OP_OFFLOAD_MIN_BATCH), one staged copy alive at a time: the largest."""
+    if not p.op_offload or reserve_shape(p).n_tokens < min_batch:
         return 0
+    block_max = 0
+    if p.n_gpu_layers is not None and p.n_gpus:
+        from moeplan.planner.memory.devices import layer_split
+
+        cpu_blocks, out_gpu = layer_split(model, p)
+        block_max = max((t.n_bytes for layer in model.layers if layer.index in cpu_blocks and layer.kind != "nextn"
+                         for t in layer.tensors if len(t.shape) >= 2), default=0)
+        if not out_gpu:
+            block_max = max([block_max] + [t.n_bytes for t in model.globals if t.group == "output"
+                                           and len(t.shape) >= 2])
+    if not p.cpu_moe_layers:
+        return block_max
     cache = memo(model)
     per_layer = cache.get("max_expert_tensor")
     if per_layer is None:
         per_layer = cache["max_expert_tensor"] = {
             layer.index: max((tt.n_bytes for tt in layer.tensors if tt.group == "experts"), default=0)
             for layer in model.moe_layers}
-    return max((per_layer.get(i, 0) for i in p.cpu_moe_layers), default=0)
+    return max([block_max] + [per_layer.get(i, 0) for i in p.cpu_moe_layers])
 
 
 def compute_phases(model: ModelSpec, p: Placement, staging: int = 0, gpu: bool = False) -> dict[str, dict[str, int]]:

@@ -81,6 +81,23 @@ def assign_blocks(n_layer_all: int, weights: Sequence[float], n_gpu_layers: int 
     return tuple(dev(il) for il in range(n_layer_all)), dev(n_layer_all)
 
 
+def layer_split(model: ModelSpec, p: Placement) -> tuple[frozenset[int], bool]:
+    """(block indices that -ngl leaves entirely on the CPU, whether the output layer is on a
+    GPU) for placement p: assign_blocks with p.n_gpu_layers. A CPU-only run (n_gpus 0) has
+    every block on the CPU; without n_gpu_layers every block and the output are offloaded."""
+    if p.n_gpus == 0:
+        return frozenset(layer.index for layer in model.layers), False
+    if p.n_gpu_layers is None:
+        return frozenset(), True
+    key = ("layer-split", p.n_gpu_layers, len(model.layers))
+    cache = memo(model)
+    hit = cache.get(key)
+    if hit is None:
+        devs, out_dev = assign_blocks(len(model.layers), (1.0,), p.n_gpu_layers)
+        hit = cache[key] = (frozenset(model.layers[i].index for i, d in enumerate(devs) if d < 0), out_dev >= 0)
+    return hit
+
+
 def counts_from_assignment(devs: Sequence[int], out_dev: int, n_devices: int) -> tuple[int, ...]:
     """Blocks (and the output layer) per device: the exact -ts of an assignment."""
     counts = [0] * n_devices
@@ -191,7 +208,7 @@ def device_memory(model: ModelSpec, p: Placement, weights: Sequence[float], cont
                   margin_bytes: int, min_batch: int = 32) -> tuple[DeviceMemory, ...]:
     """Per-device VRAM of placement p split over len(weights) devices by -ts `weights`."""
     n_dev = len(weights)
-    devs, out_dev = assign_blocks(len(model.layers), weights)
+    devs, out_dev = assign_blocks(len(model.layers), weights, p.n_gpu_layers)
     costs = _block_costs(model, p)
     out_bytes = sum(t.n_bytes for t in model.globals if t.group != "embed")
     result = []
@@ -220,19 +237,20 @@ def fit_split(model: ModelSpec, p: Placement, budgets: Sequence[int], context_by
     does (each greedy boundary is at or past the feasible one's)."""
     n_dev = len(budgets)
     costs = _block_costs(model, p)
-    out_bytes = sum(t.n_bytes for t in model.globals if t.group != "embed")
-    order = [layer.index for layer in model.layers]
+    cpu_blocks, out_gpu = layer_split(model, p)  # with -ngl N only the last N layers are split
+    out_bytes = sum(t.n_bytes for t in model.globals if t.group != "embed") if out_gpu else 0
+    order = [layer.index for layer in model.layers if layer.index not in cpu_blocks]
     counts = [0] * n_dev
     pos = 0
     for d in range(n_dev):
         last = d == n_dev - 1
-        fixed = context_bytes + margin_bytes + device_compute_bytes(model, p, d == 0, last, min_batch)
+        fixed = context_bytes + margin_bytes + device_compute_bytes(model, p, d == 0, last and out_gpu, min_batch)
         used = fixed + (out_bytes if last else 0)
         if last:
             used += sum(costs[b].kv + costs[b].dense + costs[b].experts for b in order[pos:])
             if used > budgets[d]:
                 return None
-            counts[d] = len(order) - pos + 1
+            counts[d] = len(order) - pos + (1 if out_gpu else 0)
             break
         while pos < len(order):
             c = costs[order[pos]]
