@@ -132,12 +132,17 @@ def _quant(r: dict) -> tuple[str | None, str]:
     return tok.upper(), ""
 
 
+def _ngl0_with_gpu(r: dict) -> bool:
+    """-ngl 0 on a machine with a GPU: llama.cpp still offloads large-batch ops to it."""
+    return bool(r.get("gpu_model")) and bool(re.search(r"ngl\s*0\b", r.get("offload_method") or ""))
+
+
 def hardware_args(r: dict) -> tuple[list[str] | None, str]:
     """`moeplan hardware` arguments as a user would type them, or (None, reason)."""
     args = ["hardware", "--json", "--name", r["id"]]
     method = r.get("offload_method") or ""
     vram = _num(r.get("gpu_vram_gb_each"))
-    gpu_used = bool(r.get("gpu_model") or vram) and not method.startswith("cpu-only")
+    gpu_used = bool(r.get("gpu_model") or vram) and (not method.startswith("cpu-only") or _ngl0_with_gpu(r))
     if gpu_used and r.get("gpu_model"):
         args += ["--gpu", r["gpu_model"], "--gpu-count", str(int(r.get("gpu_count") or 1))]
     elif gpu_used:  # a GPU known by its VRAM alone: the class prior for its bandwidth
@@ -188,7 +193,9 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         args += ["--size", f"{size}G" if r["id"].startswith("seed-") else f"{size}GB"]
     method = r.get("offload_method") or ""
     on_cpu = r.get("moe_layers_on_cpu")
-    if method.startswith("cpu-only"):
+    if method.startswith("cpu-only") and _ngl0_with_gpu(r):
+        args += ["--ngl", "0"]  # every layer on the CPU, the GPU there for op-offload prefill
+    elif method.startswith("cpu-only"):
         args += ["--cpu-only"]
     elif on_cpu == "all" or method in ("cpu-moe", "ktransformers"):
         args += ["--all-cpu-moe"]
@@ -210,9 +217,12 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
     if r.get("ctx_size"):
         args += ["--ctx", str(int(r["ctx_size"]))]
     if r.get("kv_cache_type"):
-        args += ["--kv-type", str(r["kv_cache_type"]).split("/")[0].strip().lower()]
+        args += ["--kv-type", re.split(r"[/\s(]", str(r["kv_cache_type"]).strip())[0].lower()]
     if r.get("kv_depth"):
         args += ["--depth", str(int(r["kv_depth"]))]
+    d = re.search(r"@\s*d\s*(\d+)", r.get("pp_test") or "")
+    if d:  # llama-bench -d N: the prompt follows N cached tokens
+        args += ["--prompt-depth", d.group(1)]
     k = r.get("n_experts_used")
     if isinstance(k, int) and profile == "deepseek-v3" and k != 8:
         args += ["--experts-used", str(k)]
