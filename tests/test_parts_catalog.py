@@ -3,6 +3,7 @@ families added for issue 16 (desktop/laptop Core, Ryzen X3D, Threadripper, EPYC 
 Xeon Scalable 1st-5th gen, Xeon 6, Xeon W, Xeon E5/E7, laptop and workstation RTX)."""
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 
@@ -134,3 +135,38 @@ def test_laptop_gpu_profile_notes_the_unknown_link_and_rate():
     assert g.h2d_bytes_per_s is None and g.fp16_flop_per_s is None
     assert any("PCIe link unknown" in n for n in p.notes)
     assert p.cpu.max_clock_hz == 4.7e9
+
+
+@pytest.mark.parametrize("query, family, rep, cores", [
+    ("AMD EPYC 9B14", "zen4", "AMD EPYC 9654", 96),
+    ("AMD EPYC 9B14 96-Core Processor", "zen4", "AMD EPYC 9654", 96),
+    ("AMD EPYC 9V45", "zen5", "AMD EPYC 9755", 128),
+    ("AMD EPYC 7C13 64-Core Processor", "zen3", "AMD EPYC 7763", 64),
+    ("AMD EPYC 7V12 48-Core Processor", "zen2", "AMD EPYC 7742", 48),
+    ("Intel Xeon Processor (Icelake)", "icelake-sp", "Intel Xeon Platinum 8380", 40),
+])
+def test_an_unlisted_cpu_is_modelled_from_its_generation(query, family, rep, cores):
+    from moeplan.profiles.catalog import find_cpu
+    p = find_cpu(query)
+    assert p.family == family and p.cores == cores and p.name == query
+    assert rep in p.source and p.source.startswith("not in the catalog")
+    assert p.ccds is None or p.ccds * (p.cores_per_ccd or 1) >= p.cores
+
+
+@pytest.mark.parametrize("query", ["AMD EPYC 9999X", "Intel Xeon Processor (Pentium)", "Frobnicator 3000"])
+def test_a_name_without_a_known_generation_is_still_refused(query):
+    from moeplan.profiles.catalog import find_cpu
+    with pytest.raises(InputError, match="not in the parts catalog"):
+        find_cpu(query)
+
+
+def test_the_modelled_part_says_so_in_the_profile_notes(tmp_path):
+    from typer.testing import CliRunner
+
+    from moeplan.cli import app
+    r = CliRunner().invoke(app, ["hardware", "--cpu", "AMD EPYC 9B14", "--ram", "768G", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    doc = doc.get("profile", doc)
+    assert any("modelled as a zen4 part" in n for n in doc["notes"])
+    assert doc["cpu"]["n_cores"] == 96
