@@ -193,6 +193,8 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         args += ["--size", f"{size}G" if r["id"].startswith("seed-") else f"{size}GB"]
     method = r.get("offload_method") or ""
     on_cpu = r.get("moe_layers_on_cpu")
+    if re.search(r"(--split-mode|-sm)\s+row", str(r.get("flags") or "")):
+        return None, "placement not expressible (--split-mode row: moeplan models the layer split)"
     if method.startswith("cpu-only") and _ngl0_with_gpu(r):
         args += ["--ngl", "0"]  # every layer on the CPU, the GPU there for op-offload prefill
     elif method.startswith("cpu-only"):
