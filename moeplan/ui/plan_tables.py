@@ -14,6 +14,12 @@ from moeplan.units import GIB
 
 
 def _layers(p: Placement, model: ModelSpec) -> str:
+    if p.n_gpus == 0:
+        return "all (CPU-only run)"
+    if p.n_gpu_layers is not None and p.n_gpu_layers <= len(model.trunk_layers):
+        gpu_blocks = max(0, p.n_gpu_layers - 1)  # the output layer is the first of the -ngl layers
+        moe = f", and of GPU blocks: {compact_ranges(p.cpu_moe_layers)}" if p.cpu_moe_layers else ""
+        return f"the first {len(model.trunk_layers) - gpu_blocks} blocks wholly on the CPU (-ngl {p.n_gpu_layers}){moe}"
     if not p.cpu_moe_layers:
         return "none (all experts on the GPU)"
     if set(p.cpu_moe_layers) == set(model.moe_layer_indices):
