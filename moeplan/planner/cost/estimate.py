@@ -346,6 +346,12 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     isa_x, isa_how = machine.isa_dot_scale(hw, pr.name) if rdot_src == "prior" else (1.0, "calibrated")
     # a thread on an SMT sibling shares its core's vector units; an oversubscribed one waits
     dot_threads = tu.on_cores + 0.1 * tu.smt_threads
+    kt = None
+    if pr.name == "ktransformers":
+        # --cpu_infer threads plus the spinning hand-over threads (machine.kt_threads)
+        node_logical = min((len(n.cpus) for n in thread_nodes), default=0)
+        kt = machine.kt_threads(T, n_cores, n_logical, pools, node_logical, hw.system.kernel)
+        dot_threads = round(kt.dot_threads, 1)
     dot = Rate(r_dot * isa_x * clock * dot_threads,
                f"{rdot_src} ({r_dot:.1f} weights/cycle x {isa_how} x {clock_how} x {dot_threads:g} threads)", rdot_err)
     isa_class = cpu_isa_class(hw)
@@ -363,9 +369,14 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     # a barrier's counter line crosses the socket links: one hop more per doubling of sockets
     xs = 1.0 + math.log2(sockets_n) if sockets_used else 1.0
     s_sync, ss_src, ss_err = _factor(F.S_SYNC_S, pr.s_sync_s, pr, hw)
-    oversub = machine.oversubscription_s_per_barrier(tu)
+    oversub = machine.oversubscription_s_per_barrier(tu) if kt is None else kt.wait_s_per_job
     barrier = pr.n_cpu_ops_per_layer * (pr.s_barrier_s_per_thread * T * xs + oversub)
     sync = Rate(s_sync + barrier, ss_src, ss_err)
+    if kt is not None and kt.oversubscribed:
+        # the wait is a scheduler slice, not a measured figure: about +-60% (CFS vs EEVDF,
+        # where the preemption falls in a task)
+        sync = Rate(s_sync + barrier, f"{ss_src}; {kt.note}",
+                    math.hypot(ss_err * s_sync, 0.6 * barrier) / (s_sync + barrier), kt.note)
     sl, sl_src, sl_err = _factor(F.S_LAYER_GPU_S, pr.s_layer_gpu_s, pr, hw)
     tt, tt_src, tt_err = _factor(F.T_TOKEN_S, pr.t_token_s, pr, hw)
     st = hw.storage[0].seq_read_bytes_per_s if hw.storage else None

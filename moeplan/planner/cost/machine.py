@@ -341,3 +341,95 @@ def kt_layerwise_prefill(backend: str, n_prompt: int, has_cpu_experts_and_gpu: b
     (0 = never)."""
     return (backend == "ktransformers" and has_cpu_experts_and_gpu and threshold > 0
             and n_prompt >= threshold)
+
+
+# ---- KTransformers worker threads (--cpu_infer / --kt-cpuinfer) -------------------------------
+#
+# Who is busy while a MoE layer runs on the CPU. KTransformers 0.2/0.3 (local_chat):
+# CPUInfer(cpu_infer) builds Backend(cpu_infer - 1) (csrc/ktransformers_ext/cpu_backend/
+# cpuinfer.h:39): cpu_infer - 2 worker threads plus the TaskQueue thread, which runs each job as
+# thread 0 (task_queue.cpp processTasks -> backend.cpp do_work_stealing_job -> process_tasks(0)).
+# Two more threads spin meanwhile: the CUDA host-callback thread runs sync_with_cuda_stream's
+# host function, a busy loop on sync_flag (cpuinfer.h:85-91, task_queue.cpp:40-43, no pause),
+# and the Python thread waits in torch.cuda.synchronize after graph.replay()
+# (ktransformers/util/cuda_graph_runner.py:78-79), which spins under cudaDeviceScheduleAuto
+# (one context <= logical CPUs). So cpu_infer + 1 threads want a CPU, cpu_infer - 1 of them
+# compute. kt-kernel (>= 0.4) has --kt-cpuinfer workers pinned one per core of their node
+# (cpu_backend/worker_pool.cpp: hwloc_set_thread_cpubind on core i) and the serving process's
+# thread in the CUDA sync: again threads + 1.
+KT_HELPER_THREADS = 1  # busy threads beyond --cpu_infer
+
+# The workers never sleep between jobs: a WAITING worker spins and only sleeps after 50 ms
+# without work (0.2: backend.cpp worker_thread:141-149; kt-kernel: worker_pool.cpp
+# InNumaPool::worker_thread, cv.wait after 50 ms). A job ends when every thread has left
+# WORKING (backend.cpp do_work_stealing_job:81-85): a task can be stolen from a descheduled
+# thread's range, but the thread itself must run once more to mark itself WAITING, and a task it
+# was running when preempted cannot be stolen. With more busy threads than logical CPUs some CPU
+# holds two spinners that never block, so the scheduler switches between them only when a slice
+# ends; every job then waits for the descheduled thread's turn:
+#   CFS (Linux < 6.6): slices share sysctl_sched_latency = 6 ms x (1 + log2(min(ncpus, 8))) =
+#     24 ms among the k runnable tasks of a CPU (kernel/sched/fair.c sched_slice), so a
+#     descheduled thread waits up to 24 ms x (1 - 1/k);
+#   EEVDF (Linux >= 6.6): each runs sysctl_sched_base_slice = 0.75 ms x 4 = 3 ms, a descheduled
+#     thread waits up to (k - 1) x 3 ms.
+# A job starts at a random point of the running thread's slice; the last of o descheduled
+# threads comes back after o / (o + 1) of the longest wait (the largest of o uniform waits).
+# The cost is a floor: a spinner preempted in the middle of its task holds the job a whole
+# slice (KTransformers #726: --cpu_infer 30 on a 10-core CPU decoded below 0.1 tok/s).
+CFS_LATENCY_S = 24e-3
+EEVDF_SLICE_S = 3e-3
+# decode jobs per MoE layer: MOE::forward_one runs gate+up and then down as two
+# do_work_stealing_job calls (csrc/ktransformers_ext/operators/llamafile/moe.cpp:172, :217)
+KT_DECODE_JOBS_PER_LAYER = 2
+
+
+def kernel_is_eevdf(kernel: str) -> bool:
+    """Linux 6.6 replaced CFS's slices with EEVDF ('' or unparsable: CFS, the kernel of the
+    distributions KTransformers' guides use, Ubuntu 22.04 / CentOS 7)."""
+    parts = kernel.strip().split(".")
+    try:
+        major, minor = int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+    except (IndexError, ValueError):
+        return False
+    return (major, minor) >= (6, 6)
+
+
+@dataclass(frozen=True)
+class KtThreads:
+    """KTransformers' CPU threads on the nodes they run on (see above)."""
+
+    busy: int  # threads that want a CPU while a MoE layer runs: --cpu_infer + helpers
+    oversubscribed: int  # busy threads beyond the logical CPUs (whole machine or one pool's node)
+    dot_threads: float  # core-equivalents the compute threads get
+    wait_s_per_job: float  # scheduler wait added to every job when oversubscribed
+    note: str
+
+
+def kt_threads(threads: int, cores: int, logical: int, pools: int = 1, node_logical: int = 0,
+               kernel: str = "") -> KtThreads:
+    """KTransformers' --cpu_infer threads on `cores` physical / `logical` CPUs; with `pools`
+    per-node pools each node (node_logical CPUs) runs ceil(threads / pools) of them (0.2
+    USE_NUMA=1: thread i on node i x nodes / threads, backend.cpp:92; kt-kernel: cpuinfer //
+    count per pool, experts_base.py _get_cpu_infer)."""
+    t = max(1, threads)
+    cores, logical = max(1, cores), max(cores, logical)
+    busy = t + KT_HELPER_THREADS
+    over = max(0, busy - logical)
+    if pools > 1 and node_logical:
+        over = max(over, pools * max(0, math.ceil(t / pools) - node_logical))
+    # the helpers spin on cores too: the scheduler spreads busy threads over idle cores first,
+    # SMT siblings next; a core's second thread adds ~0.1 of a core (as thread_use)
+    tu = thread_use(busy, cores, logical)
+    dot = min(float(t), (tu.on_cores + 0.1 * tu.smt_threads) * t / busy)
+    wait, how = 0.0, ""
+    if over:
+        k = math.ceil(busy / logical) if busy > logical else 2  # runnable per loaded CPU
+        if kernel_is_eevdf(kernel):
+            longest, sched = EEVDF_SLICE_S * (k - 1), f"EEVDF {EEVDF_SLICE_S * 1e3:.0f} ms slices"
+        else:
+            longest, sched = CFS_LATENCY_S * (1 - 1 / k), f"CFS {CFS_LATENCY_S * 1e3:.0f} ms latency"
+        o = min(over, logical)
+        wait = longest * o / (o + 1)
+        how = (f"{busy} spinning threads (--cpu_infer {t} + {KT_HELPER_THREADS}) on {logical} logical CPUs: "
+               f"{over} descheduled, each job waits {wait * 1e3:.1f} ms for them ({sched})")
+    return KtThreads(busy, over, dot, wait, how)
