@@ -372,7 +372,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     oversub = machine.oversubscription_s_per_barrier(tu) if kt is None else kt.wait_s_per_job
     barrier = pr.n_cpu_ops_per_layer * (pr.s_barrier_s_per_thread * T * xs + oversub)
     sync = Rate(s_sync + barrier, ss_src, ss_err)
-    if kt is not None and kt.oversubscribed:
+    if kt is not None and kt.oversubscribed and s_sync + barrier > 0:
         # the wait is a scheduler slice, not a measured figure: about +-60% (CFS vs EEVDF,
         # where the preemption falls in a task)
         sync = Rate(s_sync + barrier, f"{ss_src}; {kt.note}",

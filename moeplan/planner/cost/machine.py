@@ -234,11 +234,14 @@ def all_core_clock_hz(hw: HardwareProfile, ref_hz: float) -> tuple[float, str]:
 #   512-bit kernels (x1.3 the AVX2 path on full-width AVX-512 cores, x1.1 on Zen 4's
 #   double-pumped 256-bit units), AVX2 elsewhere with its own repacked layouts;
 #  KTransformers (kt-kernel / llamafile sgemm): AVX-512 kernels on AVX-512 parts, AVX2 kernels
-#   otherwise (kt-kernel README: AMX for Intel, AVX512/AVX2 backends).
+#   otherwise (kt-kernel README: AMX for Intel, AVX512/AVX2 backends); its K-quant decode
+#   kernels are ik's iqk_mul_mat, whose 512-bit path needs VNNI (third_party/llamafile/
+#   iqk_mul_mat_x86.inc:1071: HAVE_FANCY_SIMD = AVX512F+VNNI+VL+BW+DQ), so an AVX-512 part
+#   without VNNI (Skylake-SP) runs the AVX2 kernels.
 ISA_DOT_SCALE = {
     "llama.cpp": {"neon": 0.7, "avx2": 0.75, "avx_vnni": 1.0, "avx512f": 0.8, "avx512_vnni": 1.0, "amx": 1.0},
     "ik_llama.cpp": {"neon": 0.7, "avx2": 0.8, "avx_vnni": 1.0, "avx512f": 0.9, "avx512_vnni": 1.3, "amx": 1.3},
-    "ktransformers": {"neon": 0.6, "avx2": 0.7, "avx_vnni": 0.8, "avx512f": 0.9, "avx512_vnni": 1.0, "amx": 1.0},
+    "ktransformers": {"neon": 0.6, "avx2": 0.7, "avx_vnni": 0.8, "avx512f": 0.7, "avx512_vnni": 1.0, "amx": 1.0},
 }
 # Zen 4 executes a 512-bit op as two 256-bit halves (cpus.toml families.zen4): the 512-bit
 # kernels gain only their lower instruction count
