@@ -62,6 +62,8 @@ RANGE_QUANTILE = 0.80
 MODEL_MAP = [
     (r"deepseek[- ]v4[- ]flash", "deepseek-v4-flash"),
     (r"glm[- ]5\.2", "glm-5.2"),
+    (r"glm[- ]5\.1|glm[- ]5$", "glm-5.1"),
+    (r"qwen3-next-80b|qwen3-coder-next", "qwen3-next-80b-a3b"),
     (r"glm-4\.7-flash", "glm-4.7-flash"),
     (r"deepseek[- ]?r1|deepseek-v3(?!\.2)", "deepseek-v3"),
     (r"qwen3\.[56]-35b", "qwen3.5-35b-a3b"),
@@ -183,6 +185,9 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         return None, f"model {r.get('model_name')!r} not bundled"
     args = ["estimate", profile, "--hw", str(hw_path), "--backend", backend, "--json"]
     quant, why = _quant(r)
+    if not quant and profile.startswith("gpt-oss") and "not stated" in why:
+        # gpt-oss is published with MXFP4 experts only (its GGUFs keep them): nothing to guess
+        quant, why = "MXFP4", ""
     size = _num(r.get("file_size_gb"))
     if quant:
         args += ["--quant", quant]
@@ -203,7 +208,7 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         args += ["--all-cpu-moe"]
     elif method.startswith("ngl"):
         # a plain layer split: the GPU layer count from the method text or the flags
-        m = (re.search(r"(\d+) of \d+ layers on GPU", method)
+        m = (re.search(r"(\d+)(?: of \d+)? layers on GPU", method)
              or re.search(r"(?:-ngl|--n-gpu-layers)\s+(\d+)\b", str(r.get("flags") or "")))
         if not m:
             return None, f"placement not expressible ({method})"

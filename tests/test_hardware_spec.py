@@ -155,3 +155,14 @@ def test_apply_overrides_is_a_pure_what_if():
         apply_overrides(build(cores=8, ram_bytes=GIB), vram_bytes=GIB)
     with pytest.raises(InputError):
         apply_overrides(p, ram_bytes=0)
+
+
+def test_a_server_part_caps_channels_and_ddr4_speed_at_its_own():
+    # 8 DIMMs of DDR4-2666 on a 4-channel Broadwell-EP rated for DDR4-2133
+    p = build(cpu="Xeon E5-2630 v4", channels=8, ram_speed_mts=2666, ram_bytes=256 * GIB)
+    assert p.cpu.memory_channels == 4 and p.cpu.ram_speed_mts == 2133
+    assert p.numa_nodes[0].dram_read_bytes_per_s.value == pytest.approx(4 * 2133e6 * 8)
+    assert any("4 memory channels" in n for n in p.notes) and any("at most at 2133" in n for n in p.notes)
+    # a desktop part keeps an XMP/EXPO speed above its rating
+    d = build(cpu="Ryzen 9 7950X", ram_speed_mts=6000, ram_bytes=64 * GIB)
+    assert d.cpu.ram_speed_mts == 6000

@@ -19,8 +19,10 @@ from moeplan.planner.hardware.spec import CpuPart, Efficiency, GpuPart, SpecRequ
 from moeplan.planner.serde import from_jsonable
 from moeplan.units import GIB, MIB
 
+# Xeon Scalable tiers (Platinum/Gold/Silver/Bronze) are ignored too: the model number alone names
+# the part ("Xeon 8470Q", "Xeon 6454S"), the tier is its first digit
 _NOISE = re.compile(r"\(r\)|\(tm\)|®|™|\bnvidia\b|\bgeforce\b|\bamd\b|\bintel\b|\bprocessor\b|\bcpu\b"
-                    r"|\b\d+-core\b|\bwith radeon graphics\b")
+                    r"|\b\d+-core\b|\bwith radeon graphics\b|\b(?:platinum|gold|silver|bronze)\b")
 
 
 def profiles_dir() -> Path:

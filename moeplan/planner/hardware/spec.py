@@ -278,6 +278,19 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
     ram_type = (req.ram_type or (cpu.ram_type if cpu else "")).lower()
     speed = req.ram_speed_mts or (cpu.ram_speed_mts if cpu else None)
     mem_user = any(x is not None for x in (req.channels, req.ram_type, req.ram_speed_mts)) or cpu is None
+    if cpu is not None and cpu.segment == "server":
+        # a server part's memory controller has its channels and runs each memory type at most
+        # at its rated speed (no XMP/EXPO on server boards): more DIMMs share the channels
+        if channels_ps and channels_ps > cpu.channels:
+            notes.append(f"{cpu.name} has {cpu.channels} memory channels per socket: {channels_ps} DIMMs share "
+                         f"them, the bandwidth counts {cpu.channels}")
+            channels_ps = cpu.channels
+        # (DDR4 only: DDR5 platforms were re-rated after launch, EPYC 9005 from 6000 to 6400
+        # MT/s, so a stated DDR5 speed is kept)
+        rated = dict(cpu.ram_speeds_mts).get(ram_type) or (cpu.ram_speed_mts if ram_type == cpu.ram_type else None)
+        if speed and rated and speed > rated and ram_type == "ddr4":
+            notes.append(f"{cpu.name} runs {ram_type.upper()} at most at {rated} MT/s: {speed} MT/s DIMMs run at {rated}")
+            speed = rated
     return Cpu(
         model=cpu.name if cpu else (req.cpu or "CPU from numbers"),
         vendor=cpu.vendor if cpu else "",
