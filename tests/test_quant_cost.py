@@ -3,13 +3,12 @@ type with, the bundled per-backend decode costs, and the prefill terms' dependen
 from dataclasses import replace
 
 import pytest
-
 from model_builders import toy_hw, toy_model, unit_priors
+
 from moeplan.planner.cost import kernels
 from moeplan.planner.cost.estimate import estimate
 from moeplan.planner.placement import Placement
 from moeplan.profiles.backends import read_priors
-
 
 # ---- path selection -------------------------------------------------------------------------
 
