@@ -90,12 +90,14 @@ def test_prefill_op_offload_copies_used_experts():
 
 
 def test_no_op_offload_computes_on_cpu():
-    m, hw, pr = toy_model(), toy_hw(), unit_priors()
+    m, hw, pr = toy_model(), toy_hw(), unit_priors(cpu_dot_weights_per_cycle=1.0)
     p = Placement(cpu_moe_layers=(0, 1, 2, 3), n_threads=16, n_ubatch=512, op_offload=False)
     terms = {x.name: x.seconds for x in estimate(m, p, hw, pr, n_prompt=512).prefill_terms}
-    # 512 tokens * 2 FLOP * 4 layers * 6,291,456 weights = 25.77 GFLOP / (16 * 1e11) = 16.1 ms,
-    # more than reading 4 whole layers (201 MB / 80 GB/s = 2.5 ms): compute-bound
-    assert terms["cpu_experts"] == pytest.approx(512 * 2 * 4 * 6_291_456 / 1.6e12 / 512)
+    # the toy's F16 experts are a MUL_MAT_ID, which mainline runs through vec_dot per (row,
+    # token) (cost/kernels.py): 512 tokens * 4 layers * 6,291,456 weights * cost 1.0 / (1
+    # weight/cycle * 0.75 (llama.cpp's avx2 dot kernels, machine.ISA_DOT_SCALE) * 1 GHz * 16
+    # threads) = 1.07 s, more than reading 4 whole layers (201 MB / 80 GB/s = 2.5 ms)
+    assert terms["cpu_experts"] == pytest.approx(512 * 4 * 6_291_456 / 1.2e10 / 512)
 
 
 def test_ik_offload_threshold():

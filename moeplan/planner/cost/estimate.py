@@ -49,7 +49,7 @@ import math
 from dataclasses import dataclass, replace
 
 from moeplan.errors import InputError
-from moeplan.planner.cost import attention, machine
+from moeplan.planner.cost import attention, kernels, machine
 from moeplan.planner.cost import factors as F
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
@@ -361,6 +361,8 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     eff_prior = pr.cpu_mm_eff.get(isa_class) or max(pr.cpu_mm_eff.values(), default=0.0)
     eff, eff_src, eff_err = _factor(F.CPU_MM_EFF, eff_prior, pr, hw)
     tb = machine.thread_use(p.threads_batch, n_cores, n_logical)
+    # the batch-1 dot product over the prefill threads (mainline's vec_dot path, iqk's own kernels)
+    dot_batch_x = (tb.on_cores + 0.1 * tb.smt_threads) / max(1e-9, dot_threads)
     cpu_flop = Rate(eff * peak * (tb.on_cores + 0.1 * tb.smt_threads),
                     f"{eff_src} ({isa_class}, {eff:.2f} of FP32 peak at {clock / 1e9:.2f} GHz)",
                     math.hypot(eff_err, core_peak[2] if core_peak else 0.3))
@@ -386,7 +388,8 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
                    cpu_dot_elem_per_s=dot, cpu_flop_per_s=cpu_flop, s_sync_s=sync,
                    s_layer_gpu_s=Rate(sl, sl_src, sl_err), t_token_s=Rate(tt, tt_src, tt_err),
                    nvme_bytes_per_s=nvme, remote_share=f_remote, cross_socket=sockets_used,
-                   cpu_only=cpu_only, numa_note=note, barrier_x=xs, oversub_s_per_barrier=oversub)
+                   cpu_only=cpu_only, numa_note=note, barrier_x=xs, oversub_s_per_barrier=oversub,
+                   cpu_dot_batch_x=dot_batch_x)
 
 
 # ---- pieces of the model --------------------------------------------------------------------
@@ -407,8 +410,60 @@ def cache_hit_rate(cached_per_layer: float, n_experts: int, zipf_s: float) -> fl
 
 
 def dot_elements(layer: LayerSpec, type_cost: dict[str, float]) -> float:
-    """Q8_0-equivalent weights of a layer's experts (elements x relative vec_dot cost)."""
-    return sum(t.n_elements * type_cost.get(t.ggml_type, 1.3) for t in layer.tensors if t.group == "experts")
+    """Q8_0-equivalent weights of a layer's experts (elements x relative vec_dot cost of the
+    backend's kernel for each type, cost/kernels.py type_cost_of)."""
+    return sum(t.n_elements * kernels.type_cost_of(t.ggml_type, type_cost)
+               for t in layer.tensors if t.group == "experts")
+
+
+def _matmul_tensor(t) -> bool:
+    return t.group not in ("experts", "expert_aux", "norm") and len(t.shape) >= 2
+
+
+def dense_weights_by_type(model: ModelSpec, blocks: frozenset[int] | None = None,
+                          output: bool = True) -> dict[str, float]:
+    """{ggml type: weights} that non_expert_params counts, by type (each token meets them all)."""
+    out: dict[str, float] = {}
+    if output:
+        for t in model.globals:
+            if t.group == "output":
+                out[t.ggml_type] = out.get(t.ggml_type, 0.0) + t.n_elements
+    for layer in model.trunk_layers:
+        if blocks is not None and layer.index not in blocks:
+            continue
+        for t in layer.tensors:
+            if _matmul_tensor(t):
+                out[t.ggml_type] = out.get(t.ggml_type, 0.0) + t.n_elements
+    return out
+
+
+def expert_weights_by_type(layers, per_tok: float) -> dict[str, float]:
+    """{ggml type: routed-expert weights each token meets} over `layers` (k/N of each layer's)."""
+    out: dict[str, float] = {}
+    for layer in layers:
+        for t in layer.tensors:
+            if t.group == "experts":
+                out[t.ggml_type] = out.get(t.ggml_type, 0.0) + t.n_elements * per_tok
+    return out
+
+
+def dense_dot_elements(model: ModelSpec, type_cost: dict[str, float], blocks: frozenset[int] | None = None,
+                       output: bool = True) -> float:
+    """Q8_0-equivalent weights of the non-expert matrices (non_expert_params x each type's
+    batch-1 dot cost); F32 router and BF16/F16 matrices at their own cost."""
+    return sum(n * kernels.type_cost_of(t, type_cost)
+               for t, n in dense_weights_by_type(model, blocks, output).items())
+
+
+def cpu_rates(hw: HardwareProfile, pr: BackendPriors, f: Factors) -> kernels.CpuRates:
+    """The prefill threads' rates per kernel path (cost/kernels.py): the FP32 GEMM rate
+    cpu_flop_per_s, the FP32 peak behind it (a calibration of cpu_mm_eff scales every GEMM
+    path alike) and the batch-1 dot rate over the prefill threads."""
+    isa = cpu_isa_class(hw)
+    eff = pr.cpu_mm_eff.get(isa) or max(pr.cpu_mm_eff.values(), default=0.0)
+    fp = f.cpu_flop_per_s.value
+    return kernels.CpuRates(fp, fp / eff if eff else fp, f.cpu_dot_elem_per_s.value * f.cpu_dot_batch_x, isa,
+                            pr.name, pr.gemm_peak_x, pr.kernel_x, pr.gemm_native_frac, pr.type_cost)
 
 
 def non_expert_params(model: ModelSpec, blocks: frozenset[int] | None = None, output: bool = True) -> float:
@@ -555,7 +610,7 @@ def _cpu_block_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile,
                       f"({split.dense_bytes / 1e9:.2f} dense + {kv_cpu / 1e9:.3f} KV at depth {depth}) GB of "
                       f"{len(split.blocks)} CPU blocks / {f.bw_cpu_bytes_per_s.value / 1e9:.1f} GB/s"))
     errs["cpu_blocks_read"] = f.bw_cpu_bytes_per_s.rel_err
-    dot = split.params * n_step
+    dot = dense_dot_elements(model, pr.type_cost, split.blocks, output=not split.out_gpu) * n_step
     t_dot = dot / max(1.0, f.cpu_dot_elem_per_s.value)
     terms.append(Term("cpu_blocks_compute_excess", max(0.0, t_dot - t_read), "cpu-compute",
                       f"max(0, {dot / 1e9:.2f} G weights / {f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read time)"))
@@ -585,7 +640,7 @@ def _cpu_block_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile,
 
 def _cpu_block_prefill_terms(model: ModelSpec, f: Factors, u: int, scale: float, split: SplitLayers,
                              dense_offload: bool, ca: attention.CpuAttention, terms: list[Term],
-                             errs: dict[str, float]) -> None:
+                             errs: dict[str, float], rates: kernels.CpuRates | None = None) -> None:
     """Prefill of the blocks -ngl leaves on the CPU, per ubatch of u tokens (x scale: per token):
       op-offload (u >= 32): every dense weight of those blocks is copied to the GPU for its op
         (ggml-backend.cpp ggml_backend_sched_split_graph: a host-buffer weight whose op the
@@ -602,13 +657,18 @@ def _cpu_block_prefill_terms(model: ModelSpec, f: Factors, u: int, scale: float,
                           f"{f.h2d_bytes_per_s.value / 1e9:.1f} GB/s (op-offload)"))
         errs["h2d_cpu_blocks"] = f.h2d_bytes_per_s.rel_err
     else:
-        fl = u * 2 * split.params
-        t_c = fl / max(1.0, f.cpu_flop_per_s.value)
+        if rates is not None:
+            mm = kernels.matmul_time(dense_weights_by_type(model, split.blocks, output=False), u, u, True, rates)
+            t_c, how, c_err = mm.seconds, mm.how(), _matmul_err(mm, f)
+        else:
+            fl = u * 2 * split.params
+            t_c, c_err = fl / max(1.0, f.cpu_flop_per_s.value), f.cpu_flop_per_s.rel_err
+            how = f"{fl / 1e12:.3f} TFLOP / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s"
         t_r = split.dense_bytes / max(1.0, f.bw_cpu_bytes_per_s.value)
         terms.append(Term("cpu_blocks_matmul", max(t_c, t_r) * scale, "cpu-compute" if t_c >= t_r else "cpu-mem",
-                          f"max({fl / 1e12:.3f} TFLOP / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s, "
+                          f"max({how}, "
                           f"{split.dense_bytes / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.0f} GB/s) per ubatch"))
-        errs["cpu_blocks_matmul"] = f.cpu_flop_per_s.rel_err if t_c >= t_r else f.bw_cpu_bytes_per_s.rel_err
+        errs["cpu_blocks_matmul"] = c_err if t_c >= t_r else f.bw_cpu_bytes_per_s.rel_err
     if ca.seconds:
         terms.append(Term("cpu_blocks_attention", ca.seconds * scale, "cpu-compute",
                           f"{ca.seconds * 1e3:.1f} ms per ubatch of the CPU blocks: {ca.formula}"))
@@ -619,6 +679,13 @@ def _cpu_block_prefill_terms(model: ModelSpec, f: Factors, u: int, scale: float,
         terms.append(Term("split_hop", hops * (S_HOP_S + 4 * model.n_embd * u / h2d) * scale, "pcie",
                           f"{hops} host<->GPU hop(s) of {u} hidden states per ubatch"))
         errs["split_hop"] = S_HOP_REL_ERR
+
+
+def _matmul_err(mm: kernels.MatmulTime, f: Factors) -> float:
+    """Uncertainty of a CPU matmul time: the dot rate's for the share run by dot-product
+    kernels (vec_dot, iqk's own), the GEMM rate's for the rest."""
+    dot_share = sum(mm.shares.get(k, 0.0) for k in ("vec_dot", "repack_gemv", "iqk"))
+    return dot_share * f.cpu_dot_elem_per_s.rel_err + (1.0 - dot_share) * f.cpu_flop_per_s.rel_err
 
 
 def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
@@ -651,7 +718,7 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
 
     if f.cpu_only:
         all_bytes = r_dense + sum(layer.expert_bytes for layer in model.moe_layers) * touched + kv_bytes
-        all_dot = (non_expert_params(model) * 1.0 * n_step
+        all_dot = (dense_dot_elements(model, pr.type_cost) * n_step
                    + sum(dot_elements(layer, pr.type_cost) for layer in model.moe_layers) * per_tok * n_step)
         t_read = all_bytes / f.bw_cpu_bytes_per_s.value
         t_dot = all_dot / max(1.0, f.cpu_dot_elem_per_s.value)
@@ -954,12 +1021,24 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     terms: list[Term] = []
     errs: dict[str, float] = {}
     scale = n_ub / n_prompt  # per-ubatch seconds -> seconds per prompt token
+    rates = cpu_rates(hw, pr, f)
+    # tokens each used expert's matrices multiply at once (iqk picks its kernel by this)
+    ny_exp = u * k / max(1e-9, distinct_experts(n, k, u)) if n else float(u)
     if f.cpu_only:
-        flops = u * 2 * (p_dense + exp_params(model.moe_layers))
-        t = flops / max(1.0, f.cpu_flop_per_s.value)
-        terms.append(Term("cpu_matmul", t * scale, "cpu-compute",
-                          f"{flops / 1e12:.2f} TFLOP per ubatch / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s"))
-        errs["cpu_matmul"] = f.cpu_flop_per_s.rel_err
+        # the output matrix multiplies the last token of the prompt only (llama_batch_get_one /
+        # the server's prompt batches ask logits of the last token; llama-context.cpp selects the
+        # output rows before the lm_head), so it is not in the per-ubatch work
+        mm = kernels.add(kernels.matmul_time(dense_weights_by_type(model, output=False), u, u, True, rates),
+                         kernels.matmul_time(expert_weights_by_type(model.moe_layers, per_tok), u, ny_exp, False,
+                                             rates))
+        # every weight a ubatch uses streams from DRAM once (all experts at large u x k / N)
+        b = model.dense_bytes_read_per_token + sum(layer.expert_bytes for layer in model.moe_layers) * share
+        t_r = b / max(1.0, f.bw_cpu_bytes_per_s.value)
+        terms.append(Term("cpu_matmul", max(mm.seconds, t_r) * scale,
+                          "cpu-compute" if mm.seconds >= t_r else "cpu-mem",
+                          f"per ubatch of {u} ({ny_exp:.0f} tokens per used expert): max({mm.how()}, "
+                          f"{b / 1e9:.1f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.0f} GB/s)"))
+        errs["cpu_matmul"] = _matmul_err(mm, f) if mm.seconds >= t_r else f.bw_cpu_bytes_per_s.rel_err
         ca = cpu_attention_prefill(model, p, hw, pr, f, int(depth_mid), u)
         if ca.seconds:
             # the attention ops of a ubatch as ggml-cpu / iqk run them (cost/attention.py)
@@ -1005,14 +1084,14 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                                   f"{rate / 1e9:.1f} GB/s{rate_how}"))
                 errs["h2d_experts"] = rate_err
             else:
-                fl = u * 2 * exp_params(moe_cpu)
+                mm = kernels.matmul_time(expert_weights_by_type(moe_cpu, per_tok), u, ny_exp, False, rates)
                 b = sum(layer.expert_bytes for layer in moe_cpu) * share
-                t_c = fl / max(1.0, f.cpu_flop_per_s.value)
+                t_c = mm.seconds
                 t_r = b / max(1.0, f.bw_cpu_bytes_per_s.value)
                 terms.append(Term("cpu_experts", max(t_c, t_r) * scale, "cpu-compute" if t_c >= t_r else "cpu-mem",
-                                  f"max({fl / 1e12:.2f} TFLOP / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s, "
-                                  f"{b / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.0f} GB/s) per ubatch"))
-                errs["cpu_experts"] = f.cpu_flop_per_s.rel_err if t_c >= t_r else f.bw_cpu_bytes_per_s.rel_err
+                                  f"max({mm.how()}, {b / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.0f} GB/s) "
+                                  f"per ubatch of {u} ({ny_exp:.0f} tokens per used expert)"))
+                errs["cpu_experts"] = _matmul_err(mm, f) if t_c >= t_r else f.bw_cpu_bytes_per_s.rel_err
             n_sync = sum(1 for layer in moe_cpu if layer.index not in split.blocks)
             if n_sync or not split.blocks:
                 terms.append(Term("sync", n_sync * f.s_sync_s.value * scale, "sync",
@@ -1020,7 +1099,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                 errs["sync"] = f.s_sync_s.rel_err
         if split.blocks:
             ca = cpu_attention_prefill(model, p, hw, pr, f, int(depth_mid), u, split.blocks)
-            _cpu_block_prefill_terms(model, f, u, scale, split, dense_offload, ca, terms, errs)
+            _cpu_block_prefill_terms(model, f, u, scale, split, dense_offload, ca, terms, errs, rates)
     return terms, errs
 
 

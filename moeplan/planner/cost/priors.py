@@ -24,7 +24,8 @@ class BackendPriors:
         1/core_read_share of its cores).
     cpu_dot_weights_per_cycle: decode (batch 1) dot-product rate of one core in Q8_0 weights
         per clock cycle (at the profile's base clock); other types scale by `type_cost`.
-    type_cost: relative cost per weight of a type's vec_dot against Q8_0 (>1 = slower).
+    type_cost: relative cost per weight of a type's batch-1 dot product against Q8_0 (>1 =
+        slower), the backend's own kernels (backends.toml [type_cost] + [<backend>.type_cost]).
     s_sync_s: fixed cost per CPU-expert layer per token (two backend switches, copies of the
         activations, kernel launches).
     s_barrier_s_per_thread: thread-pool barrier cost per thread per CPU op (grows with T;
@@ -35,6 +36,14 @@ class BackendPriors:
     gpu_mfu: fraction of the GPU's dense FP16 tensor rate reached by prefill matmuls.
     cpu_mm_eff: batched (prefill) matmul rate of one core as a fraction of its FP32 FMA peak
         (the profile's cpu.core_flop_per_s), by ISA class (AMX can exceed 1).
+    gemm_peak_x: {kernel path: {ISA class: rate}} of the quantized prefill GEMM paths
+        (cost/kernels.py: mainline 'repack' / 'sgemm' / 'amx', ik_llama.cpp 'iqk_repack') as
+        multiples of the FP32 FMA peak; a path absent here runs at cpu_mm_eff.
+    gemm_native_frac: {ggml type: rate of the type's own iqk GEMM / the repacked path's} at
+        full 8-column passes (ik_llama.cpp's published PP-512 tables).
+    kernel_x: multipliers of the batch-1 dot rate in prefill: 'vec_dot_batch' (the same kernels
+        on cache-resident weights / the decode prior), 'repack_gemv' (mainline's interleaved
+        gemv for repacked experts / vec_dot).
     numa_aware: per-node thread pools reading node-local copies of the experts (KTransformers).
     op_offload: 'mainline' (copy used experts when ubatch >= 32), 'ik' (when ubatch*k >=
         32*n_experts), 'never' (CPU computes its experts in prefill too), 'weights' (vLLM's
@@ -63,6 +72,9 @@ class BackendPriors:
     pi_h2d: float = 0.8
     gpu_mfu: float = 0.35
     cpu_mm_eff: dict[str, float] = field(default_factory=dict)
+    gemm_peak_x: dict[str, dict[str, float]] = field(default_factory=dict)
+    gemm_native_frac: dict[str, float] = field(default_factory=dict)
+    kernel_x: dict[str, float] = field(default_factory=dict)
     numa_aware: bool = False
     op_offload: str = "mainline"
     zipf_s: float = 0.5
