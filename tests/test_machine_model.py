@@ -81,7 +81,16 @@ def test_isa_scale_differs_by_backend():
     zen5 = _hw("EPYC 9355")
     assert machine.isa_dot_scale(zen5, "ik_llama.cpp")[0] > machine.isa_dot_scale(zen5, "llama.cpp")[0]
     zen2 = _hw("Threadripper PRO 3995WX")
-    assert machine.isa_dot_scale(zen2, "llama.cpp")[0] == 0.75
+    # AVX2 kernels (0.75 of the VNNI anchor) on 4 vector ALU pipes against the anchor's 3
+    assert machine.isa_dot_scale(zen2, "llama.cpp")[0] == pytest.approx(0.75 * 4 / 3)
+
+
+def test_amd_cores_dot_on_four_vector_pipes():
+    spr, zen4 = _hw("Xeon Gold 6548Y+"), _hw("EPYC 9654")
+    x_spr, how_spr = machine.isa_dot_scale(spr, "llama.cpp")
+    x_zen, how_zen = machine.isa_dot_scale(zen4, "llama.cpp")
+    assert x_spr == pytest.approx(1.0) and "pipes" not in how_spr
+    assert x_zen == pytest.approx(4 / 3) and "4/3 vector ALU pipes" in how_zen
 
 
 def test_more_threads_than_cores_read_no_faster():

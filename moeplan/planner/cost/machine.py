@@ -263,12 +263,25 @@ def dot_isa_class(hw: HardwareProfile) -> str:
     return "neon" if isa else "avx2"
 
 
+# The dequantise-and-dot loops are integer SIMD (shuffles, madds, adds) bound by the vector ALU
+# ports, not the FMA units: Intel's big cores since Skylake issue vector ALU work on 3 ports (p0,
+# p1, p5; Intel Optimization Reference Manual, Golden Cove / Skylake port maps), AMD Zen 2 to Zen 5
+# on 4 pipes (FP0-FP3; AMD Software Optimization Guides for families 17h/19h/1Ah). The dot anchor
+# was measured on a Sapphire Rapids core (3 ports): AMD cores get 4/3 of it per clock.
+VECTOR_ALU_PIPES = {"zen2": 4, "zen3": 4, "zen4": 4, "zen5": 4, "zen5-mobile": 4}
+ANCHOR_VECTOR_ALU_PIPES = 3
+
+
 def isa_dot_scale(hw: HardwareProfile, backend: str) -> tuple[float, str]:
     cls = dot_isa_class(hw)
     table = ISA_DOT_SCALE.get(backend, ISA_DOT_SCALE["llama.cpp"])
     x = table.get(cls, 1.0)
     if x > 1.0 and cpu_family(hw) in HALF_WIDTH_AVX512_FAMILIES:
         x = 1.0 + (x - 1.0) / 3
+    pipes = VECTOR_ALU_PIPES.get(cpu_family(hw), ANCHOR_VECTOR_ALU_PIPES)
+    if pipes != ANCHOR_VECTOR_ALU_PIPES:
+        return x * pipes / ANCHOR_VECTOR_ALU_PIPES, (f"{backend} {cls} kernels x{x:.2f} x {pipes}/"
+                                                     f"{ANCHOR_VECTOR_ALU_PIPES} vector ALU pipes")
     return x, f"{backend} {cls} kernels x{x:.2f}"
 
 
