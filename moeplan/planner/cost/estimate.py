@@ -591,6 +591,18 @@ def _split_hops(split: SplitLayers, model: ModelSpec) -> int:
     return (1 if has_gpu_blocks or split.out_gpu else 0) + (1 if has_gpu_blocks and not split.out_gpu else 0)
 
 
+def _attention_beyond_kv(name: str, ca: attention.CpuAttention, kv_bytes: float, f: Factors, depth: int,
+                         terms: list[Term], errs: dict[str, float]) -> None:
+    """Decode attention at depth as ggml-cpu / iqk run it (cost/attention.py), charged beyond
+    the KV's read from DRAM that another term already counts."""
+    if not ca.seconds:
+        return
+    t_kv = kv_bytes / f.bw_cpu_bytes_per_s.value
+    terms.append(Term(name, max(0.0, ca.seconds - t_kv), "cpu-compute",
+                      f"max(0, {ca.seconds * 1e3:.2f} ms - {t_kv * 1e3:.2f} ms KV read) at depth {depth}: " + ca.formula))
+    errs[name] = ca.rel_err
+
+
 def _cpu_block_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors, depth: int,
                             n_step: int, split: SplitLayers, kv_cpu: float, terms: list[Term],
                             errs: dict[str, float]) -> None:
@@ -615,14 +627,9 @@ def _cpu_block_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile,
     terms.append(Term("cpu_blocks_compute_excess", max(0.0, t_dot - t_read), "cpu-compute",
                       f"max(0, {dot / 1e9:.2f} G weights / {f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read time)"))
     errs["cpu_blocks_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
-    ca = cpu_attention_decode(model, p, hw, pr, f, depth, n_step, split.blocks)
-    if ca.seconds:
-        # as a CPU-only run's attention (cost/attention.py); the KV's read is in cpu_blocks_read
-        t_kv = kv_cpu / f.bw_cpu_bytes_per_s.value
-        terms.append(Term("cpu_blocks_attention", max(0.0, ca.seconds - t_kv), "cpu-compute",
-                          f"max(0, {ca.seconds * 1e3:.2f} ms - {t_kv * 1e3:.2f} ms KV read) at depth {depth}: "
-                          + ca.formula))
-        errs["cpu_blocks_attention"] = ca.rel_err
+    # as a CPU-only run's attention; the KV's read is in cpu_blocks_read
+    _attention_beyond_kv("cpu_blocks_attention", cpu_attention_decode(model, p, hw, pr, f, depth, n_step, split.blocks),
+                         kv_cpu, f, depth, terms, errs)
     n_ops = pr.n_cpu_ops_per_layer * 2
     per_barrier = pr.s_barrier_s_per_thread * p.n_threads * f.barrier_x + f.oversub_s_per_barrier
     terms.append(Term("cpu_blocks_barriers", split.n_trunk * n_ops * per_barrier, "sync",
@@ -728,15 +735,9 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
         terms.append(Term("cpu_compute_excess", max(0.0, t_dot - t_read), "cpu-compute",
                           f"max(0, {all_dot / 1e9:.2f} G weights / {f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read)"))
         errs["cpu_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
-        ca = cpu_attention_decode(model, p, hw, pr, f, depth, n_step)
-        if ca.seconds:
-            # attention at depth as ggml-cpu / iqk run it (cost/attention.py); the KV's first
-            # read from DRAM is in cpu_weights_read, this is the time beyond it
-            t_kv = kv_bytes / f.bw_cpu_bytes_per_s.value
-            terms.append(Term("cpu_attention", max(0.0, ca.seconds - t_kv), "cpu-compute",
-                              f"max(0, {ca.seconds * 1e3:.2f} ms - {t_kv * 1e3:.2f} ms KV read) at depth {depth}: "
-                              + ca.formula))
-            errs["cpu_attention"] = ca.rel_err
+        # the KV's first read from DRAM is in cpu_weights_read
+        _attention_beyond_kv("cpu_attention", cpu_attention_decode(model, p, hw, pr, f, depth, n_step),
+                             kv_bytes, f, depth, terms, errs)
         n_ops = len(model.trunk_layers)
         terms.append(Term("barriers", n_ops * pr.n_cpu_ops_per_layer * 2 * (pr.s_barrier_s_per_thread * p.n_threads
                           * f.barrier_x + f.oversub_s_per_barrier), "sync",
