@@ -265,10 +265,6 @@ def list_presets() -> list[dict[str, Any]]:
     return out
 
 
-def is_preset(name: str) -> bool:
-    return name in _preset_paths()
-
-
 def load_preset(name: str) -> HardwareProfile:
     paths = _preset_paths()
     if name not in paths:

@@ -245,7 +245,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
                 f"{f_remote:.0%} of reads remote")
         if (sum(len(n.cpus) for n in nodes) or hw.cpu.n_threads) > WINDOWS_GROUP_SIZE:
             # more logical CPUs than one processor group: ggml-cpu's Windows threads are not
-            # group-aware (ggml_thread_apply_affinity, "TODO: support > 64 CPUs"), and Windows 10 /
+            # group-aware (ggml_thread_apply_affinity sets a single 64-bit mask), and Windows 10 /
             # Server 2019 keep a process's threads in its primary group, one node here (Windows 11
             # and Server 2022 spread them over the groups: then this is pessimistic)
             thread_nodes = nodes[:1]
@@ -469,13 +469,7 @@ def cpu_rates(hw: HardwareProfile, pr: BackendPriors, f: Factors) -> kernels.Cpu
 def non_expert_params(model: ModelSpec, blocks: frozenset[int] | None = None, output: bool = True) -> float:
     """Weights multiplied per token outside the routed experts (embedding lookup excluded);
     of `blocks` only when given, the output matrix when `output`."""
-    n = sum(t.n_elements for t in model.globals if t.group == "output") if output else 0
-    for layer in model.trunk_layers:
-        if blocks is not None and layer.index not in blocks:
-            continue
-        n += sum(t.n_elements for t in layer.tensors
-                 if t.group not in ("experts", "expert_aux", "norm") and len(t.shape) >= 2)
-    return float(n)
+    return float(sum(dense_weights_by_type(model, blocks, output).values()))
 
 
 def attention_flops_per_token(model: ModelSpec, depth: int, blocks: frozenset[int] | None = None) -> float:
@@ -647,13 +641,13 @@ def _cpu_block_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile,
 
 def _cpu_block_prefill_terms(model: ModelSpec, f: Factors, u: int, scale: float, split: SplitLayers,
                              dense_offload: bool, ca: attention.CpuAttention, terms: list[Term],
-                             errs: dict[str, float], rates: kernels.CpuRates | None = None) -> None:
+                             errs: dict[str, float], rates: kernels.CpuRates) -> None:
     """Prefill of the blocks -ngl leaves on the CPU, per ubatch of u tokens (x scale: per token):
       op-offload (u >= 32): every dense weight of those blocks is copied to the GPU for its op
         (ggml-backend.cpp ggml_backend_sched_split_graph: a host-buffer weight whose op the
         GPU's offload_op accepts is run there, the weight a split input copied each ubatch),
         h2d_cpu_blocks = R_dense_cpu / B_h2d, and their matmuls join gpu_matmul;
-      otherwise cpu_blocks_matmul = max(2 u P_dense_cpu / F_cpu, R_dense_cpu / BW_c);
+      otherwise cpu_blocks_matmul = max(their matmuls by kernel path (cost/kernels.py), R_dense_cpu / BW_c);
       cpu_blocks_attention = the CPU blocks' attention of a ubatch as cost/attention.py runs it
         (K/V are in a host buffer that is not a weight buffer, so the op is not offloaded);
       split_hop = hops x (s_hop + 4 E u / B_h2d)."""
@@ -664,13 +658,8 @@ def _cpu_block_prefill_terms(model: ModelSpec, f: Factors, u: int, scale: float,
                           f"{f.h2d_bytes_per_s.value / 1e9:.1f} GB/s (op-offload)"))
         errs["h2d_cpu_blocks"] = f.h2d_bytes_per_s.rel_err
     else:
-        if rates is not None:
-            mm = kernels.matmul_time(dense_weights_by_type(model, split.blocks, output=False), u, u, True, rates)
-            t_c, how, c_err = mm.seconds, mm.how(), _matmul_err(mm, f)
-        else:
-            fl = u * 2 * split.params
-            t_c, c_err = fl / max(1.0, f.cpu_flop_per_s.value), f.cpu_flop_per_s.rel_err
-            how = f"{fl / 1e12:.3f} TFLOP / {f.cpu_flop_per_s.value / 1e12:.2f} TFLOP/s"
+        mm = kernels.matmul_time(dense_weights_by_type(model, split.blocks, output=False), u, u, True, rates)
+        t_c, how, c_err = mm.seconds, mm.how(), _matmul_err(mm, f)
         t_r = split.dense_bytes / max(1.0, f.bw_cpu_bytes_per_s.value)
         terms.append(Term("cpu_blocks_matmul", max(t_c, t_r) * scale, "cpu-compute" if t_c >= t_r else "cpu-mem",
                           f"max({how}, "
