@@ -103,6 +103,7 @@ class FactorsUsed:
     numa_note: str
     barrier_x: float = 1.0  # cost of a thread barrier across the sockets used, x one socket's
     oversub_s_per_barrier: float = 0.0  # threads beyond the logical CPUs (cost/machine.py)
+    barrier_s: float = 0.0  # one barrier of the decode thread pool: T x core hand-over x sockets + oversub
     cpu_dot_batch_x: float = 1.0  # dot rate of the prefill threads (-tb) / of the decode threads (-t)
 
 

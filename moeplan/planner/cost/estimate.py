@@ -49,7 +49,7 @@ import math
 from dataclasses import dataclass, replace
 
 from moeplan.errors import InputError
-from moeplan.planner.cost import attention, kernels, machine
+from moeplan.planner.cost import attention, graph, kernels, machine
 from moeplan.planner.cost import factors as F
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
@@ -170,8 +170,10 @@ def physical_cores(hw: HardwareProfile, p: Placement) -> int:
     return max(1, sum(n.n_physical_cores for n in used_nodes(hw, p)) or hw.cpu.n_cores)
 
 
-def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_bytes: float = 0.0) -> Factors:
-    """Turn the profile's figures, calibration and backend priors into the model's rates."""
+def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_bytes: float = 0.0,
+                    expert_barriers: int = 4) -> Factors:
+    """Turn the profile's figures, calibration and backend priors into the model's rates.
+    `expert_barriers`: barriers of the CPU's split of a MoE block (graph.expert_split_barriers)."""
     cpu_only = not hw.gpus or p.n_gpus == 0
     gpu = hw.gpus[0] if hw.gpus else None
 
@@ -372,7 +374,15 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     xs = 1.0 + math.log2(sockets_n) if sockets_used else 1.0
     s_sync, ss_src, ss_err = _factor(F.S_SYNC_S, pr.s_sync_s, pr, hw)
     oversub = machine.oversubscription_s_per_barrier(tu) if kt is None else kt.wait_s_per_job
-    barrier = pr.n_cpu_ops_per_layer * (pr.s_barrier_s_per_thread * T * xs + oversub)
+    if pr.barriers == "ggml-graph":
+        # every node of the CPU's split ends in a barrier (cost/graph.py)
+        handoff, handoff_how = machine.barrier_handoff_s(hw, T)
+        per_barrier = T * handoff * xs + oversub
+        barrier = expert_barriers * per_barrier
+        ss_src = f"{ss_src} + {expert_barriers} barriers x {T} threads x {handoff_how}"
+    else:
+        per_barrier = pr.s_barrier_s_per_thread * T * xs + oversub
+        barrier = pr.n_cpu_ops_per_layer * per_barrier
     sync = Rate(s_sync + barrier, ss_src, ss_err)
     if kt is not None and kt.oversubscribed and s_sync + barrier > 0:
         # the wait is a scheduler slice, not a measured figure: about +-60% (CFS vs EEVDF,
@@ -389,10 +399,19 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
                    s_layer_gpu_s=Rate(sl, sl_src, sl_err), t_token_s=Rate(tt, tt_src, tt_err),
                    nvme_bytes_per_s=nvme, remote_share=f_remote, cross_socket=sockets_used,
                    cpu_only=cpu_only, numa_note=note, barrier_x=xs, oversub_s_per_barrier=oversub,
+                   barrier_s=per_barrier,
                    cpu_dot_batch_x=dot_batch_x)
 
 
 # ---- pieces of the model --------------------------------------------------------------------
+
+
+def _cpu_block_barriers(model: ModelSpec, pr: BackendPriors, layers: tuple[LayerSpec, ...]) -> int:
+    """Barriers of one decode step through `layers` run wholly on the CPU."""
+    if pr.barriers == "ggml-graph":
+        return graph.block_barriers(model, layers, pr.name)
+    return len(layers) * 2 * pr.n_cpu_ops_per_layer
+
 
 def distinct_experts(n_experts: int, k: int, n_tokens: int) -> float:
     """U(n) = N (1 - (1 - k/N)^n): expected distinct experts a layer uses over n tokens."""
@@ -624,10 +643,9 @@ def _cpu_block_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile,
     # as a CPU-only run's attention; the KV's read is in cpu_blocks_read
     _attention_beyond_kv("cpu_blocks_attention", cpu_attention_decode(model, p, hw, pr, f, depth, n_step, split.blocks),
                          kv_cpu, f, depth, terms, errs)
-    n_ops = pr.n_cpu_ops_per_layer * 2
-    per_barrier = pr.s_barrier_s_per_thread * p.n_threads * f.barrier_x + f.oversub_s_per_barrier
-    terms.append(Term("cpu_blocks_barriers", split.n_trunk * n_ops * per_barrier, "sync",
-                      f"{split.n_trunk} CPU blocks x {n_ops} ops x thread barrier"))
+    n_bar = _cpu_block_barriers(model, pr, tuple(l for l in model.trunk_layers if l.index in split.blocks))
+    terms.append(Term("cpu_blocks_barriers", n_bar * f.barrier_s, "sync",
+                      f"{n_bar} graph-node barriers of {split.n_trunk} CPU blocks x {f.barrier_s * 1e6:.1f} us"))
     errs["cpu_blocks_barriers"] = 0.5
     hops = _split_hops(split, model)
     if hops:
@@ -727,10 +745,10 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
         # the KV's first read from DRAM is in cpu_weights_read
         _attention_beyond_kv("cpu_attention", cpu_attention_decode(model, p, hw, pr, f, depth, n_step),
                              kv_bytes, f, depth, terms, errs)
-        n_ops = len(model.trunk_layers)
-        terms.append(Term("barriers", n_ops * pr.n_cpu_ops_per_layer * 2 * (pr.s_barrier_s_per_thread * p.n_threads
-                          * f.barrier_x + f.oversub_s_per_barrier), "sync",
-                          f"{n_ops} layers x {pr.n_cpu_ops_per_layer * 2} ops x thread barrier"))
+        n_bar = _cpu_block_barriers(model, pr, model.trunk_layers)
+        terms.append(Term("barriers", n_bar * f.barrier_s, "sync",
+                          f"{n_bar} graph-node barriers of {len(model.trunk_layers)} layers x "
+                          f"{f.barrier_s * 1e6:.1f} us"))
     elif devices:
         _multi_gpu_decode_terms(model, p, hw, pr, f, depth, n_step, touched, devices, terms, errs)
     else:
@@ -1193,7 +1211,8 @@ def kt_plan_threshold(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: B
         consts = memory_constants(hw, pr.name)
     with plan_cache():
         mem = estimate_memory(model, p, consts)
-        f = resolve_factors(hw, pr, p, host_bytes=mem.ram_bytes)
+        f = resolve_factors(hw, pr, p, host_bytes=mem.ram_bytes,
+                            expert_barriers=graph.expert_split_barriers(model, pr.name))
         return kt_prefill_crossover_tokens(model, p, hw, pr, f, mem.devices if not f.cpu_only else ())
 
 
@@ -1217,7 +1236,7 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
 
         consts = memory_constants(hw, pr.name)
     mem = estimate_memory(model, p, consts, repack_types=repack_types)
-    f = resolve_factors(hw, pr, p, host_bytes=mem.ram_bytes)
+    f = resolve_factors(hw, pr, p, host_bytes=mem.ram_bytes, expert_barriers=graph.expert_split_barriers(model, pr.name))
     other_host = mem.ram_bytes - mem.get("weights_experts_cpu")
     res_share = _resident_share(model, p, hw, other_host)
     devices = mem.devices if not f.cpu_only else ()

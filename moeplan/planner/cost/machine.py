@@ -206,6 +206,43 @@ def thread_use(threads: int, cores: int, logical: int) -> ThreadUse:
 SCHED_SLICE_S = 3e-3
 
 
+# A ggml barrier (ggml-cpu.c ggml_barrier) is one atomic counter every thread increments and
+# one "passed" word they all spin on: the counter's cache line travels from core to core once
+# per thread, so a barrier costs about T x the core-to-core hand-over latency. Published
+# core-to-core latencies (Chips and Cheese / AnandTech core-to-core latency matrices):
+# Intel's server mesh (Skylake-SP .. Granite Rapids) ~55 ns between any two cores, its client
+# ring ~35 ns; AMD ~20 ns inside a core complex (a Zen 2 CCX of 4 cores, a Zen 3-5 CCD of 8)
+# and ~100 ns between complexes through the IO die (~80 ns on desktop Zen 3/4, ~110 ns on
+# Zen 2's Rome / Threadripper). The OS spreads a pool's threads over the complexes, so
+# consecutive arrivals come from different complexes with probability 1 - 1/complexes used.
+HANDOFF_NS = {"intel-server": 55.0, "intel-client": 35.0}
+AMD_IN_COMPLEX_NS = 20.0
+AMD_CROSS_COMPLEX_NS = {"zen2": 110.0, "zen3": 100.0, "zen4": 100.0, "zen5": 100.0}
+AMD_DESKTOP_CROSS_NS = {"zen3": 80.0, "zen4": 80.0}
+INTEL_CLIENT_FAMILIES = {"alder-lake", "comet-lake", "rocket-lake", "raptor-lake", "arrow-lake", "lunar-lake"}
+
+
+def barrier_handoff_s(hw: HardwareProfile, threads: int) -> tuple[float, str]:
+    """Seconds one thread adds to a thread-pool barrier (x T per barrier), and how."""
+    fam = cpu_family(hw)
+    c = hw.cpu
+    if c.vendor == "amd" or fam.startswith("zen"):
+        base = fam.split("-")[0] if fam else "zen4"
+        per_complex = 4 if base == "zen2" else 8
+        cores_per_ccd = c.cores_per_ccd or per_complex
+        complexes = max(1, c.n_cores // max(1, min(per_complex, cores_per_ccd)))
+        if complexes <= 2:  # a desktop Ryzen's one or two CCDs
+            cross = AMD_DESKTOP_CROSS_NS.get(base, AMD_CROSS_COMPLEX_NS.get(base, 100.0))
+        else:
+            cross = AMD_CROSS_COMPLEX_NS.get(base, 100.0)
+        used = max(1, min(complexes, threads))
+        ns = AMD_IN_COMPLEX_NS / used + cross * (1 - 1 / used)
+        return ns * 1e-9, f"{ns:.0f} ns core-to-core hand-over ({used} core complexes)"
+    kind = "intel-client" if fam in INTEL_CLIENT_FAMILIES or (c.segment or "") == "desktop" else "intel-server"
+    ns = HANDOFF_NS[kind]
+    return ns * 1e-9, f"{ns:.0f} ns core-to-core hand-over ({kind.replace('intel-', 'Intel ')})"
+
+
 def oversubscription_s_per_barrier(tu: ThreadUse) -> float:
     return SCHED_SLICE_S * tu.oversubscribed / tu.logical if tu.oversubscribed else 0.0
 

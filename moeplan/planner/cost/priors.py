@@ -28,8 +28,10 @@ class BackendPriors:
         slower), the backend's own kernels (backends.toml [type_cost] + [<backend>.type_cost]).
     s_sync_s: fixed cost per CPU-expert layer per token (two backend switches, copies of the
         activations, kernel launches).
-    s_barrier_s_per_thread: thread-pool barrier cost per thread per CPU op (grows with T;
-        doubled across sockets); n_cpu_ops_per_layer barriers per CPU layer.
+    barriers: how the CPU threads wait for each other in decode: 'ggml-graph' = a barrier after
+        every node of the CPU's graph, each T x the core-to-core hand-over (cost/graph.py,
+        machine.barrier_handoff_s); 'jobs' = n_cpu_ops_per_layer jobs per CPU layer, each
+        ending in a wait of s_barrier_s_per_thread x T (doubled across sockets).
     s_layer_gpu_s: fixed GPU cost per layer per token (kernel launches not hidden by graphs).
     t_token_s: fixed per-token cost (sampling, graph build, host sync).
     pi_h2d: fraction of the host-to-GPU copy rate that expert uploads reach in prefill.
@@ -65,6 +67,7 @@ class BackendPriors:
     cpu_dot_weights_per_cycle: float = 4.2
     type_cost: dict[str, float] = field(default_factory=dict)
     s_sync_s: float = 100e-6
+    barriers: str = "jobs"
     s_barrier_s_per_thread: float = 0.3e-6
     n_cpu_ops_per_layer: int = 4
     s_layer_gpu_s: float = 60e-6

@@ -1,0 +1,98 @@
+"""Thread barriers of one decode step on the CPU, counted from llama.cpp's graphs.
+
+ggml-cpu runs a graph node by node and ends every node that computes something with a barrier
+over the whole thread pool (ggml-cpu.c ggml_graph_compute_thread: view, reshape, permute and
+transpose nodes are skipped, an RMS_NORM followed by its MUL is fused into one node by
+ggml_cpu_try_fuse_ops). A barrier costs a few cache-line hand-overs per thread
+(machine.barrier_handoff_s), so a block whose graph has many small nodes - a gated delta-net
+layer, DeepSeek-V4's compressed attention and hyper-connections - costs more per token than
+its bytes say, and more the more threads wait at each barrier.
+
+BLOCK_BARRIERS are the barriers of one decode block (n_tokens = 1) of llama.cpp 0c1e570, counted
+on the tests' fixtures (tests/llama_fixtures.py, the real models' builders at toy sizes):
+`GGML_SCHED_DEBUG=2 llama-completion -m FIXTURE -v -n 2 -fa on` prints every non-view node of
+the decode graph; RMS_NORM+MUL pairs are counted once (scripts/count_graph_barriers.py
+re-counts them). The rows not counted (that build's CPU scheduler asserts on the MLA
+fixtures) are read from the builders' source, op by op. A block's count is the fixture's plus
+one ADD per routed expert beyond the fixture's n_expert_used: llama.cpp sums the experts'
+outputs with a chain of n_expert_used - 1 ADD nodes (llama-graph.cpp build_moe_ffn).
+
+With the routed experts on the CPU and the rest on the GPU (-ot exps=CPU, --n-cpu-moe), the
+CPU's split of a MoE block holds only the expert matmuls and the activation between them:
+ggml-backend's scheduler gives the weighting MUL and the expert-sum ADDs to the GPU (its
+"expand gpu up" pass runs before the CPU's expansions, ggml-backend.cpp
+ggml_backend_sched_split_graph pass 2) - gate, up, activation, down: 4 barriers, 7 with
+gpt-oss's three ADD_ID bias nodes.
+
+ik_llama.cpp fuses more: -fmoe (on by default) makes gate+up+activation one op and its
+MULTI_ADD sums the experts in one node, so a block has n_expert_used fewer barriers than
+mainline's (-2 for the fused op, n_expert_used - 2 for the sum), and its CPU expert split has
+4 (fused up-gate, down, weights, sum).
+"""
+from __future__ import annotations
+
+from moeplan.planner.model.spec import LayerSpec, ModelSpec
+
+__all__ = ["BLOCK_BARRIERS", "block_barriers", "expert_split_barriers"]
+
+# (llama.cpp arch, attention label) -> (barriers per decode block, the fixture's n_expert_used,
+# how the figure was obtained)
+BLOCK_BARRIERS: dict[tuple[str, str], tuple[int, int, str]] = {
+    ("qwen3moe", "full"): (30, 4, "counted"),
+    ("gpt-oss", "full"): (33, 4, "counted"),
+    ("gpt-oss", "swa"): (33, 4, "counted"),
+    ("qwen3next", "full"): (41, 4, "counted"),
+    ("qwen3next", "recurrent"): (60, 4, "counted"),
+    # qwen35moe.cpp builds the same gated delta-net and gated attention blocks as qwen3next.cpp
+    ("qwen35moe", "full"): (41, 4, "as qwen3next"),
+    ("qwen35moe", "recurrent"): (60, 4, "as qwen3next"),
+    ("deepseek4", "swa-only"): (66, 6, "counted"),
+    ("deepseek4", "csa"): (144, 6, "counted"),
+    ("deepseek4", "hca"): (90, 6, "counted"),
+    # deepseek2.cpp decode with the absorbed MLA: attn norm, q_a, q_a norm, q_b, kv_a, kv norm,
+    # two ropes, k_b, two concats, set_rows, flash attention, v_b, output, residual = 16; MoE
+    # with sigmoid scoring, the selection bias and group-limited routing (build_moe_ffn: logits,
+    # sigmoid, bias, group top-2 and sum, group top-k, get_rows, fill, set_rows, top-k,
+    # weights get_rows, sum/clamp/div, scale = 15), the experts (gate, up, swiglu, down, MUL
+    # = 5), the expert sum, the shared expert (4), two residual ADDs, the ffn norm
+    ("deepseek2", "mla"): (16 + 15 + 5 + 3 + 4 + 2 + 1, 4, "from deepseek2.cpp"),
+    # glm-dsa.cpp: the MLA block plus the DSA indexer (q/k projections, k norm, two ropes, its
+    # cache set_rows, scores matmul, relu and head weights, top-k, mask fill/set) = +12
+    ("glm-dsa", "mla"): (46, 4, "from deepseek2.cpp"),
+    ("glm-dsa", "mla+dsa"): (58, 4, "from glm-dsa.cpp"),
+    # glm4-moe.cpp: GQA with q/k/v biases (3 ADDs) and partial rope, sigmoid + bias routing
+    # without groups, one shared expert
+    ("glm4moe", "full"): (16 + 10 + 5 + 3 + 4 + 2 + 1, 4, "from glm4-moe.cpp"),
+    # minimax-m2.cpp: q/k norms over all heads, sigmoid + bias routing, no shared expert
+    ("minimax-m2", "full"): (13 + 10 + 5 + 3 + 1 + 1, 4, "from minimax-m2.cpp"),
+}
+DENSE_BLOCK = 22
+# a block of an architecture not listed: qwen3moe's block
+DEFAULT_BLOCK = BLOCK_BARRIERS[("qwen3moe", "full")]
+
+
+def _mainline_block(model: ModelSpec, layer: LayerSpec) -> int:
+    n, fixture_used, _ = BLOCK_BARRIERS.get((model.arch, layer.attention), DEFAULT_BLOCK)
+    if layer.kind != "moe":
+        # a leading dense block: ~16 attention nodes, the ffn norm, gate, up, activation,
+        # down and the residual ADD
+        return DENSE_BLOCK
+    return n + max(0, model.n_experts_used - fixture_used)
+
+
+def block_barriers(model: ModelSpec, layers: tuple[LayerSpec, ...], backend: str) -> int:
+    """Barriers of one decode step through `layers` run wholly on the CPU."""
+    total = 0
+    for layer in layers:
+        n = _mainline_block(model, layer)
+        if backend == "ik_llama.cpp" and layer.kind == "moe":
+            n -= model.n_experts_used
+        total += n
+    return total
+
+
+def expert_split_barriers(model: ModelSpec, backend: str) -> int:
+    """Barriers of the CPU's split of one MoE block whose routed experts run on the CPU."""
+    if backend == "ik_llama.cpp":
+        return 4
+    return 7 if model.arch == "gpt-oss" else 4
