@@ -166,3 +166,48 @@ def test_a_server_part_caps_channels_and_ddr4_speed_at_its_own():
     # a desktop part keeps an XMP/EXPO speed above its rating
     d = build(cpu="Ryzen 9 7950X", ram_speed_mts=6000, ram_bytes=64 * GIB)
     assert d.cpu.ram_speed_mts == 6000
+
+
+def test_a_gpu_alone_gets_a_stand_in_desktop_cpu_with_a_prior_s_uncertainty():
+    from moeplan.planner.cost.estimate import estimate
+    from moeplan.planner.placement import Placement
+    from moeplan.profiles.backends import read_priors
+    from moeplan.profiles.model_profiles import load_profile
+
+    ada = build(gpu="RTX 4060 Ti", ram_bytes=64 * GIB)
+    assert ada.cpu.model == "AMD Ryzen 7 9700X" and ada.cpu.ram_type == "ddr5" and ada.cpu.source == "prior"
+    assert ada.numa_nodes[0].dram_read_bytes_per_s.source == "prior"
+    assert any(n.startswith("CPU not given") and "--cpu" in n for n in ada.notes)
+    # an Ampere card: a DDR4 desktop; --ram-type and --ram-speed are kept
+    assert build(gpu="RTX 3090", ram_bytes=64 * GIB).cpu.model == "AMD Ryzen 7 5800X"
+    ddr5 = build(gpu="RTX 3090", ram_bytes=64 * GIB, ram_type="ddr5", ram_speed_mts=6000)
+    assert (ddr5.cpu.model, ddr5.cpu.ram_speed_mts) == ("AMD Ryzen 7 9700X", 6000)
+    # the same desktop named: the same figures, a narrower decode range
+    named = build(gpu="RTX 4060 Ti", ram_bytes=64 * GIB, cpu="Ryzen 7 9700X")
+    m, pr = load_profile("qwen3.5-35b-a3b", quant="Q4_K_M"), read_priors("llama.cpp")
+    p = Placement(cpu_moe_layers=tuple(range(20)), n_threads=8)
+    a, b = estimate(m, p, ada, pr), estimate(m, p, named, pr)
+    assert a.decode_tok_s == pytest.approx(b.decode_tok_s)
+    (alo, ahi), (blo, bhi) = a.decode_tok_s_range, b.decode_tok_s_range
+    assert ahi / alo > bhi / blo
+    # nothing at all about the CPU and no GPU: still an error
+    with pytest.raises(InputError, match="CPU is unknown"):
+        build(ram_bytes=64 * GIB)
+
+
+def test_stand_in_spread_is_the_catalog_desktops_spread():
+    import math
+
+    from moeplan.planner.cost.estimate import STAND_IN_CPU_LOG_SPREAD
+
+    ref = build(cpu=catalog.STAND_IN_CPU["ddr5"], ram_bytes=64 * GIB).numa_nodes[0].dram_read_bytes_per_s.effective
+    logs = sorted(math.log(build(cpu=p.name, ram_bytes=64 * GIB).numa_nodes[0].dram_read_bytes_per_s.effective / ref)
+                  for p in catalog.cpu_parts() if p.segment == "desktop" and not p.mobile)
+    assert len(logs) > 40
+
+    def q(x):
+        i = x * (len(logs) - 1)
+        lo = int(i)
+        return logs[lo] + (logs[min(lo + 1, len(logs) - 1)] - logs[lo]) * (i - lo)
+
+    assert STAND_IN_CPU_LOG_SPREAD == pytest.approx((q(0.9) - q(0.1)) / 2, abs=0.02)

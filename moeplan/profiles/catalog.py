@@ -9,12 +9,13 @@ import json
 import re
 import statistics
 import tomllib
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from moeplan.errors import InputError, ProbeError
-from moeplan.planner.hardware.profile import HardwareProfile
+from moeplan.planner.hardware.profile import Figure, HardwareProfile
 from moeplan.planner.hardware.spec import CpuPart, Efficiency, GpuPart, SpecRequest, build_spec_profile
 from moeplan.planner.serde import from_jsonable
 from moeplan.units import GIB, MIB
@@ -235,11 +236,44 @@ def match_cpu(full_name: str) -> CpuPart | None:
     return _match(cpu_parts(), full_name, strict=True)[0]
 
 
+# A machine described by its GPU alone (a post that names the card and the RAM, not the CPU):
+# the CPU side is costed as a common desktop, with the figures marked as priors (a wider range)
+# and a note. Ryzen desktops are most of the public reports (8 of the 13 desktop CPUs in
+# benchmarks/data/measurements.jsonl), an 8-core one-CCD Ryzen 7 their middle: a 9700X on DDR5,
+# a 5800X on DDR4 - DDR4 when --ram-type says so or beside an Ampere-or-older NVIDIA card
+# (those boxes are mostly AM4/DDR4 platforms).
+STAND_IN_CPU = {"ddr5": "Ryzen 7 9700X", "ddr4": "Ryzen 7 5800X"}
+
+
+def _stand_in(req: SpecRequest, gpu: GpuPart | None, more: tuple[GpuPart, ...]) -> CpuPart | None:
+    if req.cpu or req.cores or not (gpu or more or req.gpu_vram_bytes):
+        return None
+    card = gpu or (more[0] if more else None)
+    cc = float(card.compute_capability or 0) if card else 0.0
+    ram_type = (req.ram_type or ("ddr4" if 0 < cc < 8.9 else "ddr5")).lower()
+    return find_cpu(STAND_IN_CPU.get(ram_type, STAND_IN_CPU["ddr5"]))
+
+
+def _as_prior(hw: HardwareProfile, cpu: CpuPart) -> HardwareProfile:
+    def prior(fig: Figure | None) -> Figure | None:
+        return replace(fig, source="prior", method=f"{fig.method} (stand-in CPU)") if fig else None
+
+    note = (f"CPU not given: its side is costed as {cpu.name} ({cpu.cores} cores) on "
+            f"{hw.cpu.memory_channels} channels of {hw.cpu.ram_type.upper()}-{hw.cpu.ram_speed_mts}, a common "
+            "desktop, with a prior's uncertainty; pass --cpu (and --ram-speed) for your machine's figures")
+    c = replace(hw.cpu, source="prior", memory_source="prior", core_flop_per_s=prior(hw.cpu.core_flop_per_s))
+    nodes = tuple(replace(n, dram_read_bytes_per_s=prior(n.dram_read_bytes_per_s)) for n in hw.numa_nodes)
+    return replace(hw, cpu=c, numa_nodes=nodes, notes=tuple(hw.notes) + (note,))
+
+
 def build_profile(req: SpecRequest) -> HardwareProfile:
     """Resolve the request's part names and build the spec profile."""
     gpu = find_gpu(req.gpu) if req.gpu else None
     cpu = find_cpu(req.cpu) if req.cpu else None
     more = tuple(find_gpu(n) for n in req.more_gpus)
+    stand_in = _stand_in(req, gpu, more)
+    if stand_in:
+        return _as_prior(build_spec_profile(req, gpu, stand_in, efficiency(), more), stand_in)
     return build_spec_profile(req, gpu, cpu, efficiency(), more)
 
 

@@ -1136,12 +1136,30 @@ def dominant_group(terms: list[Term]) -> str:
     return max(sorted(by), key=lambda g: by[g]) if by else "all"
 
 
-def held_out_range(value: float, terms: list[Term], widths: dict[str, float]) -> tuple[float, float] | None:
-    """value x exp(-/+ w), w the held-out 80% log half-width of the group dominating the terms."""
+# A CPU the user did not name is costed as a stand-in desktop (profiles/catalog.py STAND_IN_CPU):
+# the catalog's desktop parts read DRAM at -0.28 .. +0.34 log of the stand-in's rate (10th-90th
+# percentile, tests/test_hardware_spec.py recomputes it), so the CPU's share of the time widens
+# the range by that much more.
+STAND_IN_CPU_LOG_SPREAD = 0.31
+
+
+def held_out_range(value: float, terms: list[Term], widths: dict[str, float],
+                   extra_log: float = 0.0) -> tuple[float, float] | None:
+    """value x exp(-/+ w), w the held-out 80% log half-width of the group dominating the terms
+    (and an independent extra log half-width, added in quadrature)."""
     w = widths.get(dominant_group(terms), widths.get("all"))
     if w is None:
         return None
+    w = math.hypot(w, extra_log)
     return value * math.exp(-w), value * math.exp(w)
+
+
+def _stand_in_extra(hw: HardwareProfile, terms: list[Term]) -> float:
+    total = sum(t.seconds for t in terms)
+    if hw.cpu.source != "prior" or total <= 0:
+        return 0.0
+    cpu = sum(t.seconds for t in terms if t.resource in ("cpu-mem", "cpu-compute"))
+    return STAND_IN_CPU_LOG_SPREAD * cpu / total
 
 
 def _bottleneck(terms: list[Term]) -> str:
@@ -1282,8 +1300,8 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
         if blocks or not out_gpu:
             notes.append(f"-ngl {p.n_gpu_layers}: {len(blocks)} of {len(model.layers)} blocks"
                          + ("" if out_gpu else " and the output layer") + " run on the CPU with their KV cache")
-    d_range = held_out_range(decode, dterms, pr.term_range_log.get("decode", {}))
-    p_range = held_out_range(prefill, pterms, pr.term_range_log.get("prefill", {}))
+    d_range = held_out_range(decode, dterms, pr.term_range_log.get("decode", {}), _stand_in_extra(hw, dterms))
+    p_range = held_out_range(prefill, pterms, pr.term_range_log.get("prefill", {}), _stand_in_extra(hw, pterms))
     return Estimate(
         decode_tok_s=decode,
         decode_tok_s_range=d_range or (decode / (1 + dr), decode / max(0.1, 1 - dr)),
