@@ -117,9 +117,10 @@ def _backend(software: str | None) -> str | None:
     return None
 
 
-def _prompt_len(r: dict) -> int:
+def _prompt_len(r: dict) -> int | None:
+    """The prompt the prefill figure was measured on; None when the source does not say."""
     m = re.search(r"(\d+)\s*([kK]?)", r.get("pp_test") or "")
-    return int(m.group(1)) * (1000 if m.group(2) else 1) if m else 512
+    return int(m.group(1)) * (1000 if m.group(2) else 1) if m else None
 
 
 def _quant(r: dict) -> tuple[str | None, str]:
@@ -250,7 +251,7 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
     ub = str(r.get("batch_ubatch") or "").split("/")[-1].strip()
     if ub.isdigit():
         args += ["--ubatch", ub]
-    args += ["--prompt", str(_prompt_len(r))]
+    args += ["--prompt", str(_prompt_len(r) or 512)]
     return args, ""
 
 
@@ -327,10 +328,8 @@ def run_row(r: dict, runner: CliRunner, tmp: Path) -> Row:
     if out.exit_code:
         return skip_all(_reason(_error_line(out.output)))
     hw = json.loads(out.stdout)
-    if not r.get("cpu_model"):
-        for m in ("decode", "prefill"):
-            if m in res.measured:
-                res.skip[m] = "CPU not stated"
+    if "prefill" in res.measured and _prompt_len(r) is None:
+        res.skip["prefill"] = "prompt length not stated"
     hw_path = tmp / f"{r['id']}.json"
     hw_path.write_text(json.dumps(hw))
     eargs, why = estimate_args(r, backend, hw_path)
@@ -411,13 +410,14 @@ def _quantile(v: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (i - lo)
 
 
-def range_widths(residuals: list[tuple[str, float]]) -> dict[str, float]:
-    """Log half-width per dominant group: the RANGE_QUANTILE of |held-out log residual| (at least
-    5 rows, else the pooled figure under 'all')."""
-    out = {"all": _quantile([abs(e) for _, e in residuals], RANGE_QUANTILE)} if residuals else {}
-    for g in sorted({g for g, _ in residuals}):
-        v = [abs(e) for gg, e in residuals if gg == g]
-        if len(v) >= 5:
+def range_widths(residuals: list[tuple[str, float, str]]) -> dict[str, float]:
+    """Log half-width per dominant group: the RANGE_QUANTILE of |held-out log residual| of
+    (group, residual, source) rows (at least 5 rows from 3 sources, else the pooled figure
+    under 'all': one source's rows share its machine and say little about the next one's)."""
+    out = {"all": _quantile([abs(e) for _, e, _ in residuals], RANGE_QUANTILE)} if residuals else {}
+    for g in sorted({g for g, _, _ in residuals}):
+        v = [abs(e) for gg, e, _ in residuals if gg == g]
+        if len(v) >= 5 and len({src for gg, _, src in residuals if gg == g}) >= 3:
             out[g] = _quantile(v, RANGE_QUANTILE)
     return out
 
@@ -434,9 +434,9 @@ def evaluate(rows: list[Row]) -> dict:
             for x in est[m]:
                 if x.source == src:
                     cv[x.row["id"]] = predict(x, m, s)
-        resid = {x.row["id"]: (_dominant(x, m), math.log(cv[x.row["id"]] / x.measured[m])) for x in est[m]}
+        resid = {x.row["id"]: (_dominant(x, m), math.log(cv[x.row["id"]] / x.measured[m]), x.source) for x in est[m]}
         # the prior has no fitted factor: its residuals are held out already
-        resid_p = {x.row["id"]: (_dominant(x, m), math.log(x.prior[m] / x.measured[m])) for x in est[m]}
+        resid_p = {x.row["id"]: (_dominant(x, m), math.log(x.prior[m] / x.measured[m]), x.source) for x in est[m]}
         for x in est[m]:
             rid = x.row["id"]
             # the range of a held-out row: other sources' held-out residuals only
