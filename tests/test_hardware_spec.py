@@ -114,7 +114,8 @@ def test_numa_nodes_split_sockets():
     p = build(cpu="EPYC 9654", sockets=2, numa_nodes=4, ram_bytes=768 * GIB)
     assert [n.n_physical_cores for n in p.numa_nodes] == [48] * 4 and p.gpus == ()
     assert p.numa_nodes[0].dram_read_bytes_per_s.value == pytest.approx(6 * 4800e6 * 8)
-    assert p.numa_nodes[1].distances == (32, 10, 32, 32)
+    # the other NPS2 node of its socket is 12 away (as Linux reports SNC / NPS), the other socket 32
+    assert p.numa_nodes[1].distances == (12, 10, 32, 32)
 
 
 @pytest.mark.parametrize("kw, words", [
@@ -210,4 +211,29 @@ def test_stand_in_spread_is_the_catalog_desktops_spread():
         lo = int(i)
         return logs[lo] + (logs[min(lo + 1, len(logs) - 1)] - logs[lo]) * (i - lo)
 
-    assert STAND_IN_CPU_LOG_SPREAD == pytest.approx((q(0.9) - q(0.1)) / 2, abs=0.02)
+    assert pytest.approx((q(0.9) - q(0.1)) / 2, abs=0.02) == STAND_IN_CPU_LOG_SPREAD
+
+
+def test_xeon_6900p_defaults_to_snc3_sub_numa_nodes():
+    from moeplan.planner.cost.estimate import RHO_SUB_NUMA, resolve_factors
+    from moeplan.planner.placement import Placement
+    from moeplan.profiles.backends import read_priors
+
+    one = build(cpu="Xeon 6980P", ram_bytes=768 * GIB)
+    assert [n.n_physical_cores for n in one.numa_nodes] == [43, 43, 42]
+    assert one.numa_nodes[2].cpus[:2] == (86, 87) and len(one.numa_nodes[2].cpus) == 84
+    assert one.numa_nodes[0].distances == (10, 12, 12)
+    assert one.numa_nodes[0].dram_read_bytes_per_s.value == pytest.approx(4 * 6400e6 * 8)
+    assert any("SNC3" in n and "--numa-nodes 1" in n for n in one.notes)
+    assert len(build(cpu="Xeon 6980P", ram_bytes=768 * GIB, numa_nodes=1).numa_nodes) == 1
+    two = build(cpu="Xeon 6980P", sockets=2, ram_bytes=1536 * GIB)
+    assert len(two.numa_nodes) == 6 and two.numa_nodes[0].distances[:3] == (10, 12, 12)
+    assert min(two.numa_nodes[0].distances[3:]) >= 20
+    # no policy, pages on the loader's die until it is full: 2 of the 3 dies' channels for 400 GB;
+    # a die's neighbours read at the sub-NUMA ratio, not a socket link's
+    pr = read_priors("llama.cpp")
+    none = resolve_factors(one, pr, Placement(n_gpus=0, n_threads=128), host_bytes=400e9)
+    dist = resolve_factors(one, pr, Placement(n_gpus=0, n_threads=128, numa="distribute"), host_bytes=400e9)
+    assert "pages on 2 nodes" in none.bw_cpu_bytes_per_s.note
+    assert none.bw_cpu_bytes_per_s.value < 0.7 * dist.bw_cpu_bytes_per_s.value
+    assert pr.rho_remote < RHO_SUB_NUMA

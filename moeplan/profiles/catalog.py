@@ -85,6 +85,7 @@ def cpu_parts() -> tuple[CpuPart, ...]:
             fabric_read_bytes_per_s=cap, boost_hz=c["boost_ghz"] * 1e9 if "boost_ghz" in c else None,
             ccds=c.get("ccds"), cores_per_ccd=c.get("cores_per_ccd"),
             ram_speeds_mts=tuple(sorted((k, int(v)) for k, v in c.get("ram_speeds", {}).items())),
+            snc_default=int(c.get("snc_default", 1)),
             mobile=bool(c.get("mobile", False)), source=c.get("source", "")))
     return tuple(out)
 

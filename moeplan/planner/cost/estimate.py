@@ -81,6 +81,17 @@ Rate = FactorFigure
 Factors = FactorsUsed
 
 
+RHO_SUB_NUMA = 0.85
+
+
+def _one_socket(nodes: tuple[NumaNode, ...]) -> bool:
+    """The nodes are sub-NUMA clusters of one socket: SLIT distances between them all < 20
+    (sockets are 20+ apart, SNC / NPS sub-nodes 11-12)."""
+    ids = {n.id for n in nodes}
+    pairs = [d for n in nodes for j, d in enumerate(n.distances) if j in ids and j != n.id]
+    return bool(pairs) and len(pairs) == len(nodes) * (len(nodes) - 1) and all(d < 20 for d in pairs)
+
+
 def factors_used(f: Factors) -> FactorsUsed:
     """The factors as an estimate reports them (uncertainties rounded to 4 places: stable JSON)."""
     return replace(f, **{name: replace(v, rel_err=round(v.rel_err, 4))
@@ -228,6 +239,11 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
             rho, rho_err = (sum(remote) / len(remote)) / local, 0.1  # measured
         except (IndexError, ZeroDivisionError):
             pass
+    if len(nodes) > 1 and rho_src == "prior" and not hw.numa_bw_matrix and _one_socket(nodes):
+        # sub-NUMA nodes of one socket (SNC / NPS): a remote node's memory is across the die's
+        # mesh or the package, not a socket link; Xeon 6980P runs memory-bound workloads within
+        # ~10% in HEX mode (2/3 of reads off-die) and SNC3 (Phoronix, 2024-10-02)
+        rho, rho_src = RHO_SUB_NUMA, "sub-NUMA nodes of one socket"
     pages_k = 0  # 'none' with pages on k of the nodes: threads near them and far from them differ
     thread_nodes = nodes  # the nodes whose cores run the threads
     # KTransformers: per-node worker pools only under a 'distribute' / multi-node 'bind' plan

@@ -72,6 +72,7 @@ class CpuPart:
     ccds: int | None = None  # core dies per socket (AMD CCDs)
     cores_per_ccd: int | None = None
     ram_speeds_mts: tuple[tuple[str, int], ...] = ()  # (ddr4 / ddr5 / mrdimm / lpddr5x, fastest rated MT/s)
+    snc_default: int = 1  # NUMA nodes per socket in the firmware's default mode (Xeon 6900P: SNC3)
     mobile: bool = False
     source: str = ""
 
@@ -174,9 +175,12 @@ def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | Non
         notes.append("SMT unknown: logical CPUs counted as physical cores (pass --threads to change)")
     if threads_ps < cores_ps:
         raise InputError(f"--threads {threads_ps} is less than --cores {cores_ps}", "threads per socket >= cores per socket")
-    n_nodes = req.numa_nodes or sockets
+    n_nodes = req.numa_nodes or sockets * (cpu.snc_default if cpu else 1)
+    if not req.numa_nodes and cpu is not None and cpu.snc_default > 1:
+        notes.append(f"{cpu.name}: sub-NUMA clustering SNC{cpu.snc_default} (the firmware default) makes each "
+                     f"socket {cpu.snc_default} NUMA nodes; pass --numa-nodes {sockets} for HEX / SNC off")
     n_cores = cores_ps * sockets
-    if n_nodes < 1 or n_cores % n_nodes:
+    if n_nodes < 1 or (n_cores % n_nodes and req.numa_nodes):
         raise InputError(f"{n_cores} cores do not split evenly into {n_nodes} NUMA nodes",
                          "--numa-nodes is the total over all sockets (2 sockets in NPS1/SNC off: 2)")
     if req.gpu_node < 0 or req.gpu_node >= n_nodes:
@@ -315,12 +319,19 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
     ), notes
 
 
+def _node_cores(k: int, n_nodes: int, n_cores: int) -> tuple[int, int]:
+    """(first core, cores) of node k: an even split, the first nodes one core more when the
+    cores do not divide (a 128-core Xeon 6980P in SNC3: 43 + 43 + 42)."""
+    per, extra = divmod(n_cores, n_nodes)
+    return k * per + min(k, extra), per + (1 if k < extra else 0)
+
+
 def _node_cpus(k: int, n_nodes: int, n_cores: int, n_threads: int) -> tuple[int, ...]:
     """Logical CPUs of node k numbered as Linux usually does on x86: first thread of every
     core, node by node, then the SMT siblings in the same order."""
-    per = n_cores // n_nodes
+    first, count = _node_cores(k, n_nodes, n_cores)
     smt = max(1, n_threads // n_cores)
-    return tuple(s * n_cores + k * per + i for s in range(smt) for i in range(per))
+    return tuple(s * n_cores + first + i for s in range(smt) for i in range(count))
 
 
 def _dram_figure(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, c: Cpu, n_nodes: int) -> tuple[Figure | None, str]:
@@ -344,14 +355,24 @@ def _dram_figure(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, c: Cpu,
     return Figure(value=peak, source=src, method=method, achievable=ach), ""
 
 
+SUB_NUMA_DISTANCE = 12
+
+
 def _spec_nodes(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, c: Cpu,
                 n_nodes: int) -> tuple[tuple[NumaNode, ...], list[str]]:
     fig, note = _dram_figure(req, cpu, eff, c, n_nodes)
     remote = eff.remote_distance.get(c.vendor or "other", eff.remote_distance.get("other", 20))
     mem = (req.ram_bytes or 0) // n_nodes
+    per_socket = max(1, n_nodes // max(1, c.n_sockets))
+
+    def distance(a: int, b: int) -> int:
+        # sub-NUMA nodes of one socket: the SLIT distance Linux reports for SNC / NPS (12)
+        return 10 if a == b else SUB_NUMA_DISTANCE if a // per_socket == b // per_socket else remote
+
     nodes = tuple(
-        NumaNode(id=k, cpus=_node_cpus(k, n_nodes, c.n_cores, c.n_threads), n_physical_cores=c.n_cores // n_nodes,
-                 mem_total_bytes=mem, distances=tuple(10 if j == k else remote for j in range(n_nodes)),
+        NumaNode(id=k, cpus=_node_cpus(k, n_nodes, c.n_cores, c.n_threads),
+                 n_physical_cores=_node_cores(k, n_nodes, c.n_cores)[1],
+                 mem_total_bytes=mem, distances=tuple(distance(k, j) for j in range(n_nodes)),
                  dram_read_bytes_per_s=fig, source="spec-sheet")
         for k in range(n_nodes))
     notes = [note] if note else []
