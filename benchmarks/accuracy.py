@@ -70,7 +70,8 @@ MODEL_MAP = [
     (r"qwen3-30b-a3b", "qwen3-30b-a3b"),
     (r"gpt-oss-120b", "gpt-oss-120b"),
     (r"gpt-oss-20b", "gpt-oss-20b"),
-    (r"kimi-k2-(instruct|thinking)", "kimi-k2"),
+    (r"kimi-k2-thinking", "kimi-k2-thinking"),
+    (r"kimi-k2-instruct", "kimi-k2"),
     (r"glm[- ]4\.[567](?!-flash|-air)", "glm-4.5"),
     (r"deepseek-coder-v2-lite", "deepseek-coder-v2-lite"),
 ]
@@ -129,6 +130,8 @@ def _quant(r: dict) -> tuple[str | None, str]:
     if not q:
         return None, "quant not stated"
     tok = q.split()[0]
+    if tok.lower() == "native" and "not stated" not in q:  # the published checkpoint's own format
+        return "native", ""
     if not re.fullmatch(r"[A-Za-z0-9_\-]+", tok) or "not stated" in q or "as written" in q or tok.lower() in (
             "4bit", "q2", "q4", "q8", "native", "ud"):
         return None, f"quant {q!r} is not a file type"

@@ -106,6 +106,14 @@ def test_native_checkpoints_match_their_safetensors():
     # sums of the safetensors files (headers included): Kimi K2 958.51 GiB, gpt-oss-20b 12.82 GiB
     assert load_profile("kimi-k2", "native").tensor_bytes / GIB == pytest.approx(958.51, abs=0.05)
     assert load_profile("gpt-oss-20b", "native").tensor_bytes / GIB == pytest.approx(12.82, abs=0.01)
+    # Kimi-K2-Thinking: INT4 routed experts (18 bytes per 32) and bf16 elsewhere, Kimi K2's shapes:
+    # the published repository's 594 GB
+    thinking = load_profile("kimi-k2-thinking", "native")
+    assert thinking.tensor_bytes == pytest.approx(594e9, rel=0.005)
+    exp = [t for layer in thinking.moe_layers for t in layer.tensors if "_exps" in t.name]
+    assert exp and {t.ggml_type for t in exp} == {"INT4"}
+    assert find_profile("moonshotai/Kimi-K2-Thinking")["name"] == "kimi-k2-thinking"
+    assert find_profile("kimi-k2-instruct")["name"] == "kimi-k2"
     # DeepSeek-V4-Flash: llama.cpp print_info reports 284.33 B parameters
     assert round(trunk_params(load_profile("deepseek-v4-flash")) / 1e9, 2) == 284.33
 

@@ -8,6 +8,9 @@ A scheme maps each tensor role (synth.ROLES) to a storage dtype; a profile may o
            experts with float8_e8m0 scales): 17 bytes per 32 elements, the same as ggml MXFP4
   F8_E4M3  1 byte per element plus one scale per 128x128 block of each matrix (DeepSeek-style
            `weight_scale_inv` float32 = 4 bytes; DeepSeek V4 float8_e8m0 = 1 byte)
+  INT4     compressed-tensors "pack-quantized" W4A16, symmetric, group_size 32 (Kimi-K2-Thinking's
+           routed experts): 4-bit integers packed 8 per int32 plus one bf16 `weight_scale` per
+           32: 18 bytes per 32 elements (4.5 bits per weight, Q4_0's block size)
 
 MLA's kv_b_proj is one matrix in the checkpoint but two GGUF tensors (attn_k_b, attn_v_b): its
 block scales are counted on the merged [n_head*(nope+v), kv_lora] matrix and split between the
@@ -36,6 +39,9 @@ SCHEMES: dict[str, dict[str, str]] = {
              "hc": "F32", "sink": "F32", "tid2eid": "I64", "nextn_embed": "BF16", "nextn_head": "BF16"},
     # gpt-oss: MXFP4 experts (*_blocks uint8 + *_scales uint8 per 32), everything else bf16
     "gpt_oss": {"*": "BF16", "experts": "MXFP4", "probs_bias": "BF16"},
+    # Kimi-K2-Thinking: routed experts INT4 (quantization_config targets Linear and ignores
+    # lm_head, self_attn, shared_experts and the dense MLP), everything else bf16
+    "int4_g32": {"*": "BF16", "experts": "INT4", "probs_bias": "F32"},
 }
 SCALE_BYTES = {"fp8_block128": 4, "dsv4": 1}
 
@@ -104,6 +110,8 @@ def native_bytes(spec: TensorSpec, dtype: str, scale_bytes: int,
     n = spec.n_elements
     if dtype == "MXFP4":
         return _ceil(n, 32) * 17
+    if dtype == "INT4":
+        return _ceil(n, 32) * 18
     if dtype == FP8:
         if len(spec.shape) < 2:
             return n
