@@ -357,3 +357,22 @@ def test_preview_command_is_one_line_or_says_why_not(models):
     assert line.startswith("llama-server -m ") and "\n" not in line and "-ot " in line
     refused = preview_command(make_plan(m, Placement(cpu_moe_layers=(1, 2))), m, "vllm")
     assert refused.startswith("# no vllm command: ")
+
+
+def test_kt_reads_a_native_checkpoint_with_its_own_method():
+    """A plan on a native checkpoint: kt-kernel's native-precision method for its expert dtype, the
+    weights from the --model-path folder; a GGUF-quant plan of the same model keeps AMXINT4."""
+    from moeplan.profiles.model_profiles import load_profile
+
+    for name, method in (("kimi-k2-thinking", "RAWINT4"), ("deepseek-v3", "FP8"), ("qwen3-30b-a3b", "BF16")):
+        m = load_profile(name, "native")
+        p = Placement(backend="ktransformers", cpu_moe_layers=m.moe_layer_indices, n_ctx=8192, n_threads=32)
+        launch = emit_launch(make_plan(m, p), m, "ktransformers", gpu_vram_bytes=96 * GIB)
+        argv = argv_of(launch)
+        assert value(argv, "--kt-method") == method, name
+        assert str(value(argv, "--kt-weight-path")) == str(value(argv, "--model-path")) == "${MODEL}"
+        assert any(f"--kt-method {method}" in n for n in launch.notes)
+    m = load_profile("kimi-k2-thinking", "Q4_K_M")
+    p = Placement(backend="ktransformers", cpu_moe_layers=m.moe_layer_indices, n_ctx=8192, n_threads=32)
+    assert value(argv_of(emit_launch(make_plan(m, p), m, "ktransformers", gpu_vram_bytes=96 * GIB)),
+                 "--kt-method") == "AMXINT4"

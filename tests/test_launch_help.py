@@ -292,6 +292,7 @@ def test_kt_methods_are_kt_kernels():
     methods = {line for line in (HELP / "kt-kernel-0.7.2" / "inference-methods.txt").read_text().splitlines()
                if line and not line.startswith("#")}
     assert {"LLAMAFILE", "AMXINT4", "AMXINT8"} <= methods
+    assert set(ktransformers.NATIVE_KT_METHOD.values()) <= methods
     assert ktransformers.KT_RELEASE.startswith("kt-kernel 0.7.2")
 
 

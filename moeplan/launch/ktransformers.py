@@ -88,6 +88,20 @@ def mem_fraction(ctx: EmitContext) -> float | None:
     return frac
 
 
+# kt-kernel's native-precision methods (doc/en/kt-kernel/Native-Precision-Tutorial.md: BF16, FP8
+# blockwise, RAWINT4 "same INT4 weights for CPU and GPU"; MXFP4 for DeepSeek-V4's experts) by the
+# checkpoint's expert dtype (tests/data/help/kt-kernel-0.7.2/inference-methods.txt lists them)
+NATIVE_KT_METHOD = {"BF16": "BF16", "F8_E4M3": "FP8", "INT4": "RAWINT4", "MXFP4": "MXFP4"}
+
+
+def _native_method(model) -> str | None:
+    """The --kt-method that reads a plan's native checkpoint experts as they are, if any."""
+    if not model.quant.startswith("native") or not model.moe_layers:
+        return None
+    types = model.moe_layers[0].expert_types
+    return NATIVE_KT_METHOD.get(types[0]) if len(types) == 1 else None
+
+
 def weights(ctx: EmitContext) -> tuple[str, str, tuple[tuple[str, str], ...], str]:
     """(--kt-method, --kt-weight-path, required variables, note)."""
     method = ctx.extra("kt_method")
@@ -97,6 +111,14 @@ def weights(ctx: EmitContext) -> tuple[str, str, tuple[tuple[str, str], ...], st
         first = ctx.model.shards[0] if ctx.model.shards else ctx.model.path
         path = path or os.path.dirname(os.path.abspath(first))
         return method, path, (), f"CPU experts read by kt-kernel's {method} kernel from the GGUF folder"
+    native = _native_method(ctx.model) if not method else None
+    if native:
+        # kt-kernel reads a native checkpoint's experts from the checkpoint itself: the weight path
+        # is the --model-path folder (KTransformers doc/en/kt-kernel/Native-Precision-Tutorial.md)
+        model, requires = model_arg(ctx)
+        return native, path or model, requires, (
+            f"--kt-method {native}: kt-kernel runs the checkpoint's own {ctx.model.moe_layers[0].expert_types[0]} "
+            "experts (AVX-512 CPUs), the same folder as --model-path")
     method = method or "AMXINT4"
     note = (f"--kt-method {method} needs an Intel CPU with AMX (Sapphire Rapids or newer) and expert "
             "weights converted by kt-kernel's conversion script; on other CPUs use GGUF weights with LLAMAFILE")
