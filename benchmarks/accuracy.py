@@ -138,6 +138,13 @@ def _quant(r: dict) -> tuple[str | None, str]:
     return tok.upper(), ""
 
 
+def _kt_kernel_era(r: dict) -> bool:
+    """A KTransformers row of the kt-kernel + SGLang releases (0.4 on), which have the layer-wise
+    GPU prefill; the software or version says so."""
+    ver = re.match(r"(\d+)\.(\d+)", str(r.get("software_version") or ""))
+    return "kt-kernel" in (r.get("software") or "").lower() or bool(ver and (int(ver[1]), int(ver[2])) >= (0, 4))
+
+
 def _ngl0_with_gpu(r: dict) -> bool:
     """-ngl 0 on a machine with a GPU: llama.cpp still offloads large-batch ops to it."""
     return bool(r.get("gpu_model")) and bool(re.search(r"ngl\s*0\b", r.get("offload_method") or ""))
@@ -251,6 +258,10 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         pools = re.search(r"threadpool(?:[- ]count)?\s*(\d+)", said)
         if re.search(r"use_numa=1", said) or (pools and int(pools.group(1)) > 1):
             args += ["--numa", "distribute"]
+    if backend == "ktransformers" and not _kt_kernel_era(r):
+        # KTransformers before kt-kernel (0.2/0.3 local_chat, balance_serve) prefills every prompt's
+        # CPU experts on the CPU: no layer-wise GPU prefill
+        args += ["--kt-prefill-threshold", "0"]
     ub = str(r.get("batch_ubatch") or "").split("/")[-1].strip()
     if ub.isdigit():
         args += ["--ubatch", ub]
@@ -413,14 +424,18 @@ def _quantile(v: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (i - lo)
 
 
+# sources a term group's rows must come from before it gets a range width of its own
+MIN_GROUP_SOURCES = 5
+
+
 def range_widths(residuals: list[tuple[str, float, str]]) -> dict[str, float]:
     """Log half-width per dominant group: the RANGE_QUANTILE of |held-out log residual| of
-    (group, residual, source) rows (at least 5 rows from 3 sources, else the pooled figure
+    (group, residual, source) rows (at least 5 rows from MIN_GROUP_SOURCES sources, else the pooled figure
     under 'all': one source's rows share its machine and say little about the next one's)."""
     out = {"all": _quantile([abs(e) for _, e, _ in residuals], RANGE_QUANTILE)} if residuals else {}
     for g in sorted({g for g, _, _ in residuals}):
         v = [abs(e) for gg, e, _ in residuals if gg == g]
-        if len(v) >= 5 and len({src for gg, _, src in residuals if gg == g}) >= 3:
+        if len(v) >= 5 and len({src for gg, _, src in residuals if gg == g}) >= MIN_GROUP_SOURCES:
             out[g] = _quantile(v, RANGE_QUANTILE)
     return out
 

@@ -48,6 +48,21 @@ def test_estimate_flags_change_what_they_should():
     assert e["decode_tok_s"] < a["decode_tok_s"]
 
 
+def test_kt_prefill_threshold_switches_the_layer_wise_gpu_prefill():
+    base = ["estimate", "deepseek-v3", "--hw", "epyc-genoa-2s-4090", "--backend", "ktransformers", "--all-cpu-moe",
+            "--prompt", "8000", "--json"]
+    default = _json(base)  # the computed crossover: an 8000-token prompt uploads the CPU layers' experts
+    off = _json(base + ["--kt-prefill-threshold", "0"])  # KTransformers 0.2/0.3: the CPU experts always
+    assert "h2d_experts" in {t["name"] for t in default["prefill_terms"]}
+    assert "h2d_experts" not in {t["name"] for t in off["prefill_terms"]}
+    assert off["prefill_tok_s"] < default["prefill_tok_s"]
+    assert off["placement"]["extra"] == [["kt_gpu_prefill_token_threshold", "0"]]
+    for bad, words in ((["--backend", "ktransformers", "--kt-prefill-threshold", "-5"], "is negative"),
+                       (["--backend", "llama.cpp", "--kt-prefill-threshold", "100"], "KTransformers setting")):
+        out = RUN.invoke(app, base[:2] + ["--hw", "epyc-genoa-2s-4090"] + bad)
+        assert out.exit_code != 0 and words in out.output
+
+
 def test_tune_is_deterministic_and_fits():
     args = ["tune", "gpt-oss-120b", "--hw", "desktop-4090-ddr5", "--json"]
     a, b = RUN.invoke(app, args), RUN.invoke(app, args)

@@ -36,6 +36,10 @@ ExpertsUsedOpt = Annotated[Optional[int], typer.Option(
 NglOpt = Annotated[Optional[int], typer.Option(
     "--ngl", help="llama.cpp -ngl N, a plain layer split: the last N layers (the output counts as one) on the "
                   "GPU, the blocks before them entirely on the CPU (default: every layer on the GPU).")]
+KtThresholdOpt = Annotated[Optional[int], typer.Option(
+    "--kt-prefill-threshold", help="KTransformers --kt-gpu-prefill-token-threshold: prompts of N+ tokens prefill on "
+    "the GPU layer by layer (0 = never, as KTransformers 0.2/0.3 and SGLang builds without the flag); default: "
+    "the crossover moeplan computes.")]
 NoMmapOpt = Annotated[bool, typer.Option("--no-mmap", help="Load weights into anonymous memory (no page cache).")]
 
 
@@ -63,7 +67,8 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                       ubatch: int = 512, numa: str = "none", numa_nodes: tuple[int, ...] = (),
                       no_op_offload: bool = False, gpu_expert_cache: str | None = None, draft: int = 0,
                       accept: float = 0.0, no_mmap: bool = False, experts_used: int | None = None,
-                      logical_cpus: int | None = None, ngl: int | None = None) -> Placement:
+                      logical_cpus: int | None = None, ngl: int | None = None,
+                      kt_prefill_threshold: int | None = None) -> Placement:
     """Turn the flags into a Placement; raises InputError with a hint on bad values.
 
     The ranges are planner/limits.py's, shared with tune and with plan files; `logical_cpus`
@@ -119,6 +124,16 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         raise InputError(f"--experts-used {experts_used} is out of range",
                          f"{model.name} has {model.n_experts} experts, {model.n_experts_used} used by default")
     cache_bytes = parse_size(gpu_expert_cache, "--gpu-expert-cache") if gpu_expert_cache else 0
+    extra: tuple[tuple[str, str], ...] = ()
+    if kt_prefill_threshold is not None:
+        if backend != "ktransformers":
+            raise InputError("--kt-prefill-threshold is a KTransformers setting", "add --backend ktransformers or drop it")
+        if kt_prefill_threshold < 0:
+            raise InputError(f"--kt-prefill-threshold {kt_prefill_threshold} is negative",
+                             "give a prompt length in tokens, or 0 for no layer-wise GPU prefill")
+        from moeplan.planner.cost.machine import KT_THRESHOLD_KEY
+
+        extra = ((KT_THRESHOLD_KEY, str(kt_prefill_threshold)),)
     n_threads = threads or default_threads
     n_ctx = check_ctx(parse_ctx(ctx), "--ctx", model.name, model.n_ctx_train)
     if threads is not None:
@@ -131,6 +146,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         numa=numa, numa_nodes=numa_nodes, op_offload=not no_op_offload,
         gpu_expert_cache_bytes=cache_bytes, load_mode="no-mmap" if no_mmap else "mmap",
         n_draft=draft, draft_accept=accept, n_experts_used=experts_used or 0, n_gpu_layers=n_gpu_layers,
+        extra=extra,
     )
     check_placement(p, model=model, logical_cpus=logical_cpus)
     return p

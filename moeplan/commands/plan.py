@@ -19,6 +19,7 @@ from moeplan.commands.placement_opts import (
     CtxOpt,
     DraftOpt,
     ExpertsUsedOpt,
+    KtThresholdOpt,
     KvTypeOpt,
     NglOpt,
     NoMmapOpt,
@@ -128,7 +129,7 @@ def register(app: typer.Typer) -> None:
         accept: AcceptOpt = 0.0, backend: BackendOpt = "llama.cpp", no_mmap: NoMmapOpt = False,
         experts_used: ExpertsUsedOpt = None, cpu_only: CpuOnlyOpt = False, vram: VramOpt = None, ram: RamOpt = None,
         tensor_split: TsOpt = None, gpus: GpusOpt = None, ngl: NglOpt = None, as_json: JsonOpt = False,
-        prompt_depth: PromptDepthOpt = 0,
+        prompt_depth: PromptDepthOpt = 0, kt_prefill_threshold: KtThresholdOpt = None,
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
         from moeplan.planner.cost.estimate import estimate, physical_cores
@@ -149,7 +150,8 @@ def register(app: typer.Typer) -> None:
                               default_threads=physical_cores(profile, Placement(numa=numa)), ubatch=ubatch, numa=numa,
                               no_op_offload=no_op_offload, gpu_expert_cache=gpu_expert_cache, draft=draft,
                               accept=accept, no_mmap=no_mmap, experts_used=experts_used,
-                              logical_cpus=profile.cpu.n_threads, ngl=ngl)
+                              logical_cpus=profile.cpu.n_threads, ngl=ngl,
+                              kt_prefill_threshold=kt_prefill_threshold)
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
         p = _device_split(spec, p, profile, tensor_split, gpus)
         check_placement(p, model=spec, profile=profile)
