@@ -119,3 +119,28 @@ def test_pareto_front_is_monotone():
     for a, b in zip(pts, pts[1:]):
         assert b.vram_bytes >= a.vram_bytes
         assert b.decode_tok_s >= a.decode_tok_s * (1 - 1e-12)
+
+
+def test_fewer_decode_threads_when_barriers_cost_more_than_they_read():
+    """On a 2 x 96-core EPYC every graph node's barrier costs 192 hand-overs: the plan decodes on
+    fewer threads that still saturate the DRAM (and says why); a 16-core desktop keeps every core;
+    --threads is the user's."""
+    from moeplan.planner.cost.estimate import physical_cores
+    from moeplan.profiles.backends import read_priors
+    from moeplan.profiles.catalog import load_preset
+    from moeplan.profiles.model_profiles import load_profile
+
+    m, pr = load_profile("qwen3-235b-a22b", "Q4_K_M"), read_priors("llama.cpp")
+    hw = load_preset("epyc-genoa-2s-4090")
+    r = choose_plan(m, hw, pr, Request())
+    p = r.best.placement
+    cores = physical_cores(hw, p)
+    assert p.n_threads < cores and any("cores decode (-t)" in w for w in r.why)
+    full = estimate(m, p.with_(n_threads=cores, n_threads_batch=0), hw, pr)
+    assert r.best.estimate.decode_tok_s > full.decode_tok_s
+    # --numa distribute places pages by the first pass's threads: prefill runs on the same pool
+    assert p.numa != "distribute" or p.threads_batch == p.n_threads
+    assert choose_plan(m, hw, pr, Request(threads=cores)).best.placement.n_threads == cores
+    desk = load_preset("desktop-4090-ddr5")
+    d = choose_plan(load_profile("gpt-oss-120b"), desk, pr, Request()).best.placement
+    assert d.n_threads == physical_cores(desk, d)

@@ -311,6 +311,11 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
 
     candidates.sort(key=rank)
     best = candidates[0]
+    if req.threads is None and pr.barriers == "ggml-graph" and req.objective != "prefill":
+        fewer = _fewer_decode_threads(model, best, hw, pr, req, consts)
+        if fewer is not None:
+            best = fewer
+            n_eval += 1
     if req.n_ctx is None:
         # spare VRAM below the next layer's experts goes to context; decode at the planned
         # depth and the ranking do not depend on it, so only the chosen plan is grown
@@ -330,6 +335,37 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
                         why=explain(best, candidates, model, hw),
                         one_more_gib=one_more_gib(model, best.placement, order, hw, pr, req, vram, ram, consts)
                         if has_gpu else "")
+
+
+# decode thread counts tried below the physical cores, as fractions of them
+DECODE_THREAD_FRACTIONS = (0.75, 0.5, 0.375, 0.25)
+# a smaller decode pool must be this much faster to be chosen (the model's terms are not finer)
+FEWER_THREADS_MIN_GAIN = 0.03
+
+
+def _fewer_decode_threads(model: ModelSpec, best: Candidate, hw: HardwareProfile, pr: BackendPriors,
+                          req: Request, consts: MemoryConstants) -> Candidate | None:
+    """ggml ends every node of the CPU's graph with a barrier over the decode pool, each about T
+    core-to-core hand-overs (cost/graph.py): on a large machine fewer decode threads (-t) can
+    still saturate the DRAM and wait less, while prefill keeps every core (-tb; not under
+    --numa distribute, whose page placement follows the thread count). The best of a few smaller
+    pools when it is FEWER_THREADS_MIN_GAIN faster at decode, else None."""
+    p = best.placement
+    cores = p.n_threads
+    n_nodes = max(1, len(p.numa_nodes) or (len(cpu_nodes(hw)) if p.numa in ("distribute", "interleave") else 1))
+    out = None
+    for frac in DECODE_THREAD_FRACTIONS:
+        t = max(n_nodes, int(cores * frac) // n_nodes * n_nodes)
+        if t >= cores or (out and t == out.placement.n_threads):
+            continue
+        # under --numa distribute each page is first touched by the thread whose static chunk
+        # holds it, so the pages follow the first pass's thread count: -tb must equal -t there
+        q = p.with_(n_threads=t, n_threads_batch=0 if p.numa == "distribute" else cores)
+        e = estimate(model, q, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
+        bar = (out.estimate.decode_tok_s if out else best.estimate.decode_tok_s * (1 + FEWER_THREADS_MIN_GAIN))
+        if e.decode_tok_s > bar:
+            out = Candidate(q, e, _score(e, req.objective, q.cache_type_k))
+    return out
 
 
 def _stable_key(p: Placement) -> tuple:
@@ -436,6 +472,13 @@ def explain(best: Candidate, cands: list[Candidate], model: ModelSpec, hw: Hardw
             why.append(f"KV {p.cache_type_k}: frees VRAM for more expert layers (+{gain:.0%} decode over f16)")
     if p.numa != "none":
         why.append(f"NUMA {p.numa}: {e.factors.numa_note if e.factors else ''}")
+    cores = physical_cores(hw, p)
+    if p.n_threads < cores:
+        how = (f"prefill on {p.threads_batch} (-tb)" if p.threads_batch > p.n_threads else
+               "prefill too (--numa distribute places each page by the thread count that first reads it)")
+        why.append(f"{p.n_threads} of {cores} cores decode (-t), {how}: each graph node ends in a barrier that "
+                   f"costs every thread a core-to-core hand-over, and {p.n_threads} threads still read the "
+                   "experts at the DRAM's rate")
     if not p.op_offload:
         why.append("no op-offload: copying experts over PCIe per ubatch is slower than computing them on the CPU")
     if hw.os == "windows":
