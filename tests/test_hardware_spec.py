@@ -189,6 +189,7 @@ def test_a_gpu_alone_gets_a_stand_in_desktop_cpu_with_a_prior_s_uncertainty():
     p = Placement(cpu_moe_layers=tuple(range(20)), n_threads=8)
     a, b = estimate(m, p, ada, pr), estimate(m, p, named, pr)
     assert a.decode_tok_s == pytest.approx(b.decode_tok_s)
+    assert any("CPU not named" in n for n in a.notes) and not any("CPU not named" in n for n in b.notes)
     (alo, ahi), (blo, bhi) = a.decode_tok_s_range, b.decode_tok_s_range
     assert ahi / alo > bhi / blo
     # nothing at all about the CPU and no GPU: still an error

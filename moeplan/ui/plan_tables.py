@@ -232,6 +232,8 @@ def tune_render(model: ModelSpec, plan: Plan, command: str = "", explain: bool =
     for n in plan.notes:
         why.add_row(n)
     parts.append(why)
+    for n in e.notes:
+        parts.append(Text(f"note: {n}"))
     if plan.pareto:
         parts.append(pareto_table(plan))
     if plan.alternatives:
