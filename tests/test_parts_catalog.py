@@ -31,7 +31,7 @@ def test_every_part_has_a_source_url_and_a_unique_name(kind):
     names = [r["name"] for r in rows]
     assert len(names) == len(set(names))
     for r in rows:
-        assert re.match(r"https://[\w.-]+\.(com|net|org)/", r.get("source", "")), r["name"]
+        assert re.match(r"https://[\w.-]+\.(com|net|org|cn)/", r.get("source", "")), r["name"]
 
 
 def test_every_part_loads_with_sane_figures():
@@ -85,6 +85,69 @@ def test_new_cpu_families_resolve_by_common_spellings(query, name):
 ])
 def test_new_gpus_resolve(query, name):
     assert catalog.find_gpu(query).name == name
+
+
+# Parts users name that the catalog lacked (issue 16 follow-up): each resolves by its common
+# spelling with its vendor figures: family, cores / threads, base / boost GHz, L3 MiB, channels,
+# memory type and speed, sockets.
+@pytest.mark.parametrize("query, name, fig", [
+    ("Ryzen 7 5700X3D", "AMD Ryzen 7 5700X3D", ("zen3", 8, 16, 3.0, 4.1, 96, 2, "ddr4", 3200, 1)),
+    ("Ryzen 9 3900X", "AMD Ryzen 9 3900X", ("zen2", 12, 24, 3.8, 4.6, 64, 2, "ddr4", 3200, 1)),
+    ("Ryzen 9 3950X", "AMD Ryzen 9 3950X", ("zen2", 16, 32, 3.5, 4.7, 64, 2, "ddr4", 3200, 1)),
+    ("Ryzen AI Max 390", "AMD Ryzen AI Max 390", ("zen5", 12, 24, 3.2, 5.0, 64, 4, "lpddr5x", 8000, 1)),
+    ("Ryzen 7 7840HS", "AMD Ryzen 7 7840HS", ("zen4", 8, 16, 3.8, 5.1, 16, 2, "ddr5", 5600, 1)),
+    ("Xeon W-3375", "Intel Xeon W-3375", ("icelake-sp", 38, 76, 2.5, 4.0, 57, 8, "ddr4", 3200, 1)),
+    ("Xeon Silver 4314", "Intel Xeon Silver 4314", ("icelake-sp", 16, 32, 2.4, 3.4, 24, 8, "ddr4", 2666, 2)),
+    ("Xeon Gold 6438Y+", "Intel Xeon Gold 6438Y+", ("sapphire-rapids", 32, 64, 2.0, 4.0, 60, 8, "ddr5", 4800, 2)),
+    ("Xeon Gold 5418Y", "Intel Xeon Gold 5418Y", ("sapphire-rapids", 24, 48, 2.0, 3.8, 45, 8, "ddr5", 4400, 2)),
+    ("Xeon Platinum 8570", "Intel Xeon Platinum 8570", ("sapphire-rapids", 56, 112, 2.1, 4.0, 300, 8, "ddr5", 5600, 2)),
+    ("Xeon Gold 6248R", "Intel Xeon Gold 6248R", ("cascade-lake", 24, 48, 3.0, 4.0, 35.75, 6, "ddr4", 2933, 2)),
+    ("Xeon W-2295", "Intel Xeon W-2295", ("cascade-lake", 18, 36, 3.0, 4.8, 24.75, 4, "ddr4", 2933, 1)),
+    ("Xeon Platinum 8168", "Intel Xeon Platinum 8168", ("skylake-sp", 24, 48, 2.7, 3.7, 33, 6, "ddr4", 2666, 8)),
+    ("Xeon Gold 6138", "Intel Xeon Gold 6138", ("skylake-sp", 20, 40, 2.0, 3.7, 27.5, 6, "ddr4", 2666, 4)),
+    ("Xeon W-2145", "Intel Xeon W-2145", ("skylake-sp", 8, 16, 3.7, 4.5, 11, 4, "ddr4", 2666, 1)),
+    ("Xeon E5-2696 v4", "Intel Xeon E5-2696 v4", ("haswell", 22, 44, 2.2, 3.7, 55, 4, "ddr4", 2400, 2)),
+    ("Xeon E5-2667 v4", "Intel Xeon E5-2667 v4", ("haswell", 8, 16, 3.2, 3.6, 25, 4, "ddr4", 2400, 2)),
+])
+def test_named_cpus_resolve_with_their_figures(query, name, fig):
+    p = catalog.find_cpu(query)
+    assert p.name == name
+    got = (p.family, p.cores, p.threads, p.base_hz / 1e9, p.boost_hz / 1e9, p.l3_bytes / 2**20, p.channels,
+           p.ram_type, p.ram_speed_mts, p.max_sockets)
+    assert got[:3] + got[6:] == fig[:3] + fig[6:]
+    assert got[3:6] == pytest.approx(fig[3:6])  # GHz and MiB
+    if p.ccds:  # AMD: the cores sit on whole CCDs
+        assert p.ccds * p.cores_per_ccd == p.cores
+    # Xeon Scalable 3rd gen and later, Xeon W: two AVX-512 FMA units on every SKU
+    assert p.fp32_flop_per_cycle == {"haswell": 32, "zen2": 32, "zen3": 32, "zen4": 32}.get(p.family, 64)
+    assert catalog.match_cpu(name).name == name  # a /proc/cpuinfo name with the full model
+
+
+@pytest.mark.parametrize("query, name, vram_gib, bw_gbps, pcie_gen, fp16_tflops, cc", [
+    ("V100 PCIe 16GB", "Tesla V100-PCIE-16GB", 16, 900, 3, 112, "7.0"),
+    ("V100 PCIe 32GB", "Tesla V100-PCIE-32GB", 32, 900, 3, 112, "7.0"),
+    ("V100 SXM2 16GB", "Tesla V100-SXM2-16GB", 16, 900, 3, 125, "7.0"),
+    ("Tesla V100-SXM2-32GB", "Tesla V100-SXM2-32GB", 32, 900, 3, 125, "7.0"),
+    ("Tesla P100", "NVIDIA Tesla P100-PCIE-16GB", 16, 732, 3, 18.7, "6.0"),
+    ("Titan RTX", "NVIDIA TITAN RTX", 24, 672, 3, 130.5, "7.5"),
+    ("A10", "NVIDIA A10", 24, 600, 4, 125, "8.6"),
+    ("RTX 5090 D", "NVIDIA GeForce RTX 5090 D", 32, 1792, 5, 0.0, "12.0"),
+])
+def test_named_gpus_resolve_with_their_figures(query, name, vram_gib, bw_gbps, pcie_gen, fp16_tflops, cc):
+    g = catalog.find_gpu(query)
+    assert g.name == name
+    assert (g.vram_bytes / 2**30, g.mem_bw_bytes_per_s / 1e9, g.pcie_gen, g.compute_capability) == \
+        (vram_gib, bw_gbps, pcie_gen, cc)
+    assert g.fp16_flop_per_s / 1e12 == pytest.approx(fp16_tflops)
+    assert catalog.match_gpu(name).name == name  # NVML's name
+
+
+def test_bare_v100_lists_its_variants_and_a10_is_not_an_a100():
+    with pytest.raises(InputError) as e:
+        catalog.find_gpu("Tesla V100")
+    assert all(f"V100-{v}" in e.value.message for v in ("PCIE-16GB", "PCIE-32GB", "SXM2-16GB", "SXM2-32GB"))
+    assert catalog.find_gpu("A100").name == "NVIDIA A100-SXM4-80GB"
+    assert catalog.find_gpu("RTX 5090").name == "NVIDIA GeForce RTX 5090"
 
 
 def test_full_names_from_nvml_and_cpuinfo():
