@@ -68,6 +68,7 @@ MODEL_MAP = [
     (r"deepseek[- ]?r1|deepseek-v3(?!\.2)", "deepseek-v3"),
     (r"qwen3\.[56]-35b", "qwen3.5-35b-a3b"),
     (r"qwen3-30b-a3b", "qwen3-30b-a3b"),
+    (r"qwen3-235b-a22b", "qwen3-235b-a22b"),
     (r"gpt-oss-120b", "gpt-oss-120b"),
     (r"gpt-oss-20b", "gpt-oss-20b"),
     (r"kimi-k2-thinking", "kimi-k2-thinking"),
