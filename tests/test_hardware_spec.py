@@ -192,27 +192,35 @@ def test_a_gpu_alone_gets_a_stand_in_desktop_cpu_with_a_prior_s_uncertainty():
     assert any("CPU not named" in n for n in a.notes) and not any("CPU not named" in n for n in b.notes)
     (alo, ahi), (blo, bhi) = a.decode_tok_s_range, b.decode_tok_s_range
     assert ahi / alo > bhi / blo
+    # more RAM than a desktop platform takes: a single-socket server stands in
+    big = build(gpu="RTX 3090", gpu_count=4, ram_bytes=512 * GIB)
+    assert big.cpu.model == "AMD EPYC 7543" and any("single-socket server" in n for n in big.notes)
+    assert build(gpu="RTX 4090", ram_bytes=384 * GIB).cpu.model == "AMD EPYC 9354"
     # nothing at all about the CPU and no GPU: still an error
     with pytest.raises(InputError, match="CPU is unknown"):
         build(ram_bytes=64 * GIB)
 
 
-def test_stand_in_spread_is_the_catalog_desktops_spread():
+def test_stand_in_spread_is_the_catalog_s_spread():
     import math
 
     from moeplan.planner.cost.estimate import STAND_IN_CPU_LOG_SPREAD
 
-    ref = build(cpu=catalog.STAND_IN_CPU["ddr5"], ram_bytes=64 * GIB).numa_nodes[0].dram_read_bytes_per_s.effective
-    logs = sorted(math.log(build(cpu=p.name, ram_bytes=64 * GIB).numa_nodes[0].dram_read_bytes_per_s.effective / ref)
-                  for p in catalog.cpu_parts() if p.segment == "desktop" and not p.mobile)
-    assert len(logs) > 40
+    def rate(name):
+        hw = build(cpu=name, ram_bytes=512 * GIB, numa_nodes=1)
+        return hw.numa_nodes[0].dram_read_bytes_per_s.effective
 
-    def q(x):
-        i = x * (len(logs) - 1)
-        lo = int(i)
-        return logs[lo] + (logs[min(lo + 1, len(logs) - 1)] - logs[lo]) * (i - lo)
+    for segment, ref in (("desktop", catalog.STAND_IN_CPU["ddr5"]), ("server", catalog.STAND_IN_SERVER_CPU["ddr5"])):
+        logs = sorted(math.log(rate(p.name) / rate(ref)) for p in catalog.cpu_parts()
+                      if p.segment == segment and not p.mobile)
+        assert len(logs) > 40
 
-    assert pytest.approx((q(0.9) - q(0.1)) / 2, abs=0.02) == STAND_IN_CPU_LOG_SPREAD
+        def q(x, logs=logs):
+            i = x * (len(logs) - 1)
+            lo = int(i)
+            return logs[lo] + (logs[min(lo + 1, len(logs) - 1)] - logs[lo]) * (i - lo)
+
+        assert pytest.approx((q(0.9) - q(0.1)) / 2, abs=0.02) == STAND_IN_CPU_LOG_SPREAD[segment], segment
 
 
 def test_xeon_6900p_defaults_to_snc3_sub_numa_nodes():

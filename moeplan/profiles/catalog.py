@@ -238,12 +238,16 @@ def match_cpu(full_name: str) -> CpuPart | None:
 
 
 # A machine described by its GPU alone (a post that names the card and the RAM, not the CPU):
-# the CPU side is costed as a common desktop, with the figures marked as priors (a wider range)
-# and a note. Ryzen desktops are most of the public reports (8 of the 13 desktop CPUs in
-# benchmarks/data/measurements.jsonl), an 8-core one-CCD Ryzen 7 their middle: a 9700X on DDR5,
-# a 5800X on DDR4 - DDR4 when --ram-type says so or beside an Ampere-or-older NVIDIA card
-# (those boxes are mostly AM4/DDR4 platforms).
+# the CPU side is costed as a common machine of the kind the RAM allows, with the figures marked
+# as priors (a wider range) and a note. Up to 256 GiB (the most a desktop platform takes: four
+# 64 GB DIMMs) a desktop: Ryzen desktops are most of the public reports (8 of the 13 desktop CPUs
+# in benchmarks/data/measurements.jsonl), an 8-core one-CCD Ryzen 7 their middle, a 9700X on DDR5,
+# a 5800X on DDR4. Beyond it a single-socket server: the public reports with more RAM are EPYC
+# 9004/9005 and Xeon Scalable boxes, a 32-core EPYC their middle, a 9354 on DDR5, a 7543 on DDR4.
+# DDR4 when --ram-type says so or beside an Ampere-or-older NVIDIA card (mostly DDR4 platforms).
 STAND_IN_CPU = {"ddr5": "Ryzen 7 9700X", "ddr4": "Ryzen 7 5800X"}
+STAND_IN_SERVER_CPU = {"ddr5": "EPYC 9354", "ddr4": "EPYC 7543"}
+DESKTOP_MAX_RAM_BYTES = 256 * GIB
 
 
 def _stand_in(req: SpecRequest, gpu: GpuPart | None, more: tuple[GpuPart, ...]) -> CpuPart | None:
@@ -252,16 +256,18 @@ def _stand_in(req: SpecRequest, gpu: GpuPart | None, more: tuple[GpuPart, ...]) 
     card = gpu or (more[0] if more else None)
     cc = float(card.compute_capability or 0) if card else 0.0
     ram_type = (req.ram_type or ("ddr4" if 0 < cc < 8.9 else "ddr5")).lower()
-    return find_cpu(STAND_IN_CPU.get(ram_type, STAND_IN_CPU["ddr5"]))
+    table = STAND_IN_SERVER_CPU if (req.ram_bytes or 0) > DESKTOP_MAX_RAM_BYTES else STAND_IN_CPU
+    return find_cpu(table.get(ram_type, table["ddr5"]))
 
 
 def _as_prior(hw: HardwareProfile, cpu: CpuPart) -> HardwareProfile:
     def prior(fig: Figure | None) -> Figure | None:
         return replace(fig, source="prior", method=f"{fig.method} (stand-in CPU)") if fig else None
 
+    kind = "desktop" if cpu.segment == "desktop" else "single-socket server (more RAM than a desktop takes)"
     note = (f"CPU not given: its side is costed as {cpu.name} ({cpu.cores} cores) on "
             f"{hw.cpu.memory_channels} channels of {hw.cpu.ram_type.upper()}-{hw.cpu.ram_speed_mts}, a common "
-            "desktop, with a prior's uncertainty; pass --cpu (and --ram-speed) for your machine's figures")
+            f"{kind}, with a prior's uncertainty; pass --cpu (and --ram-speed) for your machine's figures")
     c = replace(hw.cpu, source="prior", memory_source="prior", core_flop_per_s=prior(hw.cpu.core_flop_per_s))
     nodes = tuple(replace(n, dram_read_bytes_per_s=prior(n.dram_read_bytes_per_s)) for n in hw.numa_nodes)
     return replace(hw, cpu=c, numa_nodes=nodes, notes=tuple(hw.notes) + (note,))

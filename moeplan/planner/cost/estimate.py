@@ -1152,11 +1152,12 @@ def dominant_group(terms: list[Term]) -> str:
     return max(sorted(by), key=lambda g: by[g]) if by else "all"
 
 
-# A CPU the user did not name is costed as a stand-in desktop (profiles/catalog.py STAND_IN_CPU):
-# the catalog's desktop parts read DRAM at -0.28 .. +0.34 log of the stand-in's rate (10th-90th
-# percentile, tests/test_hardware_spec.py recomputes it), so the CPU's share of the time widens
-# the range by that much more.
-STAND_IN_CPU_LOG_SPREAD = 0.31
+# A CPU the user did not name is costed as a stand-in (profiles/catalog.py STAND_IN_CPU): the
+# catalog's desktop parts read DRAM at -0.28 .. +0.33 log of the desktop stand-in's rate, its
+# single-socket server parts at -1.6 .. +0.2 of the server stand-in's (10th-90th percentile,
+# tests/test_hardware_spec.py recomputes both), so the CPU's share of the time widens the range
+# by that much more.
+STAND_IN_CPU_LOG_SPREAD = {"desktop": 0.31, "server": 0.92}
 
 
 def held_out_range(value: float, terms: list[Term], widths: dict[str, float],
@@ -1175,7 +1176,8 @@ def _stand_in_extra(hw: HardwareProfile, terms: list[Term]) -> float:
     if hw.cpu.source != "prior" or total <= 0:
         return 0.0
     cpu = sum(t.seconds for t in terms if t.resource in ("cpu-mem", "cpu-compute"))
-    return STAND_IN_CPU_LOG_SPREAD * cpu / total
+    spread = STAND_IN_CPU_LOG_SPREAD["desktop" if hw.cpu.segment == "desktop" else "server"]
+    return spread * cpu / total
 
 
 def _bottleneck(terms: list[Term]) -> str:
