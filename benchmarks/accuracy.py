@@ -151,6 +151,10 @@ def _ngl0_with_gpu(r: dict) -> bool:
     return bool(r.get("gpu_model")) and bool(re.search(r"ngl\s*0\b", r.get("offload_method") or ""))
 
 
+# installed RAM as machines come (GB)
+RAM_SIZES_GB = (64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
+
+
 def hardware_args(r: dict) -> tuple[list[str] | None, str]:
     """`moeplan hardware` arguments as a user would type them, or (None, reason)."""
     args = ["hardware", "--json", "--name", r["id"]]
@@ -184,6 +188,11 @@ def hardware_args(r: dict) -> tuple[list[str] | None, str]:
     ram = _num(r.get("ram_total_gb"))
     if not ram or re.search(r"ram[^.]*requirement", (r.get("notes") or "").lower()):
         ram = 4096.0  # not stated: the row ran, so its weights fitted in RAM
+        if not r.get("cpu_model"):
+            # nor the CPU: the RAM picks the stand-in's platform (desktop up to 256 GiB), so take
+            # the smallest common size that holds the weights, as the box must have had
+            size = _num(r.get("file_size_gb")) or 0.6 * (_num(r.get("total_params_b")) or 0)
+            ram = next((float(g) for g in RAM_SIZES_GB if g >= 1.1 * size), ram)
     args += ["--ram", f"{int(ram)}GB"]
     if "windows" in (r.get("os") or "").lower():
         args += ["--os", "windows"]
@@ -425,19 +434,29 @@ def _quantile(v: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (i - lo)
 
 
-# sources a term group's rows must come from before it gets a range width of its own
+# rows, and sources they come from, a term group needs for a range width of its own (a
+# conformal 80% quantile of fewer rows is mostly its largest residual)
+MIN_GROUP_ROWS = 12
 MIN_GROUP_SOURCES = 5
 
 
+def _conformal(v: list[float]) -> float:
+    """The RANGE_QUANTILE of v with split conformal prediction's finite-sample correction
+    (level ceil((n + 1) q) / n): a new row's residual falls below it with probability >= q."""
+    n = len(v)
+    return sorted(v)[min(n, math.ceil((n + 1) * RANGE_QUANTILE)) - 1]
+
+
 def range_widths(residuals: list[tuple[str, float, str]]) -> dict[str, float]:
-    """Log half-width per dominant group: the RANGE_QUANTILE of |held-out log residual| of
-    (group, residual, source) rows (at least 5 rows from MIN_GROUP_SOURCES sources, else the pooled figure
-    under 'all': one source's rows share its machine and say little about the next one's)."""
-    out = {"all": _quantile([abs(e) for _, e, _ in residuals], RANGE_QUANTILE)} if residuals else {}
+    """Log half-width per dominant group: the conformal RANGE_QUANTILE of |held-out log residual|
+    of (group, residual, source) rows (at least MIN_GROUP_ROWS rows from MIN_GROUP_SOURCES sources,
+    else the pooled figure under 'all': one source's rows share its machine and say little about the next
+    one's)."""
+    out = {"all": _conformal([abs(e) for _, e, _ in residuals])} if residuals else {}
     for g in sorted({g for g, _, _ in residuals}):
         v = [abs(e) for gg, e, _ in residuals if gg == g]
-        if len(v) >= 5 and len({src for gg, _, src in residuals if gg == g}) >= MIN_GROUP_SOURCES:
-            out[g] = _quantile(v, RANGE_QUANTILE)
+        if len(v) >= MIN_GROUP_ROWS and len({src for gg, _, src in residuals if gg == g}) >= MIN_GROUP_SOURCES:
+            out[g] = _conformal(v)
     return out
 
 

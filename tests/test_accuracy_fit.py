@@ -91,3 +91,16 @@ def test_user_inputs_from_rows():
     assert bench._backend("KTransformers (kt-kernel + SGLang)") == "ktransformers"
     args, why = bench.hardware_args({"id": "x", "cpu_model": None, "gpu_model": None, "offload_method": "cpu-only"})
     assert args is None and why == "CPU not stated"
+
+
+def test_range_width_is_the_conformal_quantile_of_enough_sources():
+    b = _bench()
+    # split conformal: the ceil((n + 1) 0.8)-th smallest of n held-out residuals
+    assert b._conformal([float(i) for i in range(1, 11)]) == 9.0
+    assert b._conformal([1.0, 2.0, 3.0, 4.0]) == 4.0
+    # a group's own width needs MIN_GROUP_ROWS rows from MIN_GROUP_SOURCES sources
+    many = [("cpu", 0.1 * i, f"s{i % 6}") for i in range(1, 13)]
+    one_source = [("gpu", 0.05, "solo")] * 12
+    w = b.range_widths(many + one_source)
+    assert "cpu" in w and "gpu" not in w and w["all"] == b._conformal([abs(e) for _, e, _ in many + one_source])
+    assert w["cpu"] == pytest.approx(b._conformal([0.1 * i for i in range(1, 13)]))
