@@ -285,3 +285,39 @@ def test_cli_models_json_and_errors():
     assert rows["qwen3.5-35b-a3b"]["n_layers"] == 40 and "qwen3.6-35b-a3b" in rows["qwen3.5-35b-a3b"]["aliases"]
     bad = runner.invoke(app, ["inspect", "glm-4.5-ari", "--json"])
     assert bad.exit_code == 2 and "glm-4.5-air" in json.loads(bad.stdout)["error"]["hint"]
+
+
+# ---- profiles added for issue 16 (models people run that were not bundled) ----------------
+
+def test_deepseek_v32_native_checkpoint_matches_its_safetensors():
+    # model_inspector report of the published checkpoint (search-index id 62736905881):
+    # 685,396,921,376 elements (the FP8 scale tensors, ~0.006%, included) in 642.12 GiB of tensors
+    m = load_profile("deepseek-v3.2", "native")
+    assert sum(t.n_elements for t in m.tensors) == pytest.approx(685_396_921_376, rel=1e-4)
+    assert m.tensor_bytes / GIB == pytest.approx(642.12, rel=1e-3)
+    # DSA: every block carries a lightning indexer (wq_b 1536 -> 64 x 128, wk, weights_proj)
+    assert all(any("indexer" in t.name for t in layer.tensors) for layer in m.trunk_layers)
+    # MLA latent (576) plus the indexer key (128) per block, f16
+    assert kv_bytes_per_token(load_profile("deepseek-v3.2"), "f16", "f16") == 61 * (576 + 128) * 2
+    assert find_profile("deepseek-v3.2-exp")["name"] == "deepseek-v3.2"
+    assert find_profile("deepseek-v3.1")["name"] == "deepseek-v3"
+
+
+def test_qwen3_coder_480b_counts_the_published_480b():
+    m = load_profile("qwen3-coder-480b-a35b", "BF16")
+    assert round(trunk_params(m) / 1e9) == 480          # model card: 480B total
+    assert find_profile("Qwen/Qwen3-Coder-480B-A35B-Instruct")["name"] == "qwen3-coder-480b-a35b"
+
+
+def test_qwen35_122b_counts_122b_and_caches_12_attention_blocks():
+    m = load_profile("qwen3.5-122b-a10b")
+    assert round(trunk_params(m) / 1e9) == 122          # model card: 122B total
+    # 12 full-attention blocks x K and V x 2 KV heads x 256 x f16: 24,576 bytes per token, the
+    # figure a reader of the config.json derived (search-index id 66841050899)
+    assert kv_bytes_per_token(m, "f16", "f16") == 24_576
+
+
+def test_qwen35_397b_counts_the_published_397b():
+    m = load_profile("qwen3.5-397b-a17b", "BF16")
+    assert trunk_params(m) / 1e9 == pytest.approx(397, rel=0.005)
+    assert m.n_experts == 512 and m.n_experts_used == 10
