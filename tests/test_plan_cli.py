@@ -157,3 +157,10 @@ def test_cpu_only_machine_plans_and_emits_without_gpu_layers(tmp_path):
     assert out.exit_code == 0, out.output
     script = (tmp_path / "run" / "launch.sh").read_text()
     assert "-ngl 0" in script and "-ot" not in script
+
+
+def test_a_hugging_face_repository_id_names_its_bundled_profile():
+    d = _json(["estimate", "Qwen/Qwen3.5-35B-A3B", "--hw", "desktop-4090-ddr5", "--json"])
+    assert d["model"]["name"] == "Qwen3.5-35B-A3B" and d["model"]["source"] == "profile"
+    out = RUN.invoke(app, ["estimate", "Foo/Bar", "--hw", "desktop-4090-ddr5"])
+    assert out.exit_code != 0 and "no such file" in out.output and "moeplan models" in out.output

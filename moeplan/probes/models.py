@@ -34,9 +34,15 @@ def resolve_model(arg: str, quant: str | None = None, size: str | None = None) -
         from moeplan.probes.gguf_model import read_gguf_model
 
         return read_gguf_model(p)
+    from moeplan.profiles.model_profiles import find_profile, load_profile
+
     if arg.endswith(".gguf") or os.sep in arg:
-        raise ModelFormatError(f"{arg}: no such file", "check the path; for a split model give any shard")
-    from moeplan.profiles.model_profiles import load_profile
+        # a Hugging Face repository id ("Qwen/Qwen3.5-35B-A3B") names a bundled profile too
+        try:
+            find_profile(arg)
+        except InputError:
+            raise ModelFormatError(f"{arg}: no such file", "check the path (for a split model give any shard), "
+                                   "or name a bundled profile (`moeplan models`)") from None
 
     size_bytes = parse_size(size, "--size") if size else None
     return load_profile(arg, quant=quant, size_bytes=size_bytes)
