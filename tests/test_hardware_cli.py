@@ -81,3 +81,21 @@ def test_list_and_show():
     assert json.loads(r.stdout)["origin"] == "preset"
     r = run("hardware", "--show", "seed-rtxpro6000-2x6548y")
     assert r.exit_code == 0 and "node distances" in r.stdout and "NUMA Affinity" in r.stdout
+
+
+def test_memory_type_takes_the_parts_rating_for_that_type():
+    def cpu_of(*args):
+        r = run("hardware", *args, "--ram", "64G", "--json")
+        assert r.exit_code == 0, r.stdout
+        return json.loads(r.stdout)["cpu"]
+
+    # LGA1700 runs DDR4 at its DDR4 rating, not the DDR5 one
+    c = cpu_of("--cpu", "Core i7-14700K", "--ram-type", "ddr4")
+    assert (c["ram_type"], c["ram_speed_mts"]) == ("ddr4", 3200)
+    # MRDIMM is a DDR5 channel at the part's MRDIMM rating; --ram-speed still wins
+    assert cpu_of("--cpu", "Xeon 6960P", "--ram-type", "mrdimm")["ram_speed_mts"] == 8800
+    assert cpu_of("--cpu", "Xeon 6960P", "--ram-type", "mrdimm", "--ram-speed", "8000")["ram_speed_mts"] == 8000
+    assert cpu_of("--cpu", "Xeon 6960P")["ram_speed_mts"] == 6400
+    # a GPU with soldered LPDDR5X beside it: the laptop stand-in at its LPDDR5X rating
+    c = cpu_of("--gpu", "RTX 4090 Laptop", "--ram-type", "lpddr5x")
+    assert (c["model"], c["ram_speed_mts"]) == ("AMD Ryzen 7 7840HS", 7500)

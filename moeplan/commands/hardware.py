@@ -215,7 +215,7 @@ def register(app: typer.Typer) -> None:
             gpu_node=gpu_node, cpu=cpu,
             sockets=_positive(sockets, "--sockets"), cores=_positive(cores, "--cores"),
             threads=_positive(threads, "--threads"), channels=_positive(channels, "--channels"),
-            ram_type=_ram_type(ram_type), ram_speed_mts=_positive(ram_speed, "--ram-speed"),
+            ram_type=_ram_type(ram_type), ram_speed_mts=_positive(ram_speed, "--ram-speed") or _mrdimm_speed(ram_type, cpu),
             ram_bytes=parse_size(ram, "--ram") if ram else None,
             numa_nodes=_positive(numa_nodes, "--numa-nodes"),
             dram_bw_bytes_per_s=parse_rate(dram_bw, "--dram-bw") if dram_bw else None,
@@ -241,6 +241,16 @@ def _positive(text: str | None, what: str) -> int | None:
     if n == 0:
         raise InputError(f"{what} must be at least 1", f"for example {what} 2")
     return n
+
+
+def _mrdimm_speed(ram_type: str | None, cpu: str | None) -> int | None:
+    """--ram-type mrdimm without --ram-speed: the named part's rated MRDIMM speed (the type
+    itself becomes a DDR5 channel, so the speed is what says MRDIMM)."""
+    if not ram_type or ram_type.strip().lower().replace("-", "") != "mrdimm" or not cpu:
+        return None
+    from moeplan.profiles.catalog import find_cpu
+
+    return dict(find_cpu(cpu).ram_speeds_mts).get("mrdimm")
 
 
 def _ram_type(text: str | None) -> str | None:

@@ -245,7 +245,8 @@ def match_cpu(full_name: str) -> CpuPart | None:
 # a 5800X on DDR4. Beyond it a single-socket server: the public reports with more RAM are EPYC
 # 9004/9005 and Xeon Scalable boxes, a 32-core EPYC their middle, a 9354 on DDR5, a 7543 on DDR4.
 # DDR4 when --ram-type says so or beside an Ampere-or-older NVIDIA card (mostly DDR4 platforms).
-STAND_IN_CPU = {"ddr5": "Ryzen 7 9700X", "ddr4": "Ryzen 7 5800X"}
+STAND_IN_CPU = {"ddr5": "Ryzen 7 9700X", "ddr4": "Ryzen 7 5800X",
+                "lpddr5x": "Ryzen 7 7840HS"}  # soldered LPDDR5X beside a GPU: a gaming laptop
 STAND_IN_SERVER_CPU = {"ddr5": "EPYC 9354", "ddr4": "EPYC 7543"}
 DESKTOP_MAX_RAM_BYTES = 256 * GIB
 

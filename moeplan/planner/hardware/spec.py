@@ -280,7 +280,11 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
                                   "sheet: measure with `moeplan probe`")
     channels_ps = req.channels or (cpu.channels if cpu else None)
     ram_type = (req.ram_type or (cpu.ram_type if cpu else "")).lower()
-    speed = req.ram_speed_mts or (cpu.ram_speed_mts if cpu else None)
+    # a part's rated speed for the memory type asked for (LGA1700 runs DDR4 at 3200, not its
+    # DDR5 5600); a type the part has no rating for needs --ram-speed
+    rated_here = (dict(cpu.ram_speeds_mts).get(ram_type) or (cpu.ram_speed_mts if ram_type == cpu.ram_type else None)
+                  if cpu else None)
+    speed = req.ram_speed_mts or rated_here
     mem_user = any(x is not None for x in (req.channels, req.ram_type, req.ram_speed_mts)) or cpu is None
     if cpu is not None and cpu.segment == "server":
         # a server part's memory controller has its channels and runs each memory type at most
