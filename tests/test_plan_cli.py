@@ -164,3 +164,10 @@ def test_a_hugging_face_repository_id_names_its_bundled_profile():
     assert d["model"]["name"] == "Qwen3.5-35B-A3B" and d["model"]["source"] == "profile"
     out = RUN.invoke(app, ["estimate", "Foo/Bar", "--hw", "desktop-4090-ddr5"])
     assert out.exit_code != 0 and "no such file" in out.output and "moeplan models" in out.output
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_gpu_only_backends_plan_on_a_two_node_machine(backend):
+    # their CPU reads nothing (eta_cpu 0): the NUMA policies the search tries must not divide by it
+    plan = _json(["tune", "qwen3-30b-a3b", "--hw", "epyc-genoa-2s-4090", "--backend", backend, "--json"])["plan"]
+    assert plan["placement"]["cpu_moe_layers"] == [] and plan["estimate"]["decode_tok_s"] > 0

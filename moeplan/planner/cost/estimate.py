@@ -338,7 +338,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     elif f_remote:
         # every thread reads the same mix (interleaved pages, Windows' spread): it waits for its
         # remote lines, so the rates combine harmonically
-        bw_val = 1 / ((1 - f_remote) / bw_loc + f_remote / max(rem_bw, 1.0))
+        bw_val = 1 / ((1 - f_remote) / max(bw_loc, 1.0) + f_remote / max(rem_bw, 1.0)) if bw_loc > 0 else 0.0
     else:
         bw_val = bw_loc
     src_err = max(b[2] for b in bws)
