@@ -349,7 +349,8 @@ def _fewer_decode_threads(model: ModelSpec, best: Candidate, hw: HardwareProfile
     core-to-core hand-overs (cost/graph.py): on a large machine fewer decode threads (-t) can
     still saturate the DRAM and wait less, while prefill keeps every core (-tb; not under
     --numa distribute, whose page placement follows the thread count). The best of a few smaller
-    pools when it is FEWER_THREADS_MIN_GAIN faster at decode, else None."""
+    pools when it scores FEWER_THREADS_MIN_GAIN better on the objective (decode, or balanced with
+    the prefill it costs), else None."""
     p = best.placement
     cores = p.n_threads
     n_nodes = max(1, len(p.numa_nodes) or (len(cpu_nodes(hw)) if p.numa in ("distribute", "interleave") else 1))
@@ -362,9 +363,9 @@ def _fewer_decode_threads(model: ModelSpec, best: Candidate, hw: HardwareProfile
         # holds it, so the pages follow the first pass's thread count: -tb must equal -t there
         q = p.with_(n_threads=t, n_threads_batch=0 if p.numa == "distribute" else cores)
         e = estimate(model, q, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
-        bar = (out.estimate.decode_tok_s if out else best.estimate.decode_tok_s * (1 + FEWER_THREADS_MIN_GAIN))
-        if e.decode_tok_s > bar:
-            out = Candidate(q, e, _score(e, req.objective, q.cache_type_k))
+        score = _score(e, req.objective, q.cache_type_k)
+        if score > (out.score if out else best.score * (1 + FEWER_THREADS_MIN_GAIN)):
+            out = Candidate(q, e, score)
     return out
 
 
