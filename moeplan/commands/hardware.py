@@ -246,11 +246,15 @@ def _positive(text: str | None, what: str) -> int | None:
 def _mrdimm_speed(ram_type: str | None, cpu: str | None) -> int | None:
     """--ram-type mrdimm without --ram-speed: the named part's rated MRDIMM speed (the type
     itself becomes a DDR5 channel, so the speed is what says MRDIMM)."""
-    if not ram_type or ram_type.strip().lower().replace("-", "") != "mrdimm" or not cpu:
+    if not ram_type or _ram_type_key(ram_type) != "mrdimm" or not cpu:
         return None
     from moeplan.profiles.catalog import find_cpu
 
     return dict(find_cpu(cpu).ram_speeds_mts).get("mrdimm")
+
+
+def _ram_type_key(text: str) -> str:
+    return text.strip().lower().replace("-", "")
 
 
 def _ram_type(text: str | None) -> str | None:
@@ -258,7 +262,7 @@ def _ram_type(text: str | None) -> str | None:
         return None
     from moeplan.profiles.catalog import efficiency
 
-    t = text.strip().lower().replace("-", "")
+    t = _ram_type_key(text)
     if t == "mrdimm":
         # MRDIMM (DDR5 multiplexed-rank DIMM): a DDR5 channel at the stated MT/s (8800), the
         # buffer interleaving two ranks; peak = MT/s x 8 B like any DDR5 channel

@@ -357,7 +357,7 @@ def check_placement(p: Any, *, where: str = "", model: Any = None, profile: Any 
         if bad:
             raise InputError(f"{f('cpu_moe_layers')} names block {bad[0]}, which has no routed experts",
                              f"MoE blocks of {model.name}: {min(moe) if moe else '-'}-{max(moe) if moe else '-'}")
-        if p.n_gpu_layers is not None and p.n_gpus:
+        if p.n_gpus:
             from moeplan.planner.memory.devices import layer_split
 
             cpu_blocks, _ = layer_split(model, p)

@@ -2,7 +2,6 @@
 (moeplan/profiles/hardware/*.json): reading, name matching, close matches."""
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import functools
 import json
@@ -207,7 +206,7 @@ def generation_part(name: str) -> CpuPart | None:
     cores = int(c.group(1)) if c else rep.cores
     per_ccd = rep.cores_per_ccd
     ccds = min(rep.ccds, max(1, -(-cores // per_ccd))) if rep.ccds and per_ccd else rep.ccds
-    return dataclasses.replace(
+    return replace(
         rep, name=name.strip(), aliases=(), cores=cores, threads=cores * max(1, rep.threads // rep.cores), ccds=ccds,
         boost_hz=None, source=(f"not in the catalog: modelled as a {fam} part from its name, memory system of the "
                                f"{rep.name} ({rep.source}); give --cores and --cpu-ghz if they differ"))

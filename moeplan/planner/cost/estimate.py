@@ -13,7 +13,8 @@ Decode, seconds per token (docs/design.md §5):
   t_cpu_read    = sum_C k/N * E_l * (1 - h) / BW_c            (memory time of CPU experts)
   t_cpu_compute_excess = max(0, sum_C k/N * W_l * c_type * (1 - h) / (T * r_dot) - t_cpu_read)
                   (the roofline: CPU expert time is max(memory, dot-product compute))
-  t_sync        = |C| * (s_sync + n_ops * s_barrier * T * x_sockets)
+  t_sync        = |C| * (s_sync + B_split * T * L_handoff * x_sockets)   (B_split: barriers of the
+                  CPU's split of a MoE block, cost/graph.py; L_handoff: machine.barrier_handoff_s)
   t_nvme        = m * sum_C k/N * E_l / BW_nvme    (m: share of CPU expert pages not resident)
   BW_c = min(T * b_core, eta_cpu * sum_{memory nodes} BW_node), then the remote share f
          (NUMA policy) gives 1/BW_c' = (1-f)/BW_c + f/(rho * BW_c); on Windows every policy
@@ -137,6 +138,11 @@ def cpu_isa_class(hw: HardwareProfile) -> str:
     isa = set(hw.cpu.isa)
     return ("amx" if "amx_tile" in isa else "avx512_vnni" if "avx512_vnni" in isa else
             "avx512f" if "avx512f" in isa else "avx2" if "avx2" in isa else "neon")
+
+
+def _mm_eff_prior(pr: BackendPriors, isa_class: str) -> float:
+    """The backend's batched-matmul efficiency prior for an ISA class (its best one if unlisted)."""
+    return pr.cpu_mm_eff.get(isa_class) or max(pr.cpu_mm_eff.values(), default=0.0)
 
 
 def cpu_nodes(hw: HardwareProfile) -> tuple[NumaNode, ...]:
@@ -376,8 +382,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     core_peak = _fig(hw.cpu.core_flop_per_s)
     clock_x = clock / (hw.cpu.base_clock_hz or clock)
     peak = core_peak[0] * clock_x if core_peak else clock * (64 if "avx512f" in hw.cpu.isa else 32) * 0.85
-    eff_prior = pr.cpu_mm_eff.get(isa_class) or max(pr.cpu_mm_eff.values(), default=0.0)
-    eff, eff_src, eff_err = _factor(F.CPU_MM_EFF, eff_prior, pr, hw)
+    eff, eff_src, eff_err = _factor(F.CPU_MM_EFF, _mm_eff_prior(pr, isa_class), pr, hw)
     tb = machine.thread_use(p.threads_batch, n_cores, n_logical)
     # the batch-1 dot product over the prefill threads (mainline's vec_dot path, iqk's own kernels)
     dot_batch_x = (tb.on_cores + 0.1 * tb.smt_threads) / max(1e-9, dot_threads)
@@ -495,7 +500,7 @@ def cpu_rates(hw: HardwareProfile, pr: BackendPriors, f: Factors) -> kernels.Cpu
     cpu_flop_per_s, the FP32 peak behind it (a calibration of cpu_mm_eff scales every GEMM
     path alike) and the batch-1 dot rate over the prefill threads."""
     isa = cpu_isa_class(hw)
-    eff = pr.cpu_mm_eff.get(isa) or max(pr.cpu_mm_eff.values(), default=0.0)
+    eff = _mm_eff_prior(pr, isa)
     fp = f.cpu_flop_per_s.value
     return kernels.CpuRates(fp, fp / eff if eff else fp, f.cpu_dot_elem_per_s.value * f.cpu_dot_batch_x, isa,
                             pr.name, pr.gemm_peak_x, pr.kernel_x, pr.gemm_native_frac, pr.type_cost)
@@ -641,8 +646,8 @@ def _cpu_block_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile,
       cpu_blocks_compute_excess = max(0, P_dense_cpu * n_step / r_dot - cpu_blocks_read)
       cpu_blocks_attention = the CPU blocks' attention as cost/attention.py runs it, beyond
                              their KV read
-      cpu_blocks_barriers  = n_cpu_blocks x 2 n_ops x (s_barrier x T x x_sockets + oversub)
-                             (as a CPU-only run's, per CPU block)
+      cpu_blocks_barriers  = graph-node barriers of the CPU blocks (cost/graph.py) x one
+                             barrier of the decode pool (Factors.barrier_s), as a CPU-only run's
       split_hop          = hops x (s_hop + 4 E n_step / B_h2d), hops = 1 (+1 when the output
                            layer is on the CPU) - one hidden state over PCIe per hand-over"""
     b = split.dense_bytes + kv_cpu
@@ -1239,17 +1244,23 @@ def memory_report(mem, hw: HardwareProfile) -> MemoryReport:
 def kt_plan_threshold(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
                       consts: MemoryConstants | None = None) -> int:
     """The --kt-gpu-prefill-token-threshold the planner writes into a KTransformers plan."""
+    with plan_cache():
+        p, mem, f = _memory_and_factors(model, p, hw, pr, consts)
+        return kt_prefill_crossover_tokens(model, p, hw, pr, f, mem.devices if not f.cpu_only else ())
+
+
+def _memory_and_factors(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
+                        consts: MemoryConstants | None, repack_types: tuple[str, ...] = ()):
+    """(the placement as the hardware allows it, its memory, the resolved factors)."""
     if not hw.gpus and p.n_gpus:
         p = p.with_(n_gpus=0)
     if consts is None:
         from moeplan.planner.memory.constants import memory_constants
 
         consts = memory_constants(hw, pr.name)
-    with plan_cache():
-        mem = estimate_memory(model, p, consts)
-        f = resolve_factors(hw, pr, p, host_bytes=mem.ram_bytes,
-                            expert_barriers=graph.expert_split_barriers(model, pr.name))
-        return kt_prefill_crossover_tokens(model, p, hw, pr, f, mem.devices if not f.cpu_only else ())
+    mem = estimate_memory(model, p, consts, repack_types=repack_types)
+    f = resolve_factors(hw, pr, p, host_bytes=mem.ram_bytes, expert_barriers=graph.expert_split_barriers(model, pr.name))
+    return p, mem, f
 
 
 def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, *, depth: int = 0,
@@ -1265,14 +1276,7 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
 def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, depth: int,
               n_prompt: int, consts: MemoryConstants | None, repack_types: tuple[str, ...],
               prompt_depth: int = 0) -> Estimate:
-    if not hw.gpus and p.n_gpus:
-        p = p.with_(n_gpus=0)
-    if consts is None:
-        from moeplan.planner.memory.constants import memory_constants
-
-        consts = memory_constants(hw, pr.name)
-    mem = estimate_memory(model, p, consts, repack_types=repack_types)
-    f = resolve_factors(hw, pr, p, host_bytes=mem.ram_bytes, expert_barriers=graph.expert_split_barriers(model, pr.name))
+    p, mem, f = _memory_and_factors(model, p, hw, pr, consts, repack_types)
     other_host = mem.ram_bytes - mem.get("weights_experts_cpu")
     res_share = _resident_share(model, p, hw, other_host)
     devices = mem.devices if not f.cpu_only else ()

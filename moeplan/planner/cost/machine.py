@@ -351,7 +351,6 @@ def pages_nodes(host_bytes: float, node_mem_bytes: list[int]) -> int:
 # built without it there is one pool of unpinned threads reading the copy the loading thread
 # first-touched (numa 'none' in the cost model).
 KT_POOL_POLICIES = ("bind", "distribute")  # a plan's numa under which KT runs one pool per node
-KT_LEGACY_USE_NUMA_COPIES = True  # KT 0.2/0.3 USE_NUMA=1: one copy of the experts per node (note only)
 
 
 def kt_pool_count(numa: str, n_nodes_used: int) -> int:

@@ -282,9 +282,9 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
     ram_type = (req.ram_type or (cpu.ram_type if cpu else "")).lower()
     # a part's rated speed for the memory type asked for (LGA1700 runs DDR4 at 3200, not its
     # DDR5 5600); a type the part has no rating for needs --ram-speed
-    rated_here = (dict(cpu.ram_speeds_mts).get(ram_type) or (cpu.ram_speed_mts if ram_type == cpu.ram_type else None)
-                  if cpu else None)
-    speed = req.ram_speed_mts or rated_here
+    rated = (dict(cpu.ram_speeds_mts).get(ram_type) or (cpu.ram_speed_mts if ram_type == cpu.ram_type else None)
+             if cpu else None)
+    speed = req.ram_speed_mts or rated
     mem_user = any(x is not None for x in (req.channels, req.ram_type, req.ram_speed_mts)) or cpu is None
     if cpu is not None and cpu.segment == "server":
         # a server part's memory controller has its channels and runs each memory type at most
@@ -295,7 +295,6 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
             channels_ps = cpu.channels
         # (DDR4 only: DDR5 platforms were re-rated after launch, EPYC 9005 from 6000 to 6400
         # MT/s, so a stated DDR5 speed is kept)
-        rated = dict(cpu.ram_speeds_mts).get(ram_type) or (cpu.ram_speed_mts if ram_type == cpu.ram_type else None)
         if speed and rated and speed > rated and ram_type == "ddr4":
             notes.append(f"{cpu.name} runs {ram_type.upper()} at most at {rated} MT/s: {speed} MT/s DIMMs run at {rated}")
             speed = rated
