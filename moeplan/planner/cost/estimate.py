@@ -1313,7 +1313,7 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
     if res_share < 1.0:
         notes.append(f"only {res_share:.0%} of the CPU experts fit in RAM: the rest is read from NVMe")
     if hw.cpu.source == "prior":
-        notes.append(f"CPU not named: costed as {hw.cpu.model}, a stand-in desktop (the range is wider); "
+        notes.append(f"CPU not named: costed as {hw.cpu.model}, a stand-in {hw.cpu.segment or 'CPU'} (the range is wider); "
                      "describe the machine with `moeplan hardware --cpu NAME` for its own figures")
     if p.n_draft:
         notes.append(f"speculative: {p.n_draft} drafted, acceptance {p.draft_accept:.0%} -> "
