@@ -99,6 +99,9 @@ class Row:
     groups: dict = field(default_factory=dict)  # metric -> {group: seconds per token}
     prior: dict = field(default_factory=dict)  # metric -> model prediction without fitted factors
     prior_range: dict = field(default_factory=dict)
+    # metric -> the estimate's floor below its range (decode_tok_s_paging: mmap with a file
+    # larger than the page cache can hold beside the rest), 0 when there is none
+    floor: dict = field(default_factory=dict)
     baseline: dict = field(default_factory=dict)  # 'active'/'all' -> decode tok/s
     notes: list = field(default_factory=list)
 
@@ -374,6 +377,7 @@ def run_row(r: dict, runner: CliRunner, tmp: Path) -> Row:
         res.groups[metric] = g
     res.prior = {"decode": d["decode_tok_s"], "prefill": d["prefill_tok_s"], "vram": d["vram_bytes"] or None}
     res.prior_range = {"decode": tuple(d["decode_tok_s_range"]), "prefill": tuple(d["prefill_tok_s_range"])}
+    res.floor = {"decode": d.get("decode_tok_s_paging") or 0.0}
     if "vram" in res.measured and not d["vram_bytes"]:
         res.skip["vram"] = "CPU-only run: no VRAM predicted"
     if "decode" in res.measured and not res.groups["decode"].get("cpu") and not res.groups["decode"].get("gpu"):
@@ -451,6 +455,20 @@ def _conformal(v: list[float]) -> float:
     return sorted(v)[min(n, math.ceil((n + 1) * RANGE_QUANTILE)) - 1]
 
 
+def _score(pred: float, measured: float, floor: float) -> float:
+    """The log residual a range needs to cover `measured`: 0 when the estimate's floor (its
+    range reaches down to it whatever the width) already does (split conformal with nested
+    ranges [min(pred e^-w, floor), pred e^w])."""
+    if floor and floor <= measured <= pred:
+        return 0.0
+    return math.log(pred / measured)
+
+
+def _range(pred: float, w: float, floor: float) -> tuple[float, float]:
+    lo = pred * math.exp(-w)
+    return (min(lo, floor) if floor else lo), pred * math.exp(w)
+
+
 def range_widths(residuals: list[tuple[str, float, str]]) -> dict[str, float]:
     """Log half-width per dominant group: the conformal RANGE_QUANTILE of |held-out log residual|
     of (group, residual, source) rows (at least MIN_GROUP_ROWS rows from MIN_GROUP_SOURCES sources,
@@ -476,9 +494,11 @@ def evaluate(rows: list[Row]) -> dict:
             for x in est[m]:
                 if x.source == src:
                     cv[x.row["id"]] = predict(x, m, s)
-        resid = {x.row["id"]: (_dominant(x, m), math.log(cv[x.row["id"]] / x.measured[m]), x.source) for x in est[m]}
+        resid = {x.row["id"]: (_dominant(x, m), _score(cv[x.row["id"]], x.measured[m], x.floor.get(m, 0.0)), x.source)
+                 for x in est[m]}
         # the prior has no fitted factor: its residuals are held out already
-        resid_p = {x.row["id"]: (_dominant(x, m), math.log(x.prior[m] / x.measured[m]), x.source) for x in est[m]}
+        resid_p = {x.row["id"]: (_dominant(x, m), _score(x.prior[m], x.measured[m], x.floor.get(m, 0.0)), x.source)
+                   for x in est[m]}
         for x in est[m]:
             rid = x.row["id"]
             # the range of a held-out row: other sources' held-out residuals only
@@ -486,9 +506,10 @@ def evaluate(rows: list[Row]) -> dict:
             wx = w.get(_dominant(x, m), w.get("all", 0.0))
             wp = range_widths([v for y in est[m] if y.source != x.source for v in [resid_p[y.row["id"]]]])
             wpx = wp.get(_dominant(x, m), wp.get("all", 0.0))
-            out[m][rid] = {"prior": x.prior[m], "prior_range": (x.prior[m] * math.exp(-wpx), x.prior[m] * math.exp(wpx)),
+            fl = x.floor.get(m, 0.0)
+            out[m][rid] = {"prior": x.prior[m], "prior_range": _range(x.prior[m], wpx, fl),
                            "in_sample": predict(x, m, full), "loso": cv[rid],
-                           "loso_range": (cv[rid] * math.exp(-wx), cv[rid] * math.exp(wx)),
+                           "loso_range": _range(cv[rid], wx, fl),
                            "measured": x.measured[m]}
         out[m]["_fit"] = full
         out[m]["_widths"] = range_widths(list(resid.values()))

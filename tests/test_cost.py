@@ -187,6 +187,34 @@ def test_mmap_spills_to_nvme_when_ram_is_short():
     assert any("NVMe" in n for n in e.notes)
 
 
+def test_page_cache_pressure_puts_the_disk_bound_under_the_range():
+    from moeplan.planner.hardware.profile import OS_RESERVE_BYTES
+
+    m, pr = toy_model(), unit_priors()
+    cpu = (0, 1, 2, 3)
+    roomy = estimate(m, Placement(cpu_moe_layers=cpu, n_threads=16), toy_hw(), pr)
+    assert roomy.decode_tok_s_paging == 0
+    # RAM for the OS, the CPU experts (4 x 48 MiB) and half the file: the file does not fit
+    ram = (OS_RESERVE_BYTES + m.file_bytes / 2 + 4 * 50_331_648) / 2**30
+    hw = toy_hw(ram_gib=ram)
+    e = estimate(m, Placement(cpu_moe_layers=cpu, n_threads=16), hw, pr)
+    # the CPU experts themselves fit: the figure is the roomy one, no NVMe term
+    assert e.decode_tok_s == pytest.approx(roomy.decode_tok_s, rel=1e-12)
+    assert "nvme_read" not in {x.name for x in e.decode_terms}
+    # every CPU expert byte from the disk instead of DRAM: 4 * E_TOK / nvme (toy: 2 GB/s prior)
+    terms = {x.name: x.seconds for x in e.decode_terms}
+    nvme = e.factors.nvme_bytes_per_s.value
+    t = sum(terms.values()) - terms["cpu_experts_read"] - terms["cpu_compute_excess"] + 4 * E_TOK / nvme
+    assert e.decode_tok_s_paging == pytest.approx(1 / t, rel=1e-9)
+    assert e.decode_tok_s_range[0] == pytest.approx(e.decode_tok_s_paging)
+    assert e.decode_tok_s_range[1] == pytest.approx(roomy.decode_tok_s_range[1])
+    assert any("--no-mmap" in n for n in e.notes)
+    # read into anonymous memory, or loaded by a backend that does not map the file: no floor
+    assert estimate(m, Placement(cpu_moe_layers=cpu, n_threads=16, load_mode="no-mmap"), hw, pr).decode_tok_s_paging == 0
+    kt = unit_priors(name="ktransformers")
+    assert estimate(m, Placement(backend="ktransformers", cpu_moe_layers=cpu, n_threads=16), hw, kt).decode_tok_s_paging == 0
+
+
 def test_cpu_only_machine():
     from dataclasses import replace
 

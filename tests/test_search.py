@@ -144,3 +144,22 @@ def test_fewer_decode_threads_when_barriers_cost_more_than_they_read():
     desk = load_preset("desktop-4090-ddr5")
     d = choose_plan(load_profile("gpt-oss-120b"), desk, pr, Request()).best.placement
     assert d.n_threads == physical_cores(desk, d)
+
+
+def test_no_mmap_when_the_file_does_not_fit_in_the_page_cache():
+    from moeplan.planner.hardware.profile import OS_RESERVE_BYTES
+
+    req = Request(n_ctx=4096, kv_types=("f16",), ubatches=(512,))
+    roomy = choose_plan(MODEL, toy_hw(vram_gib=2.5, ram_gib=64), PRIORS, req).best
+    assert roomy.placement.load_mode == "mmap"
+    cpu_bytes = estimate_memory(MODEL, roomy.placement, MemoryConstants()).get("weights_experts_cpu")
+    assert cpu_bytes > 0
+    # RAM for the OS, the CPU experts and the buffers with 64 MiB to spare, less than the whole file
+    anon = estimate_memory(MODEL, roomy.placement.with_(load_mode="no-mmap"), MemoryConstants()).ram_anon_bytes
+    ram = (OS_RESERVE_BYTES + anon + 64 * 2**20) / GIB
+    assert ram * GIB < OS_RESERVE_BYTES + MODEL.file_bytes
+    r = choose_plan(MODEL, toy_hw(vram_gib=2.5, ram_gib=ram), PRIORS, req)
+    assert r.best.placement.load_mode == "no-mmap"
+    assert any(w.startswith("--no-mmap") for w in r.why)
+    assert shortfall(MODEL, r.best.placement, toy_hw(vram_gib=2.5, ram_gib=ram), int(2.5 * GIB), int(ram * GIB),
+                     MemoryConstants(), PRIORS) == ""

@@ -125,6 +125,9 @@ class Estimate:
     depth: int = 0  # context depth the decode figure is for
     factors: FactorsUsed | None = None  # efficiency factors used, with their source
     notes: tuple[str, ...] = ()
+    # mmap with a file that does not fit in RAM beside the rest: decode if every CPU expert
+    # read comes from the disk (cost/estimate.py page_cache_short_bytes); 0 when it fits
+    decode_tok_s_paging: float = 0.0
 
 
 @dataclass(frozen=True)

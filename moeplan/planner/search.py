@@ -316,6 +316,7 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
         if fewer is not None:
             best = fewer
             n_eval += 1
+    best = _no_mmap_if_short(model, best, hw, pr, req, vram, ram, consts)
     if req.n_ctx is None:
         # spare VRAM below the next layer's experts goes to context; decode at the planned
         # depth and the ranking do not depend on it, so only the chosen plan is grown
@@ -335,6 +336,20 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
                         why=explain(best, candidates, model, hw),
                         one_more_gib=one_more_gib(model, best.placement, order, hw, pr, req, vram, ram, consts)
                         if has_gpu else "")
+
+
+def _no_mmap_if_short(model: ModelSpec, best: Candidate, hw: HardwareProfile, pr: BackendPriors, req: Request,
+                      vram: int, ram: int, consts: MemoryConstants) -> Candidate:
+    """--no-mmap when the mapped file would not fit in the page cache beside the rest (the
+    kernel may then evict CPU expert pages: cost/estimate.py page_cache_short_bytes) and the
+    CPU weights fit in anonymous memory; else the plan as it is."""
+    if not best.estimate.decode_tok_s_paging:
+        return best
+    p = best.placement.with_(load_mode="no-mmap")
+    if shortfall(model, p, hw, vram, ram, consts, pr):
+        return best
+    e = estimate(model, p, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
+    return Candidate(p, e, _score(e, req.objective, p.cache_type_k))
 
 
 # decode thread counts tried below the physical cores, as fractions of them
@@ -482,6 +497,10 @@ def explain(best: Candidate, cands: list[Candidate], model: ModelSpec, hw: Hardw
                    "experts at the DRAM's rate")
     if not p.op_offload:
         why.append("no op-offload: copying experts over PCIe per ubatch is slower than computing them on the CPU")
+    if p.load_mode == "no-mmap":
+        why.append(f"--no-mmap: the {model.file_bytes / 1e9:.1f} GB file does not fit in RAM beside the buffers and "
+                   "the OS; mapped, the kernel may evict CPU expert pages and keep those of the tensors copied to the "
+                   "GPU (decode then reads experts from the disk), read in, the CPU weights stay in memory")
     if hw.os == "windows":
         why += _windows_why(best, cands, hw)
     return tuple(why)

@@ -54,6 +54,7 @@ def estimate_data(model: ModelSpec, p: Placement, e: Estimate, hw_name: str) -> 
         "decode_tok_s_range": list(e.decode_tok_s_range),
         "prefill_tok_s": e.prefill_tok_s,
         "prefill_tok_s_range": list(e.prefill_tok_s_range),
+        "decode_tok_s_paging": e.decode_tok_s_paging,
         "bottleneck": e.bottleneck,
         "prefill_bottleneck": e.prefill_bottleneck,
         "depth": e.depth,

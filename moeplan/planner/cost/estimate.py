@@ -53,7 +53,7 @@ from moeplan.errors import InputError
 from moeplan.planner.cost import attention, graph, kernels, machine
 from moeplan.planner.cost import factors as F
 from moeplan.planner.cost.priors import BackendPriors
-from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
+from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
 from moeplan.planner.hardware.windows import GROUP_SIZE as WINDOWS_GROUP_SIZE
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_read_bytes
 from moeplan.planner.memory.cache import plan_cache
@@ -572,8 +572,47 @@ def _resident_share(model: ModelSpec, p: Placement, hw: HardwareProfile, mem_hos
     need = sum(layer.expert_bytes for layer in model.moe_layers if layer.index in cpu_layers)
     if need <= 0:
         return 1.0
-    avail = hw.ram_bytes - mem_host_other - 2 * 1024**3  # the OS and the rest keep ~2 GiB
+    avail = hw.ram_bytes - mem_host_other - OS_RESERVE_BYTES
     return max(0.0, min(1.0, avail / need))
+
+
+# backends that load a GGUF through llama.cpp's loader (src/llama-model-loader.cpp)
+MMAP_LOADERS = ("llama.cpp", "ik_llama.cpp")
+
+
+def page_cache_short_bytes(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
+                           ram_anon_bytes: int) -> int:
+    """Bytes by which the mapped file, the anonymous host memory and the OS reserve exceed RAM,
+    when some of the file's tensors live on a GPU (0 otherwise).
+
+    With mmap, llama.cpp maps the whole file with MAP_POPULATE (src/llama-mmap.cpp), so the
+    load reads every byte into the page cache, then copies the GPU tensors out of the mapping
+    (llama_model_loader::load_all_data): those pages were touched twice and sit on the kernel's
+    active list, the CPU experts' pages once. When the file does not fit beside the rest, the
+    kernel reclaims CPU expert pages while the dead GPU-tensor pages stay, and the cyclic sweep
+    of decode over the layers is LRU's worst case: expert reads fault in from the disk. How far
+    it goes depends on the kernel and what else runs (hardware-corner.net's EPYC 7343 + RTX 3090
+    with 64 GB for the 63 GB gpt-oss-120b: 1.4-1.8 tok/s, the disk-bound figure), so it widens
+    the range rather than moving the figure; --no-mmap holds the CPU weights in anonymous memory.
+    """
+    if (pr.name not in MMAP_LOADERS or p.load_mode != "mmap" or p.n_gpus == 0
+            or not hw.system.ram_total_bytes):
+        return 0
+    return max(0, model.file_bytes + ram_anon_bytes + OS_RESERVE_BYTES - hw.ram_bytes)
+
+
+def paging_decode_tok_s(terms: list[Term], f: Factors, per_step: float) -> float:
+    """Decode speed if every CPU expert byte a token reads comes from the disk (the range's low
+    end under page-cache pressure): the CPU experts' DRAM read, compute excess and NVMe terms
+    give way to their bytes over the NVMe read rate."""
+    by = {t.name: t.seconds for t in terms}
+    cpu_read = by.get("cpu_experts_read", 0.0)
+    if cpu_read <= 0:
+        return 0.0
+    nbytes = cpu_read * f.bw_cpu_bytes_per_s.value
+    t = (sum(by.values()) - cpu_read - by.get("cpu_compute_excess", 0.0) - by.get("nvme_read", 0.0)
+         + nbytes / f.nvme_bytes_per_s.value)
+    return per_step / t if t > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -1312,6 +1351,15 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
                      "is never faster here, or the plan's threshold is 0)")
     if res_share < 1.0:
         notes.append(f"only {res_share:.0%} of the CPU experts fit in RAM: the rest is read from NVMe")
+    short = page_cache_short_bytes(model, p, hw, pr, mem.ram_anon_bytes)
+    paging = paging_decode_tok_s(dterms, f, per_step) if short else 0.0
+    if paging:
+        notes.append(f"page cache: the {model.file_bytes / 1e9:.1f} GB file, {mem.ram_anon_bytes / 2**30:.1f} GiB of "
+                     f"buffers and {OS_RESERVE_BYTES / 2**30:.0f} GiB for the OS exceed the {hw.ram_bytes / 2**30:.1f} GiB "
+                     f"of RAM by {short / 2**30:.1f} GiB; "
+                     "with mmap the kernel may keep the pages of the tensors copied to the GPU and evict CPU expert "
+                     f"pages, then decode falls towards {paging:.1f} tok/s (experts read from the disk, the range's "
+                     "low end): --no-mmap keeps the CPU weights in RAM")
     if hw.cpu.source == "prior":
         notes.append(f"CPU not named: costed as {hw.cpu.model}, a stand-in {hw.cpu.segment or 'CPU'} (the range is wider); "
                      "describe the machine with `moeplan hardware --cpu NAME` for its own figures")
@@ -1325,11 +1373,14 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
         if blocks or not out_gpu:
             notes.append(f"-ngl {p.n_gpu_layers}: {len(blocks)} of {len(model.layers)} blocks"
                          + ("" if out_gpu else " and the output layer") + " run on the CPU with their KV cache")
-    d_range = held_out_range(decode, dterms, pr.term_range_log.get("decode", {}), _stand_in_extra(hw, dterms))
+    d_range = (held_out_range(decode, dterms, pr.term_range_log.get("decode", {}), _stand_in_extra(hw, dterms))
+               or (decode / (1 + dr), decode / max(0.1, 1 - dr)))
+    if paging:
+        d_range = (min(d_range[0], paging), d_range[1])
     p_range = held_out_range(prefill, pterms, pr.term_range_log.get("prefill", {}), _stand_in_extra(hw, pterms))
     return Estimate(
         decode_tok_s=decode,
-        decode_tok_s_range=d_range or (decode / (1 + dr), decode / max(0.1, 1 - dr)),
+        decode_tok_s_range=d_range,
         prefill_tok_s=prefill,
         prefill_tok_s_range=p_range or (prefill / (1 + prr), prefill / max(0.1, 1 - prr)),
         decode_terms=tuple(t if p.n_draft == 0 else Term(t.name, t.seconds / per_step, t.resource, t.formula)
@@ -1345,4 +1396,5 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
         depth=depth,
         factors=factors_used(f),
         notes=tuple(notes),
+        decode_tok_s_paging=paging,
     )
