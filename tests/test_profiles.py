@@ -321,3 +321,30 @@ def test_qwen35_397b_counts_the_published_397b():
     m = load_profile("qwen3.5-397b-a17b", "BF16")
     assert trunk_params(m) / 1e9 == pytest.approx(397, rel=0.005)
     assert m.n_experts == 512 and m.n_experts_used == 10
+
+
+def test_kimi_k25_matches_its_published_tensor_table_and_parameter_count():
+    """Kimi-K2.5's safetensors (model-inspector report, search-index id 62530201892): tensors 554.27
+    GiB in 64 files, the MoonViT tower and projector included; Xinference lists 1058.59B parameters
+    (search-index id 22933776286): every weight, one bf16 scale per 32 INT4 expert weights, the tower."""
+    m = load_profile("kimi-k2.5", "native")
+    # the tower and projector from the report's table (bf16): in the checkpoint, not in the text
+    # GGUF (llama.cpp's mmproj file), so not in the profile
+    tower = (27 * (2 * 1152 * 4304 + 4304 + 1152 + 1152 * 1152 + 1152 + 3456 * 1152 + 3456 + 4 * 1152)
+             + 2 * 1152 + 64 * 64 * 1152 + 1152 * 3 * 14 * 14 + 1152)
+    projector = 2 * 1152 + 4608 * 4608 + 4608 + 7168 * 4608 + 7168
+    assert (m.tensor_bytes + 2 * (tower + projector)) / GIB == pytest.approx(554.27, abs=0.01)
+    weights = trunk_params(load_profile("kimi-k2.5", "BF16"))
+    experts = [t for layer in m.moe_layers for t in layer.tensors if "_exps" in t.name]
+    assert experts and {t.ggml_type for t in experts} == {"INT4"}
+    scales = sum(t.n_elements for t in experts) // 32
+    assert round((weights + scales + tower + projector) / 1e9, 2) == 1058.59
+    # Kimi K2's text shapes (its weights, its MLA cache), the context raised to 262144
+    k2 = load_profile("kimi-k2", "BF16")
+    assert weights == trunk_params(k2)
+    assert kv_bytes_per_token(m, "f16", "f16") == kv_bytes_per_token(k2, "f16", "f16")
+    assert m.n_ctx_train == 262_144
+    # Unsloth's guide: UD-Q2_K_XL 375 GB; the recipe approximation lands within 3%
+    assert load_profile("kimi-k2.5", "UD-Q2_K_XL").file_bytes == pytest.approx(375e9, rel=0.03)
+    for alias in ("moonshotai/Kimi-K2.5", "Kimi-K2.5", "kimi-k25"):
+        assert find_profile(alias)["name"] == "kimi-k2.5"
