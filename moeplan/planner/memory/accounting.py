@@ -364,7 +364,8 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
         # src/llama-kv-cache.cpp: layer il's K/V live on model.dev_layer(il) with offload_kqv,
         # so the CPU blocks' cache is in host RAM
         kv_cpu = sum(kv_layer_bytes(layer, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, n_ub,
-                                    kv_unified=p.kv_unified, v_width=v_width) for layer in model.layers if layer.index in cpu_blocks)
+                                    kv_unified=p.kv_unified, v_width=v_width)
+                     for layer in model.layers if layer.index in cpu_blocks)
         items.append(MemoryItem("kv_cache", "gpu", kv - kv_cpu, kv_formula + ", GPU blocks"))
         items.append(MemoryItem("kv_cache_cpu", "host", kv_cpu, kv_formula + f", the {len(cpu_blocks)} CPU blocks"))
     else:
