@@ -80,6 +80,7 @@ MODEL_MAP = [
     (r"kimi-k2-instruct", "kimi-k2"),
     (r"glm[- ]4\.[567](?!-flash|-air)", "glm-4.5"),
     (r"deepseek-coder-v2-lite", "deepseek-coder-v2-lite"),
+    (r"gemma[- ]?4[- ]26b[- ]a4b", "gemma-4-26b-a4b"),
 ]
 # the software as written -> backend; forks and wrappers are not the backend the priors describe
 BACKENDS = [(r"^ik_llama\.cpp", "ik_llama.cpp"), (r"^ktransformers", "ktransformers"),

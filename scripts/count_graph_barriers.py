@@ -74,14 +74,17 @@ def count(bin_dir: Path, fixture: str, folder: Path) -> dict[int, int]:
 
     model = write_fixture(fixture, folder)
     env = dict(os.environ, GGML_SCHED_DEBUG="2")
+    # --no-repack: weights in the plain CPU buffer (the graph is the same; a GGML_NATIVE build
+    # on an AMX host faults in its AMX kernels during decode)
     proc = subprocess.run([str(bin_dir / "llama-completion"), "-m", str(model), "-p", "hello world", "-n", "2",
-                           "-t", "2", "-fa", "on", "-no-cnv", "-c", "512", "-fit", "off", "--no-warmup", "-v"],
+                           "-t", "2", "-fa", "on", "-no-cnv", "-c", "512", "-fit", "off", "--no-warmup", "-v",
+                           "--no-repack"],
                           capture_output=True, text=True, env=env, timeout=300)
     # the fixtures' random vocabularies may end the run after the graphs are printed
     return barriers_per_block(decode_graph_nodes(proc.stderr))
 
 
-FIXTURES = ("qwen3moe", "gpt-oss", "qwen3next", "deepseek4")
+FIXTURES = ("qwen3moe", "gpt-oss", "qwen3next", "deepseek4", "gemma4")
 
 
 def main() -> int:
@@ -96,7 +99,7 @@ def main() -> int:
 
     out = {"llama_build": llama_build_info(bin_dir), "date": dt.date.today().isoformat(),
            "command": "GGML_SCHED_DEBUG=2 llama-completion -m FIXTURE -p 'hello world' -n 2 -t 2 -fa on "
-                      "-no-cnv -c 512 -fit off --no-warmup -v", "blocks": {}}
+                      "-no-cnv -c 512 -fit off --no-warmup -v --no-repack", "blocks": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for fixture in FIXTURES:
             per = count(bin_dir, fixture, Path(tmp))

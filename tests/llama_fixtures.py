@@ -476,6 +476,80 @@ def write_glm_dsa_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1536, n_head
     return path, written
 
 
+def write_gemma4_llama(path: Path, *, n_layer=7, n_embd=1024, n_head=8, n_head_kv=4, n_head_kv_full=1,
+                       head_dim=128, head_dim_full=256, n_ff=768, n_expert=32, n_used=4, n_ff_exp=256,
+                       n_vocab=32000, ctx=32768, window=128, expert_type=Q.Q4_K, dense_type=Q.Q8_0):
+    """Gemma 4 26B-A4B in ratio: sliding-window blocks (head_dim 256, 8 KV heads) and every
+    sixth block global (head_dim 512, 2 KV heads, K = V: no attn_v, attention_k_eq_v), scaled
+    to 128 / 256 dims and 4 / 1 heads; q/k norms, the post-attention, post-FFN norms and the
+    per-block output scale; a dense GELU MLP beside the routed experts in every block (its own
+    pre/post norms), the router's input scale and fused gate+up experts with a per-expert
+    down scale (the converter's layout); tied embeddings (no output.weight) and the
+    proportional-rope frequency factors of the global blocks. Pattern: every sixth block global
+    (blocks 0-4 and 6 sliding, 5 global: a global block that is not the last, whose graph
+    carries no output-head nodes). Keys as conversion/gemma.py Gemma4Model writes them."""
+    arch = "gemma4"
+    w = GGUFWriter(str(path), arch)
+    written: list = []
+    swa = [(i + 1) % 6 != 0 for i in range(n_layer)]
+    w.add_name("moeplan-gemma4")
+    w.add_block_count(n_layer)
+    w.add_context_length(ctx)
+    w.add_embedding_length(n_embd)
+    w.add_head_count(n_head)
+    w.add_array(f"{arch}.attention.head_count_kv", [n_head_kv if s else n_head_kv_full for s in swa])
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1e6)
+    w.add_file_type(15)
+    w.add_feed_forward_length(n_ff)
+    w.add_key_length(head_dim_full)
+    w.add_value_length(head_dim_full)
+    w.add_uint32(f"{arch}.attention.key_length_swa", head_dim)
+    w.add_uint32(f"{arch}.attention.value_length_swa", head_dim)
+    w.add_uint32(f"{arch}.rope.dimension_count", head_dim_full)
+    w.add_uint32(f"{arch}.rope.dimension_count_swa", head_dim)
+    w.add_uint32(f"{arch}.attention.sliding_window", window)
+    w.add_array(f"{arch}.attention.sliding_window_pattern", swa)
+    w.add_uint32(f"{arch}.attention.shared_kv_layers", 0)
+    w.add_uint32(f"{arch}.embedding_length_per_layer_input", 0)
+    w.add_float32(f"{arch}.final_logit_softcapping", 30.0)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    spm_vocab(w, n_vocab)
+    _add(w, written, "token_embd.weight", (n_embd, n_vocab), Q.Q6_K)  # tied: quantized as the output
+    _add(w, written, "output_norm.weight", (n_embd,))
+    _add(w, written, "rope_freqs.weight", (head_dim_full // 2,))
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        hd, kv = (head_dim, n_head_kv) if swa[i] else (head_dim_full, n_head_kv_full)
+        _add(w, written, b + "attn_norm.weight", (n_embd,))
+        _add(w, written, b + "attn_q.weight", (n_embd, n_head * hd), dense_type)
+        _add(w, written, b + "attn_k.weight", (n_embd, kv * hd), dense_type)
+        if swa[i]:
+            _add(w, written, b + "attn_v.weight", (n_embd, kv * hd), dense_type)
+        _add(w, written, b + "attn_output.weight", (n_head * hd, n_embd), dense_type)
+        _add(w, written, b + "attn_q_norm.weight", (hd,))
+        _add(w, written, b + "attn_k_norm.weight", (hd,))
+        _add(w, written, b + "post_attention_norm.weight", (n_embd,))
+        _add(w, written, b + "layer_output_scale.weight", (1,))
+        _add(w, written, b + "ffn_norm.weight", (n_embd,))
+        _add(w, written, b + "ffn_gate.weight", (n_embd, n_ff), dense_type)
+        _add(w, written, b + "ffn_up.weight", (n_embd, n_ff), dense_type)
+        _add(w, written, b + "ffn_down.weight", (n_ff, n_embd), dense_type)
+        _add(w, written, b + "post_ffw_norm.weight", (n_embd,))
+        _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
+        _add(w, written, b + "ffn_gate_inp.scale", (n_embd,))
+        _add(w, written, b + "pre_ffw_norm_2.weight", (n_embd,))
+        _add(w, written, b + "post_ffw_norm_1.weight", (n_embd,))
+        _add(w, written, b + "post_ffw_norm_2.weight", (n_embd,))
+        _add(w, written, b + "ffn_gate_up_exps.weight", (n_embd, 2 * n_ff_exp, n_expert), expert_type)
+        _add(w, written, b + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), expert_type)
+        _add(w, written, b + "ffn_down_exps.scale", (n_expert,))
+    _finish(w)
+    return path, written
+
+
 LLAMA_FIXTURES: dict[str, Callable] = {
     "qwen3moe": write_qwen3moe_llama,
     "deepseek2": write_deepseek2_llama,
@@ -485,9 +559,15 @@ LLAMA_FIXTURES: dict[str, Callable] = {
     "deepseek4-mtp": write_deepseek4_mtp_llama,
     "glm-dsa": write_glm_dsa_llama,
 }
+# fixtures measured outside the tests/data/llama_memory matrix: gemma4 was recorded with
+# --no-repack (tests/data/gemma4_llama_memory.json says why) and is checked by test_gemma4.py
+OTHER_FIXTURES: dict[str, Callable] = {
+    "gemma4": write_gemma4_llama,
+}
 
 
 def write_fixture(name: str, folder: Path) -> Path:
-    """Write fixture `name` (a key of LLAMA_FIXTURES) as folder/<name>.gguf with its defaults."""
-    path, _ = LLAMA_FIXTURES[name](Path(folder) / f"{name}.gguf")
+    """Write fixture `name` (a key of LLAMA_FIXTURES or OTHER_FIXTURES) as folder/<name>.gguf
+    with its defaults."""
+    path, _ = {**LLAMA_FIXTURES, **OTHER_FIXTURES}[name](Path(folder) / f"{name}.gguf")
     return path

@@ -30,6 +30,8 @@ FIXTURE_BLOCKS = {
     # compress ratios (0, 0, 4, 128, 4, 128, 4, 0); blocks 0-2 are hash-routed (n_hash = 3), so
     # block 2's CSA has one node less than the routed CSA blocks the table keeps
     "deepseek4": ("deepseek4", ["swa-only", "swa-only", None, "hca", "csa", "hca", "csa", "swa-only"], 6),
+    # every sixth block global (block 5), the last block sliding
+    "gemma4": ("gemma4", ["swa"] * 5 + ["full", "swa"], 4),
 }
 
 

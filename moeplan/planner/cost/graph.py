@@ -65,6 +65,12 @@ BLOCK_BARRIERS: dict[tuple[str, str], tuple[int, int, str]] = {
     ("glm4moe", "full"): (16 + 10 + 5 + 3 + 4 + 2 + 1, 4, "from glm4-moe.cpp"),
     # minimax-m2.cpp: q/k norms over all heads, sigmoid + bias routing, no shared expert
     ("minimax-m2", "full"): (13 + 10 + 5 + 3 + 1 + 1, 4, "from minimax-m2.cpp"),
+    # gemma4.cpp: q/k/v norms, post-attention, post-FFN and layer-output scaling, a dense GELU
+    # MLP beside the experts (its own norms), router logits from the scaled attention output,
+    # fused gate+up experts with a per-expert down scale (REPEAT, GET_ROWS, MUL); a global
+    # block has no V projection (K = V), one node fewer
+    ("gemma4", "swa"): (47, 4, "counted"),
+    ("gemma4", "full"): (46, 4, "counted"),
 }
 DENSE_BLOCK = 22
 # a block of an architecture not listed: qwen3moe's block
@@ -95,4 +101,9 @@ def expert_split_barriers(model: ModelSpec, backend: str) -> int:
     """Barriers of the CPU's split of one MoE block whose routed experts run on the CPU."""
     if backend == "ik_llama.cpp":
         return 4
+    if model.arch == "gemma4":
+        # fused gate+up, GEGLU, down, and the per-expert down scale (ffn_down_exps.scale, which
+        # the exps=CPU pattern also puts on the CPU): REPEAT, GET_ROWS, MUL (gemma4.cpp decode
+        # graph, counted on the fixture; the split itself read from ggml-backend's rules)
+        return 6
     return 7 if model.arch == "gpt-oss" else 4

@@ -181,21 +181,34 @@ def kv_cells(comp: KvComponent, n_ctx: int, n_seq: int, n_ubatch: int, swa_full:
     raise ValueError(f"unknown KV cell rule {comp.cells!r}")
 
 
-def kv_row_bytes(comp: KvComponent, type_k: str, type_v: str) -> int:
-    """Bytes of one cell of a cache component: the user's -ctk/-ctv type, or its fixed type."""
+def kv_row_bytes(comp: KvComponent, type_k: str, type_v: str, v_width: int = 0) -> int:
+    """Bytes of one cell of a cache component: the user's -ctk/-ctv type, or its fixed type.
+    v_width: the row every V cache takes when V is stored transposed (see v_trans_width)."""
     dtype = type_k if comp.dtype == "k" else type_v if comp.dtype == "v" else comp.dtype
-    return row_bytes(canonical_type(dtype), comp.n_embd)
+    n_embd = max(comp.n_embd, v_width) if comp.name == "v" and comp.dtype == "v" else comp.n_embd
+    return row_bytes(canonical_type(dtype), n_embd)
+
+
+def v_trans_width(model: ModelSpec, flash_attn: bool) -> int:
+    """llama-kv-cache.cpp (constructor, L210): without flash attention V is stored transposed
+    and every layer's V cache is hparams.n_embd_v_gqa_max() wide, the widest V of any layer
+    (it warns when they differ). Only Gemma 4 among the bundled models has V widths that
+    differ by layer (sliding 8 x 256, global 2 x 512); 0 with flash attention."""
+    if flash_attn:
+        return 0
+    return max((c.n_embd for layer in model.layers for c in layer.kv if c.name == "v" and c.dtype == "v"), default=0)
 
 
 def kv_component_bytes(comp: KvComponent, n_ctx: int, type_k: str, type_v: str, n_seq: int = 1,
-                       n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
-    return kv_row_bytes(comp, type_k, type_v) * kv_cells(comp, n_ctx, n_seq, n_ubatch, swa_full,
-                                                          kv_unified=kv_unified)
+                       n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True, v_width: int = 0) -> int:
+    return kv_row_bytes(comp, type_k, type_v, v_width) * kv_cells(comp, n_ctx, n_seq, n_ubatch, swa_full,
+                                                                   kv_unified=kv_unified)
 
 
 def kv_layer_bytes(layer: LayerSpec, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
-                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
-    return sum(kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified)
+                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True,
+                   v_width: int = 0) -> int:
+    return sum(kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified, v_width)
                for c in layer.kv)
 
 
@@ -214,9 +227,10 @@ def _kv_groups(model: ModelSpec) -> tuple[tuple[KvComponent, int], ...]:
 
 
 def kv_cache_bytes(model: ModelSpec, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
-                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True) -> int:
+                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True,
+                   v_width: int = 0) -> int:
     """Total KV cache (plus recurrent state) of the main context, in bytes."""
-    return sum(n * kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified)
+    return sum(n * kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified, v_width)
                for c, n in _kv_groups(model))
 
 
@@ -341,14 +355,17 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
                                     "GPU cache of hot experts of CPU layers (plan's cache size)"))
 
     n_ub = cb.reserve_shape(p).n_tokens  # llama.cpp's effective ubatch: min(n_ctx, n_batch, n_ubatch)
-    kv = kv_cache_bytes(model, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, n_ub, kv_unified=p.kv_unified)
+    v_width = v_trans_width(model, p.flash_attn)
+    kv = kv_cache_bytes(model, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, n_ub, kv_unified=p.kv_unified,
+                        v_width=v_width)
     kv_formula = (f"pad256(ctx={p.n_ctx}) cells x per-layer rows "
                   f"(K {p.cache_type_k}, V {p.cache_type_v}, n_seq {p.n_seq})")
     if split and cpu_blocks and p.kv_offload:
         # src/llama-kv-cache.cpp: layer il's K/V live on model.dev_layer(il) with offload_kqv,
         # so the CPU blocks' cache is in host RAM
         kv_cpu = sum(kv_layer_bytes(layer, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, n_ub,
-                                    kv_unified=p.kv_unified) for layer in model.layers if layer.index in cpu_blocks)
+                                    kv_unified=p.kv_unified, v_width=v_width)
+                     for layer in model.layers if layer.index in cpu_blocks)
         items.append(MemoryItem("kv_cache", "gpu", kv - kv_cpu, kv_formula + ", GPU blocks"))
         items.append(MemoryItem("kv_cache_cpu", "host", kv_cpu, kv_formula + f", the {len(cpu_blocks)} CPU blocks"))
     else:

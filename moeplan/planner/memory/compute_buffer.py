@@ -166,10 +166,14 @@ def _attention_layers(model: ModelSpec, p: Placement, shape: ReserveShape) -> li
             out.append({"kind": "mla", "n_kv": shape.n_ctx_seq, "kv_lora": kv_lora, "rope": rope,
                         "nope": max(nope, 0), "n_embd_v": 0, "k_type": p.cache_type_k})
             continue
-        cells = _swa_cells(k.window, p, shape) if k.cells in ("swa", "swa-seq") else shape.n_ctx_seq
+        swa = k.cells in ("swa", "swa-seq")
+        cells = _swa_cells(k.window, p, shape) if swa else shape.n_ctx_seq
         # gated attention (qwen3next, qwen35moe): the q projection carries the output gate
         q_mult = 2 if registry.get(model.arch).gated_q else 1
-        out.append({"kind": "gqa", "n_kv": cells, "d_k": d_k, "d_v": d_v, "q_mult": q_mult,
+        # sliding layers' own head size where the GGUF has one (gemma4: 256 vs 512 global)
+        dk = int(_hp(model, "attention.key_length_swa", 0) or d_k) if swa else d_k
+        dv = int(_hp(model, "attention.value_length_swa", 0) or d_v) if swa else d_v
+        out.append({"kind": "gqa", "n_kv": cells, "d_k": dk, "d_v": dv, "q_mult": q_mult,
                     "n_embd_v": v.n_embd if v is not None else 0})
     return out
 

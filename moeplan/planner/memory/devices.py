@@ -171,15 +171,16 @@ class _BlockCost:
 
 
 def _block_costs(model: ModelSpec, p: Placement) -> dict[int, _BlockCost]:
-    from moeplan.planner.memory.accounting import kv_layer_bytes
+    from moeplan.planner.memory.accounting import kv_layer_bytes, v_trans_width
 
     n_ub = cb.reserve_shape(p).n_tokens
+    v_width = v_trans_width(model, p.flash_attn)
     cpu = set(p.cpu_moe_layers)
     out = {}
     for layer in model.layers:
         nextn = layer.kind == "nextn"
         kv = kv_layer_bytes(layer, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, n_ub,
-                            kv_unified=p.kv_unified) if p.kv_offload else 0
+                            kv_unified=p.kv_unified, v_width=v_width) if p.kv_offload else 0
         out[layer.index] = _BlockCost(dense=0 if nextn else layer.resident_bytes,
                                       experts=layer.expert_bytes if layer.kind == "moe" and layer.index not in cpu else 0,
                                       kv=kv)

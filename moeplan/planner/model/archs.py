@@ -99,12 +99,27 @@ def recurrent_state_sizes(hp: dict[str, Any]) -> tuple[int, int]:
     return n_r, n_s
 
 
-def head_dims(hp: dict[str, Any], il: int) -> tuple[int, int, int]:
-    """(n_head_kv, d_k, d_v) of layer il as llama.cpp's hparams resolve them."""
+def head_dims(hp: dict[str, Any], il: int, swa: bool = False) -> tuple[int, int, int]:
+    """(n_head_kv, d_k, d_v) of layer il as llama.cpp's hparams resolve them; a sliding-window
+    layer takes attention.key_length_swa / value_length_swa where the GGUF has them
+    (llama-model.cpp load_hparams: n_embd_head_k_swa defaults to the full layers' size;
+    llama_hparams::n_embd_head_k(il))."""
     n_head = int(hp_at(hp, "attention.head_count", il, 1) or 1)
     n_head_kv = hp_at(hp, "attention.head_count_kv", il, None)
     n_head_kv = n_head if n_head_kv is None else int(n_head_kv)
-    return (n_head_kv, *kv_head_dims(hp, n_head))
+    d_k, d_v = kv_head_dims(hp, n_head)
+    if swa:
+        d_k = int(hp.get("attention.key_length_swa") or d_k)
+        d_v = int(hp.get("attention.value_length_swa") or d_v)
+    return n_head_kv, d_k, d_v
+
+
+def has_kv(hp: dict[str, Any], il: int) -> bool:
+    """llama_hparams::has_kv: with attention.shared_kv_layers = S (Gemma 3n / 4) the last S
+    layers keep no cache of their own; they read the last earlier layer of their kind
+    (llama-model.cpp create_memory, the 'reuse' callback)."""
+    shared = int(hp.get("attention.shared_kv_layers", 0) or 0)
+    return not shared or il < int(hp["block_count"]) - shared
 
 
 def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvComponent, ...]]:
@@ -116,7 +131,9 @@ def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvCompo
     if is_recurrent_layer(arch, hp, il):
         n_r, n_s = recurrent_state_sizes(hp)
         return "recurrent", (KvComponent("r", n_r, "seq", "F32"), KvComponent("s", n_s, "seq", "F32"))
-    n_head_kv, d_k, d_v = head_dims(hp, il)
+    n_head_kv, d_k, d_v = head_dims(hp, il, is_swa_layer(arch, hp, il))
+    if not has_kv(hp, il):
+        return "shared", ()
     if registry.get(arch).mla and hp.get("attention.key_length_mla"):
         # MLA: only the latent (kv_lora_rank + rope dims) is cached, as K; V is a view of it
         comps = [KvComponent("k", d_k * n_head_kv, "ctx", "k")]

@@ -56,6 +56,10 @@ def _llama4(ix, hp, d, v, e, o):
     st._build_llama4(ix, {**hp, "__rope_freqs": o.get("rope_freqs", False)}, d, v, e)
 
 
+def _gemma4(ix, hp, d, v, e, o):
+    st._build_gemma4(ix, hp, d, v, e, tied=o.get("tied", True), k_eq_v=o.get("k_eq_v", False))
+
+
 def _plain(builder: Callable[..., None], **kw: Any) -> TensorBuilder:
     return lambda ix, hp, d, v, e, o: builder(ix, hp, d, v, e, **kw)
 
@@ -103,6 +107,13 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
          gating=("softmax", True)),
     Arch("minimax-m2", (("MiniMaxM2ForCausalLM", ""),), (("minimax_m2", "MiniMaxM2ForCausalLM"),),
          synth._hp_minimax_m2, _plain(st._build_minimax_m2), gating=("sigmoid", True)),
+    # gemma4.cpp: SWA per the GGUF's sliding_window_pattern array (no default pattern); the
+    # final hidden state is t_h_nextn before the output rows are selected (all tokens); the
+    # MoE runs beside a dense GELU MLP with softmax routing over logits computed from the
+    # scaled attention output, weights normalised (build_moe_ffn norm_w = true)
+    Arch("gemma4", (("Gemma4ForConditionalGeneration", ""), ("Gemma4ForCausalLM", "")),
+         (("gemma4", "Gemma4ForConditionalGeneration"), ("gemma4_text", "Gemma4ForCausalLM")),
+         synth._hp_gemma4, _gemma4, nextn_hidden_rows="all", gating=("softmax", True), activation="gelu"),
 )}
 
 

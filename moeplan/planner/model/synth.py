@@ -12,8 +12,8 @@ Two pure steps, so a bundled profile, a Hugging Face folder and a GGUF file all 
 
 Each TensorSpec carries a `role` that the quant recipes (quants.py) and the checkpoint-format
 rules key on. Sources: llama.cpp 2026-10 master, conversion/{base,deepseek,glm,qwen,gpt_oss,
-llama,minimax}.py and src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,
-qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2}.cpp.
+llama,minimax,gemma}.py and src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,
+qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4}.cpp.
 """
 from __future__ import annotations
 
@@ -250,6 +250,53 @@ def _hp_minimax_m2(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
     hp["rope.dimension_count"] = cfg["rotary_dim"]
 
 
+def _hp_gemma4(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """Gemma3Model + Gemma4Model.set_gguf_parameters (conversion/gemma.py): a per-layer SWA
+    array from layer_types, the global layers' head size (global_head_dim) as key_length and
+    the sliding layers' (head_dim) as key_length_swa, a per-layer KV head count when the
+    global layers have their own (num_global_key_value_heads), the dense MLP as
+    feed_forward_length (doubled on KV-shared layers with use_double_wide_mlp) and the experts
+    as expert_feed_forward_length."""
+    hp["context_length"] = cfg.get("max_position_embeddings", 131072)
+    hp["attention.head_count"] = cfg.get("num_attention_heads", 8)
+    hp["attention.head_count_kv"] = cfg.get("num_key_value_heads", 4)
+    if cfg.get("final_logit_softcapping"):
+        hp["final_logit_softcapping"] = cfg["final_logit_softcapping"]
+    if cfg.get("sliding_window_pattern") != 1:
+        hp["attention.sliding_window"] = cfg["sliding_window"]
+    n_shared_kv = int(cfg.get("num_kv_shared_layers") or 0)
+    hp["attention.shared_kv_layers"] = n_shared_kv
+    hp["embedding_length_per_layer_input"] = cfg.get("hidden_size_per_layer_input") or 0
+    swa = [t == "sliding_attention" for t in cfg["layer_types"]]
+    hp["attention.sliding_window_pattern"] = swa
+    head_full = cfg.get("global_head_dim")
+    if head_full is None:  # per_layer_config of the first full-attention layer that says
+        for il, lc in (cfg.get("per_layer_config") or {}).items():
+            if int(il) < len(swa) and not swa[int(il)] and "head_dim" in lc:
+                head_full = lc["head_dim"]
+                break
+    hp["attention.key_length"] = hp["attention.value_length"] = head_full
+    hp["attention.key_length_swa"] = hp["attention.value_length_swa"] = cfg["head_dim"]
+    n_ff_exp = _first(cfg, "expert_intermediate_size", "moe_intermediate_size")
+    if n_ff_exp is not None:
+        hp["expert_feed_forward_length"] = n_ff_exp
+    if cfg.get("use_double_wide_mlp"):
+        n_ff, first_shared = cfg["intermediate_size"], hp["block_count"] - n_shared_kv
+        hp["feed_forward_length"] = [n_ff if il < first_shared else 2 * n_ff for il in range(hp["block_count"])]
+    kv_full = cfg.get("num_global_key_value_heads")
+    if kv_full is None:
+        for il, lc in (cfg.get("per_layer_config") or {}).items():
+            if int(il) < len(swa) and not swa[int(il)] and "num_key_value_heads" in lc:
+                kv_full = lc["num_key_value_heads"]
+                break
+    kv_swa = cfg.get("num_key_value_heads")
+    if kv_full is not None and kv_swa is not None:
+        hp["attention.head_count_kv"] = [kv_swa if s else kv_full for s in swa]
+    prf_swa = (cfg.get("rope_parameters") or {}).get("sliding_attention", {}).get("partial_rotary_factor", 1.0)
+    hp["rope.dimension_count"] = int(head_full)
+    hp["rope.dimension_count_swa"] = int(cfg["head_dim"] * prf_swa)
+
+
 # ---- step 2: hyper-parameters -> tensor index -----------------------------------------------
 
 def layout_options(config: dict[str, Any]) -> dict[str, bool]:
@@ -259,6 +306,9 @@ def layout_options(config: dict[str, Any]) -> dict[str, bool]:
       Kimi K2, GLM), not for DeepSeek V2's greedy / group-limited routing.
     qk_norm: GLM-4.5 has q/k norms, GLM-4.5-Air (use_qk_norm false) has none.
     rope_freqs: llama3-type rope scaling makes the converter write rope_freqs.weight.
+    tied: no lm_head (tie_word_embeddings): llama.cpp uses token_embd as the output (Gemma's
+      default is tied).
+    k_eq_v: Gemma 4's attention_k_eq_v: the full-attention layers have no v_proj (V = K).
     """
     cfg = merged_config(config)
     rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
@@ -267,6 +317,8 @@ def layout_options(config: dict[str, Any]) -> dict[str, bool]:
         "probs_bias": cfg.get("topk_method", "noaux_tc") == "noaux_tc",
         "qk_norm": bool(cfg.get("use_qk_norm", True)),
         "rope_freqs": rope_type == "llama3",
+        "tied": bool(cfg.get("tie_word_embeddings", str(cfg.get("model_type", "")).startswith("gemma"))),
+        "k_eq_v": bool(cfg.get("attention_k_eq_v", False)),
     }
 
 

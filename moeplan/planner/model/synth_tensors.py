@@ -395,6 +395,64 @@ def _build_minimax_m2(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab
         ix.b(il, "exp_probs_b.bias", (d["n_expert"],), "vector")
 
 
+def _build_gemma4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                  extras: tuple[str, ...], tied: bool = True, k_eq_v: bool = False) -> None:
+    """gemma4.cpp load_arch_tensors with the converter's layout (conversion/gemma.py): per-layer
+    head size and KV heads (sliding layers key_length_swa, global layers key_length); q/k
+    norms, post-attention and post-FFN norms, the layer output scale; a dense GELU MLP in
+    every block (feed_forward_length) and, in MoE blocks, the router with its input scale, the
+    experts' pre/post norms, fused gate+up experts (the checkpoint's experts.gate_up_proj maps
+    to ffn_gate_up_exps) and a per-expert down scale (router.per_expert_scale); rope_freqs (the
+    global layers' proportional rope, head/2 factors) once; tied embeddings write no
+    output.weight; k_eq_v: global layers have no attn_v; per-layer embeddings when
+    embedding_length_per_layer_input > 0."""
+    n_embd, n_head, n_expert, n_ff_exp = d["n_embd"], d["n_head"], d["n_expert"], d["n_ff_exp"]
+    n_layer = d["n_layer"]
+    swa = hp.get("attention.sliding_window_pattern") or []
+    kv = hp.get("attention.head_count_kv")
+    n_ff = hp.get("feed_forward_length")
+    d_full = _i(hp, "attention.key_length")
+    d_swa = _i(hp, "attention.key_length_swa", d_full)
+    n_pl = _i(hp, "embedding_length_per_layer_input")
+    _globals(ix, n_embd, n_vocab, output=not tied)
+    ix.g("rope_freqs.weight", (d_full // 2,), "vector")
+    if n_pl:
+        ix.g("per_layer_token_embd.weight", (n_pl * n_layer, n_vocab), "embed")
+        ix.g("per_layer_model_proj.weight", (n_embd, n_pl * n_layer), "attn")
+        ix.g("per_layer_proj_norm.weight", (n_pl,), "vector")
+    for il in range(d["n_blocks"]):
+        is_swa = bool(swa[il]) if il < len(swa) else False
+        hd = d_swa if is_swa else d_full
+        n_kv = int(kv[il]) if isinstance(kv, (list, tuple)) else int(kv if kv is not None else n_head)
+        ff = int(n_ff[il]) if isinstance(n_ff, (list, tuple)) else int(n_ff or 0)
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        ix.b(il, "attn_q.weight", (n_embd, hd * n_head), "attn")
+        ix.b(il, "attn_k.weight", (n_embd, hd * n_kv), "attn")
+        if is_swa or not k_eq_v:
+            ix.b(il, "attn_v.weight", (n_embd, hd * n_kv), "attn")
+        ix.b(il, "attn_output.weight", (hd * n_head, n_embd), "attn")
+        ix.b(il, "attn_q_norm.weight", (hd,), "vector")
+        ix.b(il, "attn_k_norm.weight", (hd,), "vector")
+        ix.b(il, "post_attention_norm.weight", (n_embd,), "vector")
+        ix.b(il, "layer_output_scale.weight", (1,), "vector")
+        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        _dense_ffn(ix, il, n_embd, ff)
+        ix.b(il, "post_ffw_norm.weight", (n_embd,), "vector")
+        if n_expert:
+            ix.b(il, "ffn_gate_inp.weight", (n_embd, n_expert), "router")
+            ix.b(il, "ffn_gate_inp.scale", (n_embd,), "vector")
+            ix.b(il, "pre_ffw_norm_2.weight", (n_embd,), "vector")
+            ix.b(il, "post_ffw_norm_1.weight", (n_embd,), "vector")
+            ix.b(il, "post_ffw_norm_2.weight", (n_embd,), "vector")
+            ix.b(il, "ffn_gate_up_exps.weight", (n_embd, 2 * n_ff_exp, n_expert), "experts")
+            ix.b(il, "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), "experts")
+            ix.b(il, "ffn_down_exps.scale", (n_expert,), "vector")
+        if n_pl:
+            ix.b(il, "per_layer_inp_gate.weight", (n_embd, n_pl), "attn")
+            ix.b(il, "per_layer_proj.weight", (n_pl, n_embd), "attn")
+            ix.b(il, "per_layer_post_norm.weight", (n_embd,), "vector")
+
+
 def build(arch: str, hp: dict[str, Any], n_vocab: int, extras: tuple[str, ...],
           options: dict[str, bool] | None = None) -> list[TensorSpec]:
     """Tensor list of `arch`; `options` are the switches of synth.layout_options."""
