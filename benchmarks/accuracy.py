@@ -79,6 +79,8 @@ MODEL_MAP = [
     (r"kimi-k2-instruct", "kimi-k2"),
     (r"glm[- ]4\.[567](?!-flash|-air)", "glm-4.5"),
     (r"deepseek-coder-v2-lite", "deepseek-coder-v2-lite"),
+    (r"nemotron[- ._]?(3|nano[- ._]?3)[- ._]?nano[- ._]?30b|nemotron[- ._]?nano[- ._]?3[- ._]?30b", "nemotron-3-nano-30b-a3b"),
+    (r"nemotron[- ._]?3[- ._]?super[- ._]?120b", "nemotron-3-super-120b-a12b"),
 ]
 # the software as written -> backend; forks and wrappers are not the backend the priors describe
 BACKENDS = [(r"^ik_llama\.cpp", "ik_llama.cpp"), (r"^ktransformers", "ktransformers"),

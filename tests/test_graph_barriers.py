@@ -30,6 +30,9 @@ FIXTURE_BLOCKS = {
     # compress ratios (0, 0, 4, 128, 4, 128, 4, 0); blocks 0-2 are hash-routed (n_hash = 3), so
     # block 2's CSA has one node less than the routed CSA blocks the table keeps
     "deepseek4": ("deepseek4", ["swa-only", "swa-only", None, "hca", "csa", "hca", "csa", "swa-only"], 6),
+    # pattern MEM*EM*E: Mamba-2 (recurrent), MoE (no attention), GQA (full)
+    "nemotron_h_moe": ("nemotron_h_moe", ["recurrent", "none", "recurrent", "full", "none", "recurrent", "full",
+                                          "none"], 6),
 }
 
 
