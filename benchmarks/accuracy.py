@@ -81,6 +81,8 @@ MODEL_MAP = [
     (r"glm[- ]4\.[567](?!-flash|-air)", "glm-4.5"),
     (r"deepseek-coder-v2-lite", "deepseek-coder-v2-lite"),
     (r"gemma[- ]?4[- ]26b[- ]a4b", "gemma-4-26b-a4b"),
+    (r"nemotron[- ._]?(3|nano[- ._]?3)[- ._]?nano[- ._]?30b|nemotron[- ._]?nano[- ._]?3[- ._]?30b", "nemotron-3-nano-30b-a3b"),
+    (r"nemotron[- ._]?3[- ._]?super[- ._]?120b", "nemotron-3-super-120b-a12b"),
 ]
 # the software as written -> backend; forks and wrappers are not the backend the priors describe
 BACKENDS = [(r"^ik_llama\.cpp", "ik_llama.cpp"), (r"^ktransformers", "ktransformers"),

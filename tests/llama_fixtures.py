@@ -550,6 +550,73 @@ def write_gemma4_llama(path: Path, *, n_layer=7, n_embd=1024, n_head=8, n_head_k
     return path, written
 
 
+def write_nemotron_h_moe_llama(path: Path, *, pattern="MEM*EM*E", n_embd=1024, n_head=8, n_head_kv=2,
+                               head_dim=128, n_expert=32, n_used=6, n_ff_exp=256, n_ff_shexp=512,
+                               n_vocab=32000, ctx=32768, d_state=64, n_ssm_head=32, ssm_head_dim=64,
+                               n_group=8, d_conv=4, expert_type=Q.Q4_K, dense_type=Q.Q8_0):
+    """Nemotron-3-Nano-30B-A3B in ratio (nemotron_h_moe): each block is one of a Mamba-2 mixer
+    (M), a GQA attention without rope (*) or a MoE FFN (E: relu^2 experts without a gate
+    matrix, a sigmoid router with a selection bias, one shared expert), as the converter
+    writes hybrid_override_pattern: per-block head_count_kv and feed_forward_length arrays.
+    Nano's 64 Mamba heads of 64 over 8 groups with a 128-wide state are scaled to 32 heads
+    and a 64-wide state; 6 of the routed experts per token as in Nano."""
+    w = GGUFWriter(str(path), "nemotron_h_moe")
+    written: list = []
+    n_layer = len(pattern)
+    w.add_name("moeplan-nemotron-h-moe")
+    w.add_block_count(n_layer)
+    w.add_context_length(ctx)
+    w.add_embedding_length(n_embd)
+    w.add_head_count(n_head)
+    w.add_head_count_kv([n_head_kv if c == "*" else 0 for c in pattern])
+    w.add_feed_forward_length([n_ff_exp if c == "E" else 0 for c in pattern])
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_layer_norm_eps(1e-5)
+    w.add_file_type(15)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    d_inner = n_ssm_head * ssm_head_dim
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_ssm_head)
+    w.add_ssm_group_count(n_group)
+    w.add_expert_shared_feed_forward_length(n_ff_shexp)
+    w.add_expert_shared_count(1)
+    w.add_expert_weights_norm(True)
+    w.add_expert_weights_scale(2.5)
+    w.add_expert_group_count(1)
+    _experts_vocab_globals(w, written, n_embd=n_embd, n_vocab=n_vocab, n_expert=n_expert, n_used=n_used,
+                           n_ff_exp=n_ff_exp)
+    conv_dim = d_inner + 2 * n_group * d_state
+    for i, kind in enumerate(pattern):
+        b = f"blk.{i}."
+        _add(w, written, b + "attn_norm.weight", (n_embd,))
+        if kind == "M":
+            _add(w, written, b + "ssm_in.weight", (n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head), dense_type)
+            _add(w, written, b + "ssm_conv1d.weight", (d_conv, conv_dim))
+            _add(w, written, b + "ssm_conv1d.bias", (conv_dim,))
+            _add(w, written, b + "ssm_dt.bias", (n_ssm_head,))
+            _add(w, written, b + "ssm_a", (1, n_ssm_head))
+            _add(w, written, b + "ssm_d", (1, n_ssm_head))
+            _add(w, written, b + "ssm_norm.weight", (d_inner // n_group, n_group))
+            _add(w, written, b + "ssm_out.weight", (d_inner, n_embd), dense_type)
+        elif kind == "*":
+            _add(w, written, b + "attn_q.weight", (n_embd, n_head * head_dim), dense_type)
+            _add(w, written, b + "attn_k.weight", (n_embd, n_head_kv * head_dim), dense_type)
+            _add(w, written, b + "attn_v.weight", (n_embd, n_head_kv * head_dim), dense_type)
+            _add(w, written, b + "attn_output.weight", (n_head * head_dim, n_embd), dense_type)
+        else:
+            _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
+            _add(w, written, b + "exp_probs_b.bias", (n_expert,))
+            _add(w, written, b + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), expert_type)
+            _add(w, written, b + "ffn_up_exps.weight", (n_embd, n_ff_exp, n_expert), expert_type)
+            _add(w, written, b + "ffn_down_shexp.weight", (n_ff_shexp, n_embd), dense_type)
+            _add(w, written, b + "ffn_up_shexp.weight", (n_embd, n_ff_shexp), dense_type)
+    _finish(w)
+    return path, written
+
+
 LLAMA_FIXTURES: dict[str, Callable] = {
     "qwen3moe": write_qwen3moe_llama,
     "deepseek2": write_deepseek2_llama,
@@ -558,6 +625,7 @@ LLAMA_FIXTURES: dict[str, Callable] = {
     "deepseek4": write_deepseek4_llama,
     "deepseek4-mtp": write_deepseek4_mtp_llama,
     "glm-dsa": write_glm_dsa_llama,
+    "nemotron_h_moe": write_nemotron_h_moe_llama,
 }
 # fixtures measured outside the tests/data/llama_memory matrix: gemma4 was recorded with
 # --no-repack (tests/data/gemma4_llama_memory.json says why) and is checked by test_gemma4.py

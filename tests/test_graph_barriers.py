@@ -32,6 +32,9 @@ FIXTURE_BLOCKS = {
     "deepseek4": ("deepseek4", ["swa-only", "swa-only", None, "hca", "csa", "hca", "csa", "swa-only"], 6),
     # every sixth block global (block 5), the last block sliding
     "gemma4": ("gemma4", ["swa"] * 5 + ["full", "swa"], 4),
+    # pattern MEM*EM*E: Mamba-2 (recurrent), MoE (no attention), GQA (full)
+    "nemotron_h_moe": ("nemotron_h_moe", ["recurrent", "none", "recurrent", "full", "none", "recurrent", "full",
+                                          "none"], 6),
 }
 
 

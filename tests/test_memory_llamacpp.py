@@ -80,8 +80,17 @@ def _arch(fixture: str) -> str:
     return fixture.removesuffix("-mtp")
 
 
+# fixtures without a full recording, and where their caches are checked instead: the
+# nemotron_h_moe runs crash on the host that counted them (its llama.cpp build's AMX Q8_0 kernel
+# raises SIGILL, as every fixture's does there; only -nr runs complete, and those have no
+# CPU_REPACK buffer to compare), so its KV and Mamba-2 state are checked against the buffers
+# llama-completion printed in tests/test_nemotron_h.py
+NOT_RECORDED = {"nemotron_h_moe": "tests/test_nemotron_h.py::test_cache_and_recurrent_state_match_llama_cpp"}
+
+
 def test_recordings_cover_the_fixtures():
-    assert set(RECORDS) == set(LLAMA_FIXTURES)
+    assert set(RECORDS) | set(NOT_RECORDED) == set(LLAMA_FIXTURES)
+    assert not set(RECORDS) & set(NOT_RECORDED)
     for rec in RECORDS.values():
         assert len(rec["llama_cpp"]["commit"]) == 40
         assert rec["exact_bytes"] is True

@@ -61,6 +61,17 @@ def check_ngl(ngl: int | None, model: ModelSpec, backend: str) -> int | None:
     return ngl if ngl <= n_all else None
 
 
+def check_backend_runs(model: ModelSpec, backend: str) -> None:
+    """A one-line error when the backend cannot run the model's architecture at all."""
+    from moeplan.planner import backends
+
+    why = backends.unsupported_reason(backend, model.arch)
+    if why:
+        able = [b for b in backends.NAMES if not backends.unsupported_reason(b, model.arch)]
+        raise InputError(f"--backend {backend} cannot run {model.name} ({model.arch}): {why}",
+                         "use --backend " + " or ".join(able))
+
+
 def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_layers: int | None = None,
                       cpu_layers: str | None = None, all_cpu_moe: bool = False, ctx: str = "4096",
                       kv_type: str = "f16", threads: int | None = None, default_threads: int = 1,
@@ -75,6 +86,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
     bounds --threads (the profile's CPUs for estimate, this machine's for bench)."""
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}", "use one of " + ", ".join(BACKENDS))
+    check_backend_runs(model, backend)
     if numa not in NUMA_POLICIES:
         raise InputError(f"unknown NUMA policy {numa!r}", "use one of " + ", ".join(NUMA_POLICIES))
     kv = kv_type.lower()

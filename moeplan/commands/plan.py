@@ -27,6 +27,7 @@ from moeplan.commands.placement_opts import (
     NumaOpt,
     ThreadsOpt,
     UbatchOpt,
+    check_backend_runs,
     check_ngl,
     resolve_placement,
 )
@@ -213,6 +214,7 @@ def register(app: typer.Typer) -> None:
                 raise InputError(f"--trials {trials} must be at least 1", "for example --trials 6")
         check_outputs(emit, plot, out)
         spec = resolve_model(model, quant=quant, size=size)
+        check_backend_runs(spec, backend)
         for flag, n in (("--ctx", n_ctx), ("--min-ctx", n_min_ctx)):
             if n is not None:
                 check_ctx(n, flag, spec.name, spec.n_ctx_train)

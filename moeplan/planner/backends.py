@@ -19,6 +19,7 @@ class Backend:
     op_offload_rule: str     # how its prefill moves CPU experts' work to the GPU (executor/experts.py)
     windows_native: bool     # has a native Windows build (launch.ps1 / launch.cmd are written)
     cli_label: str = ""      # how --help lists it ("" = the name)
+    no_archs: tuple[tuple[str, str], ...] = ()  # (llama.cpp architecture, why it cannot run it)
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
@@ -26,9 +27,12 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
     Backend("llama.cpp", "llama_cpp", "llamacpp", gguf_runner=True, n_cpu_moe_from="first",
             op_offload_rule="llama.cpp", windows_native=True),
     Backend("ik_llama.cpp", "ik_llama_cpp", "ikllama", gguf_runner=True, n_cpu_moe_from="last",
-            op_offload_rule="ik_llama.cpp", windows_native=True),
+            op_offload_rule="ik_llama.cpp", windows_native=True,
+            no_archs=(("nemotron_h_moe", "its loader has no nemotron_h_moe architecture "
+                                         "(ik_llama.cpp issue #1075: 'unknown model architecture')"),)),
     Backend("ktransformers", "ktransformers", "ktransformers", gguf_runner=False, n_cpu_moe_from="first",
-            op_offload_rule="llama.cpp", windows_native=False),
+            op_offload_rule="llama.cpp", windows_native=False,
+            no_archs=(("nemotron_h_moe", "it has no NemotronH (Mamba-2 hybrid) model or injection rules"),)),
     Backend("vllm", "vllm", "vllm", gguf_runner=False, n_cpu_moe_from="first",
             op_offload_rule="llama.cpp", windows_native=False),
     Backend("sglang", "sglang", "sglang", gguf_runner=False, n_cpu_moe_from="first",
@@ -36,6 +40,13 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
 )}
 
 NAMES: tuple[str, ...] = tuple(BACKENDS)
+
+
+def unsupported_reason(name: str, arch: str) -> str:
+    """Why backend `name` cannot run a model of llama.cpp architecture `arch` ('' if it can)."""
+    if name not in BACKENDS:
+        return ""
+    return dict(BACKENDS[name].no_archs).get(arch, "")
 
 
 def get(name: str) -> Backend:

@@ -46,6 +46,14 @@ BLOCK_BARRIERS: dict[tuple[str, str], tuple[int, int, str]] = {
     # qwen35moe.cpp builds the same gated delta-net and gated attention blocks as qwen3next.cpp
     ("qwen35moe", "full"): (41, 4, "as qwen3next"),
     ("qwen35moe", "recurrent"): (60, 4, "as qwen3next"),
+    # nemotron-h.cpp: a block is one sub-layer. Mamba-2 (mamba-base.cpp build_mamba2_layer: in
+    # projection, conv state concat/ssm_conv/bias/silu, dt bias/softplus, ssm_scan and its state
+    # write-back, D skip, the grouped gate norm, out projection), GQA attention without rope,
+    # or the MoE FFN (sigmoid router with a selection bias, relu^2 experts without a gate, one
+    # shared expert); every block has its attn_norm and residual ADD
+    ("nemotron_h_moe", "recurrent"): (25, 6, "counted"),
+    ("nemotron_h_moe", "full"): (9, 6, "counted"),
+    ("nemotron_h_moe", "none"): (26, 6, "counted"),
     ("deepseek4", "swa-only"): (66, 6, "counted"),
     ("deepseek4", "csa"): (144, 6, "counted"),
     ("deepseek4", "hca"): (90, 6, "counted"),
@@ -75,14 +83,18 @@ BLOCK_BARRIERS: dict[tuple[str, str], tuple[int, int, str]] = {
 DENSE_BLOCK = 22
 # a block of an architecture not listed: qwen3moe's block
 DEFAULT_BLOCK = BLOCK_BARRIERS[("qwen3moe", "full")]
+# architectures whose blocks without experts are mixers of their own (not a dense lead block)
+SUBLAYER_BLOCK_ARCHS = frozenset({"nemotron_h_moe"})
 
 
 def _mainline_block(model: ModelSpec, layer: LayerSpec) -> int:
-    n, fixture_used, _ = BLOCK_BARRIERS.get((model.arch, layer.attention), DEFAULT_BLOCK)
+    row = BLOCK_BARRIERS.get((model.arch, layer.attention))
     if layer.kind != "moe":
-        # a leading dense block: ~16 attention nodes, the ffn norm, gate, up, activation,
-        # down and the residual ADD
-        return DENSE_BLOCK
+        # a block without routed experts: counted where its architecture's blocks hold one
+        # sub-layer (nemotron-h: a Mamba-2 mixer or an attention alone); else a leading dense
+        # block: ~16 attention nodes, the ffn norm, gate, up, activation, down and the residual ADD
+        return row[0] if row is not None and model.arch in SUBLAYER_BLOCK_ARCHS else DENSE_BLOCK
+    n, fixture_used, _ = row or DEFAULT_BLOCK
     return n + max(0, model.n_experts_used - fixture_used)
 
 

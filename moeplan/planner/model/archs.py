@@ -79,8 +79,13 @@ def is_indexer_full(arch: str, hp: dict[str, Any], il: int) -> bool:
 
 
 def is_recurrent_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
-    if not registry.get(arch).recurrent_hybrid:
+    rec = registry.get(arch)
+    if not rec.recurrent_hybrid:
         return False
+    if rec.recurrent_rule == "mixer":
+        # nemotron-h.cpp load_arch_hparams: recurrent iff n_head_kv(il) == 0 and n_ff(il) == 0
+        return (il < n_trunk(hp) and not int(hp_at(hp, "attention.head_count_kv", il, 0) or 0)
+                and not int(hp_at(hp, "feed_forward_length", il, 0) or 0))
     arr = hp.get("attention.recurrent_layers")
     if isinstance(arr, (list, tuple)):
         return bool(arr[il]) if il < len(arr) else False
@@ -177,6 +182,9 @@ def attention_kind(arch: str, hp: dict[str, Any], labels: list[str]) -> str:
     kinds = sorted(set(labels))
     if "mla" in kinds or "mla+dsa" in kinds:
         return "MLA + DSA indexer" if "mla+dsa" in kinds else "MLA (latent KV)"
+    if "recurrent" in kinds and registry.get(arch).recurrent_rule == "mixer":
+        return (f"hybrid: {labels.count('full')} GQA + {labels.count('recurrent')} Mamba-2 blocks "
+                f"(+ {labels.count('none')} MoE blocks without attention)")
     if "recurrent" in kinds:
         return f"hybrid: {labels.count('full')} GQA + {labels.count('recurrent')} linear-attention layers"
     if "swa" in kinds:

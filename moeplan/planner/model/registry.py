@@ -27,7 +27,10 @@ class Arch:
     hparams: Callable[[dict, dict], None] | None  # config -> arch GGUF keys (set_gguf_parameters); None: common keys only
     tensors: TensorBuilder | None                 # GGUF keys -> tensor list (load_arch_tensors); None: GGUF files only
     mla: bool = False                           # MLA latent cache when the GGUF has the *_mla keys
-    recurrent_hybrid: bool = False              # gated delta net layers keep a fixed recurrent state
+    recurrent_hybrid: bool = False              # recurrent layers keep a fixed state per sequence
+    recurrent_rule: str = "interval"            # which: "interval" (attention.recurrent_layers or every
+                                                # full_attention_interval-th block attends), "mixer" (blocks
+                                                # with neither KV heads nor FFN: nemotron-h.cpp)
     swa_pattern: int | None = None              # load_swa_pattern(ml, n) default, where the arch sets one
     converter_keeps_mtp: bool = False           # convert_hf_to_gguf.py writes the MTP/NextN block by default
     post_attention_norm: bool = False           # HF post_attention_layernorm -> GGUF post_attention_norm
@@ -105,6 +108,9 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("llama", (("MixtralForCausalLM", ""),), (("mixtral", "MixtralForCausalLM"),),
          None, _plain(st._build_llama),
          gating=("softmax", True)),
+    Arch("nemotron_h_moe", (("NemotronHForCausalLM", ""),), (("nemotron_h", "NemotronHForCausalLM"),),
+         synth._hp_nemotron_h, _plain(st._build_nemotron_h), recurrent_hybrid=True, recurrent_rule="mixer",
+         converter_keeps_mtp=True, nextn_hidden_rows="all", gating=("sigmoid", True), activation="relu_sqr"),
     Arch("minimax-m2", (("MiniMaxM2ForCausalLM", ""),), (("minimax_m2", "MiniMaxM2ForCausalLM"),),
          synth._hp_minimax_m2, _plain(st._build_minimax_m2), gating=("sigmoid", True)),
     # gemma4.cpp: SWA per the GGUF's sliding_window_pattern array (no default pattern); the

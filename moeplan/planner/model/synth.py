@@ -12,8 +12,8 @@ Two pure steps, so a bundled profile, a Hugging Face folder and a GGUF file all 
 
 Each TensorSpec carries a `role` that the quant recipes (quants.py) and the checkpoint-format
 rules key on. Sources: llama.cpp 2026-10 master, conversion/{base,deepseek,glm,qwen,gpt_oss,
-llama,minimax,gemma}.py and src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,
-qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4}.cpp.
+llama,minimax,gemma,nemotron,granite}.py and src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,
+qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4,nemotron-h}.cpp.
 """
 from __future__ import annotations
 
@@ -229,6 +229,56 @@ def _hp_qwen_hybrid(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
         rec = [t == "linear_attention" for t in cfg["layer_types"]]
         hp["attention.recurrent_layers"] = rec + [False] * (hp["block_count"] - n_trunk)
     hp["full_attention_interval"] = cfg.get("full_attention_interval", 4)
+
+
+def _hp_nemotron_h(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """NemotronHModel.set_gguf_parameters (conversion/nemotron.py, over GraniteHybridModel in
+    conversion/granite.py) for the MoE variant (nemotron_h_moe: the config has num_experts_per_tok).
+
+    hybrid_override_pattern gives one letter per block: M a Mamba-2 mixer, * attention, E a
+    MoE FFN (every block is one of the three, with its own residual). The converter writes
+    that pattern as two per-block arrays - head_count_kv (num_key_value_heads on attention
+    blocks, 0 elsewhere) and feed_forward_length (moe_intermediate_size on E blocks, 0
+    elsewhere) - from which llama.cpp's nemotron-h.cpp load_arch_hparams derives the recurrent
+    blocks (n_head_kv == 0 and n_ff == 0). The MTP block appended past the trunk counts as both
+    an attention and a MoE block. Mamba sizes: d_inner = mamba_num_heads x mamba_head_dim
+    (find_hparam(["num_heads"]) x d_model, d_model being mamba_head_dim), dt_rank =
+    mamba_num_heads. No rope on a hybrid: context_length is written as 2**20."""
+    pattern = cfg.get("hybrid_override_pattern") or cfg.get("layers_block_type") or ""
+    n_blocks = int(hp["block_count"])
+    n_trunk = n_blocks - int(hp.get("nextn_predict_layers", 0) or 0)
+    if isinstance(pattern, str):
+        attn = [c == "*" for c in pattern]
+        mlp = [c == "E" for c in pattern]
+    else:
+        attn = [t in ("attention", "full_attention") for t in pattern]
+        mlp = [t == "moe" for t in pattern]
+    if len(attn) != n_trunk:
+        raise ValueError(f"hybrid_override_pattern has {len(attn)} blocks, num_hidden_layers {n_trunk}")
+    attn += [True] * (n_blocks - n_trunk)  # the folded MTP block: attention and MoE sub-layers
+    mlp += [True] * (n_blocks - n_trunk)
+    n_ff_exp = cfg["moe_intermediate_size"]
+    hp["context_length"] = 2 ** 20
+    hp["attention.key_length"] = cfg["head_dim"]
+    hp["attention.value_length"] = cfg["head_dim"]
+    hp["attention.head_count_kv"] = [cfg["num_key_value_heads"] if a else 0 for a in attn]
+    hp["feed_forward_length"] = [n_ff_exp if m else 0 for m in mlp]
+    hp["expert_used_count"] = cfg["num_experts_per_tok"]
+    hp["expert_feed_forward_length"] = n_ff_exp
+    hp["expert_shared_feed_forward_length"] = cfg["moe_shared_expert_intermediate_size"]
+    hp["expert_count"] = cfg["n_routed_experts"]
+    hp["expert_shared_count"] = cfg["n_shared_experts"]
+    hp["expert_weights_norm"] = bool(cfg["norm_topk_prob"])
+    hp["expert_weights_scale"] = cfg["routed_scaling_factor"]
+    hp["expert_group_count"] = cfg["n_group"]
+    if cfg.get("moe_latent_size") is not None:
+        hp["moe_latent_size"] = cfg["moe_latent_size"]
+    n_heads = _first(cfg, "num_heads", "mamba_num_heads")
+    hp["ssm.conv_kernel"] = _first(cfg, "conv_kernel", "d_conv")
+    hp["ssm.state_size"] = _first(cfg, "state_size", "d_state", "state_dim", "ssm_state_size")
+    hp["ssm.group_count"] = _first(cfg, "n_groups", "num_groups")
+    hp["ssm.inner_size"] = n_heads * _first(cfg, "mamba_head_dim", "hidden_size", "d_model")
+    hp["ssm.time_step_rank"] = _first(cfg, "n_heads", "num_heads", "mamba_n_heads", "mamba_num_heads")
 
 
 def _hp_gpt_oss(cfg: dict[str, Any], hp: dict[str, Any]) -> None:

@@ -324,6 +324,69 @@ def _build_qwen_hybrid(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_voca
             _nextn(ix, il, n_embd, n_vocab, extras)
 
 
+def _build_nemotron_h(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                      extras: tuple[str, ...]) -> None:
+    """nemotron-h.cpp load_arch_tensors (nemotron_h_moe): every block has an attn_norm and one
+    of a Mamba-2 mixer (n_head_kv == 0 and n_ff == 0), an attention (n_ff == 0) or a MoE FFN
+    (relu^2 experts without a gate matrix, a sigmoid router with its selection bias, one
+    shared expert, and with moe_latent_size the experts run in a latent width between
+    ffn_latent_down / ffn_latent_up). The conv1d bias is written (use_conv_bias in the
+    released configs); ssm_norm is grouped (d_inner / n_group, n_group). The MTP block folds
+    an attention and a MoE sub-layer with the nextn extras and a post-attention norm."""
+    from moeplan.planner.model.archs import hp_at
+
+    n_embd, d_k = d["n_embd"], d["d_k"]
+    d_conv, d_inner = _i(hp, "ssm.conv_kernel"), _i(hp, "ssm.inner_size")
+    d_state, n_ssm_head, n_group = _i(hp, "ssm.state_size"), _i(hp, "ssm.time_step_rank"), _i(hp, "ssm.group_count")
+    conv_dim = d_inner + 2 * n_group * d_state
+    latent = _i(hp, "moe_latent_size")
+    moe_embd = latent or n_embd
+    n_ff_sh, n_expert = _i(hp, "expert_shared_feed_forward_length"), d["n_expert"]
+    _globals(ix, n_embd, n_vocab)
+
+    def moe(il: int) -> None:
+        n_ff = int(hp_at(hp, "expert_feed_forward_length", il, 0) or 0) or \
+            int(hp_at(hp, "feed_forward_length", il, 0) or 0) // max(1, d["n_used"])
+        ix.b(il, "ffn_gate_inp.weight", (n_embd, n_expert), "router")
+        ix.b(il, "exp_probs_b.bias", (n_expert,), "vector")
+        if latent:
+            ix.b(il, "ffn_latent_down.weight", (n_embd, moe_embd), "ffn")
+            ix.b(il, "ffn_latent_up.weight", (moe_embd, n_embd), "ffn")
+        ix.b(il, "ffn_down_exps.weight", (n_ff, moe_embd, n_expert), "experts")
+        ix.b(il, "ffn_up_exps.weight", (moe_embd, n_ff, n_expert), "experts")
+        ix.b(il, "ffn_down_shexp.weight", (n_ff_sh, n_embd), "shexp")
+        ix.b(il, "ffn_up_shexp.weight", (n_embd, n_ff_sh), "shexp")
+
+    def attention(il: int) -> None:
+        n_head_kv = int(hp_at(hp, "attention.head_count_kv", il, 0) or 0)
+        _qkv(ix, il, n_embd, d_k * d["n_head"], d_k * n_head_kv, d["d_v"] * n_head_kv)
+        ix.b(il, "attn_output.weight", (d_k * d["n_head"], n_embd), "attn")
+
+    for il in range(d["n_layer"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        n_head_kv = int(hp_at(hp, "attention.head_count_kv", il, 0) or 0)
+        n_ff = int(hp_at(hp, "feed_forward_length", il, 0) or 0)
+        if n_head_kv == 0 and n_ff == 0:
+            ix.b(il, "ssm_in.weight", (n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head), "ssm")
+            ix.b(il, "ssm_conv1d.weight", (d_conv, conv_dim), "ssm_conv")
+            ix.b(il, "ssm_conv1d.bias", (conv_dim,), "vector")
+            ix.b(il, "ssm_dt.bias", (n_ssm_head,), "vector")
+            ix.b(il, "ssm_a", (1, n_ssm_head), "vector")
+            ix.b(il, "ssm_d", (1, n_ssm_head), "vector")
+            ix.b(il, "ssm_norm.weight", (d_inner // max(1, n_group), n_group), "vector")
+            ix.b(il, "ssm_out.weight", (d_inner, n_embd), "ssm")
+        elif n_ff == 0:
+            attention(il)
+        else:
+            moe(il)
+    for il in range(d["n_layer"], d["n_blocks"]):
+        _nextn(ix, il, n_embd, n_vocab, extras)
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        attention(il)
+        ix.b(il, "post_attention_norm.weight", (n_embd,), "vector")
+        moe(il)
+
+
 def _build_gpt_oss(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                    extras: tuple[str, ...]) -> None:
     """openai-moe.cpp: n_rot = head_dim; biases on q/k/v/o, router and every expert matrix."""
