@@ -76,7 +76,7 @@ MODEL_MAP = [
     (r"gpt-oss-120b", "gpt-oss-120b"),
     (r"gpt-oss-20b", "gpt-oss-20b"),
     (r"kimi-k2-thinking", "kimi-k2-thinking"),
-    (r"kimi[- ]?k2\.5", "kimi-k2.5"),
+    (r"kimi[- ]?k2\.[56]", "kimi-k2.5"),
     (r"kimi-k2-instruct", "kimi-k2"),
     (r"glm[- ]4\.[567](?!-flash|-air)", "glm-4.5"),
     (r"deepseek-coder-v2-lite", "deepseek-coder-v2-lite"),

@@ -346,5 +346,5 @@ def test_kimi_k25_matches_its_published_tensor_table_and_parameter_count():
     assert m.n_ctx_train == 262_144
     # Unsloth's guide: UD-Q2_K_XL 375 GB; the recipe approximation lands within 3%
     assert load_profile("kimi-k2.5", "UD-Q2_K_XL").file_bytes == pytest.approx(375e9, rel=0.03)
-    for alias in ("moonshotai/Kimi-K2.5", "Kimi-K2.5", "kimi-k25"):
+    for alias in ("moonshotai/Kimi-K2.5", "Kimi-K2.5", "kimi-k25", "Kimi-K2.6", "moonshotai/Kimi-K2.6"):
         assert find_profile(alias)["name"] == "kimi-k2.5"
