@@ -163,3 +163,18 @@ def test_no_mmap_when_the_file_does_not_fit_in_the_page_cache():
     assert any(w.startswith("--no-mmap") for w in r.why)
     assert shortfall(MODEL, r.best.placement, toy_hw(vram_gib=2.5, ram_gib=ram), int(2.5 * GIB), int(ram * GIB),
                      MemoryConstants(), PRIORS) == ""
+
+
+def test_distribute_keeps_the_file_mapped_under_page_cache_pressure():
+    # read in (--no-mmap), the loader would first-touch every page: distribute's node-local
+    # reads need the mapped file's first touch by the reading threads
+    from moeplan.planner.hardware.profile import OS_RESERVE_BYTES
+
+    req = Request(n_ctx=4096, kv_types=("f16",), ubatches=(512,), numa_policies=("distribute",))
+    roomy = choose_plan(MODEL, toy_hw(vram_gib=2.5, ram_gib=64, nodes=2), PRIORS, req).best
+    assert roomy.placement.numa == "distribute"
+    anon = estimate_memory(MODEL, roomy.placement.with_(load_mode="no-mmap"), MemoryConstants()).ram_anon_bytes
+    ram = (OS_RESERVE_BYTES + anon + 64 * 2**20) / GIB
+    best = choose_plan(MODEL, toy_hw(vram_gib=2.5, ram_gib=ram, nodes=2), PRIORS, req).best
+    assert best.placement.numa == "distribute"
+    assert best.placement.load_mode == "mmap" and best.estimate.decode_tok_s_paging > 0

@@ -342,8 +342,10 @@ def _no_mmap_if_short(model: ModelSpec, best: Candidate, hw: HardwareProfile, pr
                       vram: int, ram: int, consts: MemoryConstants) -> Candidate:
     """--no-mmap when the mapped file would not fit in the page cache beside the rest (the
     kernel may then evict CPU expert pages: cost/estimate.py page_cache_short_bytes) and the
-    CPU weights fit in anonymous memory; else the plan as it is."""
-    if not best.estimate.decode_tok_s_paging:
+    CPU weights fit in anonymous memory; else the plan as it is. Not under --numa distribute:
+    read in, every page is first touched by the loading thread, not by the thread that reads
+    it in decode, so the node-local reads that policy is chosen for would be lost."""
+    if not best.estimate.decode_tok_s_paging or best.placement.numa == "distribute":
         return best
     p = best.placement.with_(load_mode="no-mmap")
     if shortfall(model, p, hw, vram, ram, consts, pr):
