@@ -1,6 +1,7 @@
 """Layer sampling: class choice, scale factors, and extrapolation against a full run."""
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -52,9 +53,10 @@ def _run(model, placement, k):
 
 def test_sampled_run_predicts_the_full_run(tmp_path):
     """8 blocks, half on the CPU tier: running 2 of each class and scaling by 2 predicts the
-    full run's bytes per token exactly and its decode time within 15% (the median of 5 pairs of
-    CPU-time measurements: in a full test session, caches shared with the other tests' leftovers
-    moved single pairs by up to 20%; a wrong scale factor would be off by 2x). The model is small
+    full run's bytes per token exactly and its decode time within a factor sqrt(2), halfway in
+    log terms to the 2x a wrong scale factor gives (the median of 5 pairs of CPU-time
+    measurements: in a full test session on a shared 2-core machine, caches shared with the
+    other tests' leftovers moved single pairs by up to 35% and the median by 17%). The model is small
     enough (13 MiB) that the full and the sampled run both stay in the CPU caches: a model
     straddling the last-level cache would be faster sampled (a real effect, which is why big
     sampled runs keep pools well over the cache size)."""
@@ -69,7 +71,7 @@ def test_sampled_run_predicts_the_full_run(tmp_path):
     assert len(s["blocks_run"]) == 4 and len(f["blocks_run"]) == 8
     assert any("sampled" in n for n in s["notes"])
     ratio = sorted(ratios)[len(ratios) // 2]
-    assert abs(ratio - 1) < 0.15, ratios
+    assert abs(math.log(ratio)) < math.log(2) / 2, ratios
     for tier in ("gpu", "cpu", "kv", "activations"):
         assert s["bytes_per_token_by_tier"][tier] == pytest.approx(f["bytes_per_token_by_tier"][tier], rel=0.01)
     assert s["prefill_bytes_per_ubatch_by_tier"]["gpu"] == pytest.approx(
