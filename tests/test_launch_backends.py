@@ -364,9 +364,10 @@ def test_kt_reads_a_native_checkpoint_with_its_own_method():
     weights from the --model-path folder; a GGUF-quant plan of the same model keeps AMXINT4."""
     from moeplan.profiles.model_profiles import load_profile
 
-    for name, method in (("kimi-k2-thinking", "RAWINT4"), ("kimi-k2.5", "RAWINT4"), ("deepseek-v3", "FP8"),
-                         ("qwen3-30b-a3b", "BF16")):
-        m = load_profile(name, "native")
+    for name, quant, method in (("kimi-k2-thinking", "native", "RAWINT4"), ("kimi-k2.5", "native", "RAWINT4"),
+                                ("deepseek-v3", "native", "FP8"), ("qwen3-30b-a3b", "native", "BF16"),
+                                ("qwen3-30b-a3b", "FP8", "FP8")):
+        m = load_profile(name, quant)
         p = Placement(backend="ktransformers", cpu_moe_layers=m.moe_layer_indices, n_ctx=8192, n_threads=32)
         launch = emit_launch(make_plan(m, p), m, "ktransformers", gpu_vram_bytes=96 * GIB)
         argv = argv_of(launch)

@@ -58,11 +58,17 @@ def test_profile_data_is_sourced_and_consistent(name):
 
 @pytest.mark.parametrize("name", PROFILES)
 def test_every_profile_loads_for_every_quant(name):
+    from moeplan.planner.model.native import FP8_FROM
+
     for q in QUANTS:
+        if q == "FP8" and find_profile(name).get("native", {}).get("scheme", "bf16") not in FP8_FROM:
+            with pytest.raises(InputError, match="FP8"):  # no -FP8 release of a BF16 original
+                load_profile(name, q)
+            continue
         m = load_profile(name, q)
         assert m.source == "profile" and m.moe_layers and m.n_experts and m.n_experts_used
         assert m.file_bytes >= m.tensor_bytes > 0
-        if q != "native":
+        if q not in ("native", "FP8"):
             assert m.quant == q
             assert all(t.ggml_type in TYPE_SIZES for t in m.tensors), q
 
@@ -348,3 +354,34 @@ def test_kimi_k25_matches_its_published_tensor_table_and_parameter_count():
     assert load_profile("kimi-k2.5", "UD-Q2_K_XL").file_bytes == pytest.approx(375e9, rel=0.03)
     for alias in ("moonshotai/Kimi-K2.5", "Kimi-K2.5", "kimi-k25", "Kimi-K2.6", "moonshotai/Kimi-K2.6"):
         assert find_profile(alias)["name"] == "kimi-k2.5"
+
+
+def test_fp8_checkpoint_of_a_bf16_model():
+    """--quant FP8: the published -FP8 release of a BF16 model (block-128 e4m3 linear layers with
+    a float32 scale per 128x128 block; embeddings, lm_head, routers and vectors bf16)."""
+    m = load_profile("qwen3-30b-a3b", "FP8")
+    assert m.quant.startswith("FP8")
+    by = {t.name: t for t in m.tensors}
+    # one layer's gate experts {2048, 768, 128}: 2048*768*128 bytes + 16*6*128 blocks x 4 B
+    gate = by["blk.0.ffn_gate_exps.weight"]
+    assert gate.ggml_type == "F8_E4M3" and gate.n_bytes == 2048 * 768 * 128 + 16 * 6 * 128 * 4
+    assert by["token_embd.weight"].ggml_type == "BF16" and by["output.weight"].ggml_type == "BF16"
+    assert by["blk.0.ffn_gate_inp.weight"].ggml_type == "BF16"
+    # about one byte per linear weight: half the BF16 checkpoint's experts
+    bf16 = load_profile("qwen3-30b-a3b", "native")
+    assert m.expert_bytes == pytest.approx(bf16.expert_bytes / 2, rel=0.01)
+    # a model published in FP8 already: the same bytes as its native checkpoint
+    assert load_profile("deepseek-v3", "FP8").file_bytes == load_profile("deepseek-v3", "native").file_bytes
+    # a model without an -FP8 release of a BF16 original is refused with a hint
+    with pytest.raises(InputError, match="MXFP4"):
+        load_profile("gpt-oss-120b", "FP8")
+    assert "FP8" in QUANTS and canonical_quant("fp8") == "FP8"
+
+
+def test_hf_fp8_repository_id_names_the_profile_fp8_checkpoint():
+    from moeplan.probes.models import resolve_model
+
+    m = resolve_model("Qwen/Qwen3-30B-A3B-FP8")
+    assert m.quant.startswith("FP8") and m.file_bytes == load_profile("qwen3-30b-a3b", "FP8").file_bytes
+    with pytest.raises(InputError, match="FP8 checkpoint"):
+        resolve_model("Qwen/Qwen3-30B-A3B-FP8", quant="Q4_K_M")

@@ -11,7 +11,8 @@ from moeplan.planner.model.ggml import KV_CACHE_TYPES
 from moeplan.units import parse_ctx
 
 _QUANT_HELP = ("Quant of a bundled profile: any llama-quantize type (Q4_K_M, IQ2_M, Q3_K_S ...), MXFP4, BF16, "
-               "native, Unsloth UD-Q2_K_XL / Q4_K_XL, ik_llama.cpp IQ3_KS ... (docs/quants.md)")
+               "native, FP8 (a BF16 model's -FP8 checkpoint), Unsloth UD-Q2_K_XL / Q4_K_XL, ik_llama.cpp IQ3_KS ... "
+               "(docs/quants.md)")
 QuantOpt = Annotated[Optional[str], typer.Option("--quant", help=_QUANT_HELP)]
 SizeOpt = Annotated[Optional[str], typer.Option("--size", help="Real file size of a bundled profile (151GB decimal, 151G binary); bytes are scaled to it.")]
 

@@ -96,7 +96,7 @@ NATIVE_KT_METHOD = {"BF16": "BF16", "F8_E4M3": "FP8", "INT4": "RAWINT4", "MXFP4"
 
 def _native_method(model) -> str | None:
     """The --kt-method that reads a plan's native checkpoint experts as they are, if any."""
-    if not model.quant.startswith("native") or not model.moe_layers:
+    if not model.quant.startswith(("native", "FP8")) or not model.moe_layers:
         return None
     types = model.moe_layers[0].expert_types
     return NATIVE_KT_METHOD.get(types[0]) if len(types) == 1 else None

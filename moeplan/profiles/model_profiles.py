@@ -15,7 +15,7 @@ from typing import Any
 
 from moeplan.errors import InputError, ModelFormatError
 from moeplan.planner.model.build import build_model_spec
-from moeplan.planner.model.native import NativeFormat
+from moeplan.planner.model.native import FP8_CHECKPOINT, FP8_FROM, NativeFormat
 from moeplan.planner.model.quants import apply_recipe, canonical_quant, quant_families, resolve_quant, scale_to_size
 from moeplan.planner.model.spec import ModelSpec, make_tensor
 from moeplan.planner.model.synth import gguf_hparams, layout_options, merged_config, tensor_specs
@@ -87,6 +87,19 @@ def _native(profile: dict[str, Any]) -> NativeFormat:
     return NativeFormat(nat.get("scheme", "bf16"), tuple(sorted(nat.get("dtypes", {}).items())))
 
 
+def _checkpoint_format(profile: dict[str, Any], quant: str) -> NativeFormat:
+    """The checkpoint a 'native' or 'FP8' plan loads: the published one, or for FP8 the
+    block-128 FP8 release of a BF16 model (native.FP8_CHECKPOINT)."""
+    nat = _native(profile)
+    if quant != "FP8" or nat.scheme == FP8_CHECKPOINT:
+        return nat
+    if nat.scheme not in FP8_FROM:
+        raise InputError(f"--quant FP8: {profile.get('display_name', profile['name'])} is published as "
+                         f"{profile.get('native_format', nat.scheme)}, not as a BF16 model with an -FP8 release",
+                         "use --quant native for its own checkpoint, or a GGUF type")
+    return NativeFormat(FP8_CHECKPOINT)
+
+
 # prefix of the model notes about the file's bytes (a recipe approximation, --size scaling) that
 # `estimate` / `plan` print with their own notes
 QUANT_NOTE = "quant: "
@@ -111,18 +124,22 @@ def load_profile(name: str, quant: str | None = None, size_bytes: int | None = N
 def spec_from_profile(profile: dict[str, Any], quant: str, size_bytes: int | None) -> ModelSpec:
     config = profile_config(profile)
     conv = profile.get("conversion", {})
-    native = quant == "native"
+    native = quant in ("native", "FP8")  # a checkpoint, not a GGUF
     arch, hp = gguf_hparams(config, keep_mtp=True if native else None, n_mtp=conv.get("mtp_layers"))
     n_vocab = int(merged_config(config)["vocab_size"])
     extras = tuple(conv.get("mtp_tensors", ("eh_proj", "enorm", "hnorm", "shared_head_norm")))
     specs = tensor_specs(arch, hp, n_vocab=n_vocab, mtp_tensors=extras, options=layout_options(config))
-    typed = apply_recipe(specs, hp, quant, _native(profile), conv.get("keeps", ""))
+    typed = apply_recipe(specs, hp, "native" if native else quant, _checkpoint_format(profile, quant),
+                         conv.get("keeps", ""))
     notes = [f"profile {profile['name']} ({profile.get('status', '?')}): tensor index synthesised from the "
              f"published config; types from the {quant} recipe"]
     notes += list(profile.get("notes", []))
     if not native and resolve_quant(quant).note:
         notes.append(QUANT_NOTE + resolve_quant(quant).note)
-    label = quant if not native else f"native ({profile.get('native_format', '')})"
+    label = (quant if not native else f"native ({profile.get('native_format', '')})" if quant == "native"
+             else "FP8 (block-128 checkpoint)")
+    if quant == "FP8":
+        notes.append(QUANT_NOTE + resolve_quant("FP8").note)
     result = scale_to_size(typed, n_vocab, size_bytes, native=native,
                            scales=profile.get("size", {}).get("scales", "experts"))
     notes += [QUANT_NOTE + n if size_bytes is not None else n for n in result.notes]

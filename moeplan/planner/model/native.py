@@ -31,7 +31,7 @@ SCHEMES: dict[str, dict[str, str]] = {
     # float32 scales); embeddings, lm_head, routers and vectors unquantized
     "fp8_block128": {"*": FP8, "embed": "BF16", "output": "BF16", "router": "BF16",
                      "vector": "BF16", "probs_bias": "F32", "nextn_embed": "BF16",
-                     "nextn_head": "BF16", "indexer_proj": "BF16", "tid2eid": "I64"},
+                     "nextn_head": "BF16", "indexer_proj": "BF16", "tid2eid": "I64", "ssm_conv": "BF16"},
     # DeepSeek V4: FP4 experts (e8m0 scale per 32), FP8 attention / shared experts (e8m0
     # 128x128 scales), bf16 embeddings / compressors / indexer, float32 hyper-connections
     "dsv4": {"*": FP8, "experts": "MXFP4", "embed": "BF16", "output": "BF16", "compressor": "BF16",
@@ -44,6 +44,13 @@ SCHEMES: dict[str, dict[str, str]] = {
     "int4_g32": {"*": "BF16", "experts": "INT4", "probs_bias": "F32"},
 }
 SCALE_BYTES = {"fp8_block128": 4, "dsv4": 1}
+# a BF16 model's published "-FP8" checkpoint (Qwen/Qwen3-*-FP8, zai-org/GLM-*-FP8 ...): transformers'
+# FineGrainedFP8 format, quant_method fp8, weight_block_size [128, 128], float32 weight_scale_inv,
+# modules_to_not_convert ["gate", "lm_head"] (the format as TensorRT-LLM's auto_deploy
+# QuantizeFineGrainedFP8MOE documents it, search-index id 51922325736): nn.Linear layers FP8, the
+# embeddings, lm_head, routers, vectors and convolutions bf16 -- the fp8_block128 scheme
+FP8_CHECKPOINT = "fp8_block128"
+FP8_FROM = ("bf16", "fp8_block128")  # native schemes whose models publish such a checkpoint
 
 
 @dataclass(frozen=True)

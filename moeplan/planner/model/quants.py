@@ -53,7 +53,7 @@ IK_FTYPES: tuple[str, ...] = (
     "IQ2_XXS_R4", "IQ2_XS_R4", "IQ2_S_R4", "IQ3_XXS_R4", "IQ3_S_R4", "IQ4_NL_R4", "IQ4_XS_R8",
     "IQ2_K_R4", "IQ3_K_R4", "IQ4_K_R4", "IQ5_K_R4", "IQ4_KS_R4", "IQ5_KS_R4",
 )
-QUANTS = tuple(FTYPE_DEFAULT) + ("BF16", "native")
+QUANTS = tuple(FTYPE_DEFAULT) + ("BF16", "native", "FP8")
 # QUANT_OPTIONS aliases ("Q4_K" = Q4_K_M ...) and moeplan's own names
 ALIASES = {"MXFP4_MOE": "MXFP4", "NATIVE": "native", "BF16": "BF16", "Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M",
            "Q5_K": "Q5_K_M", "FP16": "F16", "FP32": "F32"}
@@ -99,6 +99,10 @@ def resolve_quant(name: str) -> QuantName:
     up = raw.upper().replace("-", "_") if not raw.upper().startswith("UD-") else raw.upper()
     if raw.lower() == "native":
         return QuantName("native", "native", "moeplan")
+    if up in ("FP8", "F8_E4M3"):
+        return QuantName("FP8", "FP8", "moeplan",
+                         note="FP8: the model's published -FP8 checkpoint (block-128 e4m3 linear layers, float32 "
+                              "scales; embeddings, lm_head and routers bf16), what KTransformers, vLLM and SGLang load")
     base = _plain(up)
     if base is not None:
         fam = "ik_llama.cpp" if base in IK_FTYPES else "moeplan" if base in ("BF16", "native") else "llama.cpp"
@@ -143,7 +147,7 @@ def canonical_quant(name: str) -> str:
 def quant_families() -> str:
     """The accepted names, for an error hint."""
     return ("llama-quantize types (" + ", ".join(n for n in FTYPE_DEFAULT if n != "MXFP4") + ", MXFP4_MOE), "
-            "BF16, native; Unsloth UD-<type> and <type>_XL (UD-Q2_K_XL, UD-IQ1_S, Q4_K_XL); <type>_L; "
+            "BF16, native, FP8 (a BF16 model's -FP8 checkpoint); Unsloth UD-<type> and <type>_XL (UD-Q2_K_XL, UD-IQ1_S, Q4_K_XL); <type>_L; "
             "ik_llama.cpp types (" + ", ".join(IK_FTYPES[:15]) + ", ... _R4)")
 
 
