@@ -34,27 +34,30 @@ def resolve_model(arg: str, quant: str | None = None, size: str | None = None) -
         from moeplan.probes.gguf_model import read_gguf_model
 
         return read_gguf_model(p)
-    from moeplan.planner.model.quants import canonical_quant
-    from moeplan.profiles.model_profiles import find_profile, load_profile
+    from moeplan.profiles.model_profiles import load_profile
 
     if arg.endswith(".gguf") or os.sep in arg:
         # a Hugging Face repository id ("Qwen/Qwen3.5-35B-A3B") names a bundled profile too, and
         # its "-FP8" release (Qwen/Qwen3.5-122B-A10B-FP8) the same profile's FP8 checkpoint
-        stem = arg[:-4] if arg.upper().endswith("-FP8") else None
-        try:
-            find_profile(arg)
-        except InputError:
-            try:
-                if stem is None:
-                    raise
-                find_profile(stem)
-            except InputError:
+        if not _is_profile(arg):
+            stem = arg[:-4] if arg.upper().endswith("-FP8") else ""
+            if not stem or not _is_profile(stem):
                 raise ModelFormatError(f"{arg}: no such file", "check the path (for a split model give any shard), "
-                                       "or name a bundled profile (`moeplan models`)") from None
-            if quant and canonical_quant(quant) != "FP8":
+                                       "or name a bundled profile (`moeplan models`)")
+            if quant and quant.strip().upper() not in ("FP8", "F8_E4M3"):
                 raise InputError(f"{arg} is the FP8 checkpoint; --quant {quant} names another file",
                                  f"drop --quant, or name the model {stem}")
             arg, quant = stem, "FP8"
 
     size_bytes = parse_size(size, "--size") if size else None
     return load_profile(arg, quant=quant, size_bytes=size_bytes)
+
+
+def _is_profile(name: str) -> bool:
+    from moeplan.profiles.model_profiles import find_profile
+
+    try:
+        find_profile(name)
+    except InputError:
+        return False
+    return True

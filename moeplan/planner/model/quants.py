@@ -147,7 +147,8 @@ def canonical_quant(name: str) -> str:
 def quant_families() -> str:
     """The accepted names, for an error hint."""
     return ("llama-quantize types (" + ", ".join(n for n in FTYPE_DEFAULT if n != "MXFP4") + ", MXFP4_MOE), "
-            "BF16, native, FP8 (a BF16 model's -FP8 checkpoint); Unsloth UD-<type> and <type>_XL (UD-Q2_K_XL, UD-IQ1_S, Q4_K_XL); <type>_L; "
+            "BF16, native, FP8 (a BF16 model's -FP8 checkpoint); "
+            "Unsloth UD-<type> and <type>_XL (UD-Q2_K_XL, UD-IQ1_S, Q4_K_XL); <type>_L; "
             "ik_llama.cpp types (" + ", ".join(IK_FTYPES[:15]) + ", ... _R4)")
 
 
