@@ -75,6 +75,7 @@ MODEL_MAP = [
     (r"deepseek-v3\.2", "deepseek-v3.2"),
     (r"gpt-oss-120b", "gpt-oss-120b"),
     (r"gpt-oss-20b", "gpt-oss-20b"),
+    (r"kimi[- ._]?k3", "kimi-k3"),
     (r"kimi-k2-thinking", "kimi-k2-thinking"),
     (r"kimi[- ]?k2\.[56]", "kimi-k2.5"),
     (r"kimi-k2-instruct", "kimi-k2"),

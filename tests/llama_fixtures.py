@@ -617,6 +617,89 @@ def write_nemotron_h_moe_llama(path: Path, *, pattern="MEM*EM*E", n_embd=1024, n
     return path, written
 
 
+def write_kimi_k3_llama(path: Path, *, n_layer=8, full_attn=(4, 8), n_dense=1, n_embd=1024, n_head=8,
+                        kda_head_dim=128, d_conv=4, q_lora=256, kv_lora=512, rope=64, nope=128, v_dim=128,
+                        n_expert=32, n_used=16, n_shared=2, latent=512, n_ff_exp=256, n_ff=2048,
+                        n_vocab=32000, ctx=32768, res_block=4, expert_type=Q.MXFP4, dense_type=Q.Q8_0):
+    """Kimi-K3 in ratio (kimi-k3): KDA blocks (head_count_kv 0) with MLA blocks (one latent head of
+    kv_lora + rope, no rope applied, a sigmoid output gate attn_gate) on the 1-indexed blocks of
+    `full_attn` (K3: every fourth and the last), the cross-layer residual every `res_block`
+    blocks (K3: 12 of 93), one dense lead block, then routed experts in a latent space half
+    n_embd wide (K3: 3584 of 7168) between ffn_routed_down / ffn_routed_up, with 16 of the
+    experts per token as K3 and two shared experts of n_ff_exp. MXFP4 experts as the published
+    checkpoint's, Q8_0 elsewhere (the MXFP4_MOE recipe). KDA keeps K3's head_dim of 128."""
+    arch = "kimi-k3"
+    w = GGUFWriter(str(path), arch)
+    written: list = []
+    kv_heads = [1 if (il + 1) in full_attn else 0 for il in range(n_layer)]
+    _common(w, "moeplan-kimi-k3", n_layer, n_embd, n_head, kv_heads, ctx, 38)  # 38: MXFP4_MOE
+    w.add_feed_forward_length(n_ff)
+    _mla_keys(w, q_lora=q_lora, kv_lora=kv_lora, rope=rope, nope=nope, v_dim=v_dim)
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_kda_head_dim(kda_head_dim)
+    w.add_float32(f"{arch}.kda.gate_lower_bound", -5.0)
+    w.add_leading_dense_block_count(n_dense)
+    w.add_expert_shared_count(n_shared)
+    w.add_expert_weights_scale(1.0)
+    w.add_expert_weights_norm(True)
+    w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
+    w.add_uint32(f"{arch}.expert_latent_length", latent)
+    w.add_uint32(f"{arch}.attn_res.block_size", res_block)
+    w.add_float32(f"{arch}.activation.situ_beta", 4.0)
+    w.add_float32(f"{arch}.activation.situ_linear_beta", 25.0)
+    _experts_vocab_globals(w, written, n_embd=n_embd, n_vocab=n_vocab, n_expert=n_expert, n_used=n_used,
+                           n_ff_exp=n_ff_exp)
+    _add(w, written, "output_res_score.weight", (n_embd,))
+    d_inner = n_head * kda_head_dim
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        _add(w, written, b + "attn_norm.weight", (n_embd,))
+        _add(w, written, b + "ffn_norm.weight", (n_embd,))
+        _add(w, written, b + "attn_res_score.weight", (n_embd,))
+        _add(w, written, b + "ffn_res_score.weight", (n_embd,))
+        if kv_heads[i] == 0:
+            for qkv in ("q", "k", "v"):
+                _add(w, written, b + f"ssm_conv1d_{qkv}.weight", (d_conv, 1, d_inner, 1))
+                _add(w, written, b + f"attn_{qkv}.weight", (n_embd, d_inner), dense_type)
+            _add(w, written, b + "ssm_f_a.weight", (n_embd, kda_head_dim), dense_type)
+            _add(w, written, b + "ssm_f_b.weight", (kda_head_dim, d_inner), dense_type)
+            _add(w, written, b + "ssm_beta.weight", (n_embd, n_head))
+            _add(w, written, b + "ssm_a", (n_head,))
+            _add(w, written, b + "ssm_dt.bias", (d_inner,))
+            _add(w, written, b + "ssm_g.weight", (n_embd, d_inner), dense_type)
+            _add(w, written, b + "ssm_norm.weight", (kda_head_dim,))
+            _add(w, written, b + "attn_output.weight", (d_inner, n_embd), dense_type)
+        else:
+            _add(w, written, b + "attn_q_a_norm.weight", (q_lora,))
+            _add(w, written, b + "attn_kv_a_norm.weight", (kv_lora,))
+            _add(w, written, b + "attn_q_a.weight", (n_embd, q_lora), dense_type)
+            _add(w, written, b + "attn_q_b.weight", (q_lora, n_head * (nope + rope)), dense_type)
+            _add(w, written, b + "attn_kv_a_mqa.weight", (n_embd, kv_lora + rope), dense_type)
+            _add(w, written, b + "attn_k_b.weight", (nope, kv_lora, n_head), dense_type)
+            _add(w, written, b + "attn_v_b.weight", (kv_lora, v_dim, n_head), dense_type)
+            _add(w, written, b + "attn_gate.weight", (n_embd, n_head * v_dim), dense_type)
+            _add(w, written, b + "attn_output.weight", (n_head * v_dim, n_embd), dense_type)
+        if i < n_dense:
+            _add(w, written, b + "ffn_gate.weight", (n_embd, n_ff), dense_type)
+            _add(w, written, b + "ffn_up.weight", (n_embd, n_ff), dense_type)
+            _add(w, written, b + "ffn_down.weight", (n_ff, n_embd), dense_type)
+            continue
+        _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
+        _add(w, written, b + "exp_probs_b.bias", (n_expert,))
+        _add(w, written, b + "ffn_gate_exps.weight", (latent, n_ff_exp, n_expert), expert_type)
+        _add(w, written, b + "ffn_up_exps.weight", (latent, n_ff_exp, n_expert), expert_type)
+        _add(w, written, b + "ffn_down_exps.weight", (n_ff_exp, latent, n_expert), expert_type)
+        _add(w, written, b + "ffn_routed_down.weight", (n_embd, latent), dense_type)
+        _add(w, written, b + "ffn_routed_up.weight", (latent, n_embd), dense_type)
+        _add(w, written, b + "ffn_routed_norm.weight", (latent,))
+        sh = n_ff_exp * n_shared
+        _add(w, written, b + "ffn_gate_shexp.weight", (n_embd, sh), dense_type)
+        _add(w, written, b + "ffn_up_shexp.weight", (n_embd, sh), dense_type)
+        _add(w, written, b + "ffn_down_shexp.weight", (sh, n_embd), dense_type)
+    _finish(w)
+    return path, written
+
+
 LLAMA_FIXTURES: dict[str, Callable] = {
     "qwen3moe": write_qwen3moe_llama,
     "deepseek2": write_deepseek2_llama,
@@ -631,6 +714,7 @@ LLAMA_FIXTURES: dict[str, Callable] = {
 # --no-repack (tests/data/gemma4_llama_memory.json says why) and is checked by test_gemma4.py
 OTHER_FIXTURES: dict[str, Callable] = {
     "gemma4": write_gemma4_llama,
+    "kimi-k3": write_kimi_k3_llama,
 }
 
 

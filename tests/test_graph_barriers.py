@@ -35,6 +35,9 @@ FIXTURE_BLOCKS = {
     # pattern MEM*EM*E: Mamba-2 (recurrent), MoE (no attention), GQA (full)
     "nemotron_h_moe": ("nemotron_h_moe", ["recurrent", "none", "recurrent", "full", "none", "recurrent", "full",
                                           "none"], 6),
+    # MLA on the 1-indexed blocks 4 and 8 (K3: every fourth and the last), KDA elsewhere; block
+    # 0 is the dense lead block (compared in test_kimi_k3.py)
+    "kimi-k3": ("kimi-k3", [None, "recurrent", "recurrent", "mla", "recurrent", "recurrent", "recurrent", "mla"], 16),
 }
 
 

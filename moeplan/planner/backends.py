@@ -29,10 +29,14 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
     Backend("ik_llama.cpp", "ik_llama_cpp", "ikllama", gguf_runner=True, n_cpu_moe_from="last",
             op_offload_rule="ik_llama.cpp", windows_native=True,
             no_archs=(("nemotron_h_moe", "its loader has no nemotron_h_moe architecture "
-                                         "(ik_llama.cpp issue #1075: 'unknown model architecture')"),)),
+                                         "(ik_llama.cpp issue #1075: 'unknown model architecture')"),
+                      ("kimi-k3", "it has no kimi-k3 architecture (ik_llama.cpp issue #2203, "
+                                  "'Feature Request: Kimi K3 model support', open)"))),
     Backend("ktransformers", "ktransformers", "ktransformers", gguf_runner=False, n_cpu_moe_from="first",
             op_offload_rule="llama.cpp", windows_native=False,
-            no_archs=(("nemotron_h_moe", "it has no NemotronH (Mamba-2 hybrid) model or injection rules"),)),
+            no_archs=(("nemotron_h_moe", "it has no NemotronH (Mamba-2 hybrid) model or injection rules"),
+                      ("kimi-k3", "it has no Kimi-K3 (KDA + MLA hybrid) model or injection rules "
+                                  "(ktransformers issue #2109, 'when will Kimi K3 be supported?', open)"))),
     Backend("vllm", "vllm", "vllm", gguf_runner=False, n_cpu_moe_from="first",
             op_offload_rule="llama.cpp", windows_native=False),
     Backend("sglang", "sglang", "sglang", gguf_runner=False, n_cpu_moe_from="first",

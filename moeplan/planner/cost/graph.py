@@ -79,8 +79,22 @@ BLOCK_BARRIERS: dict[tuple[str, str], tuple[int, int, str]] = {
     # block has no V projection (K = V), one node fewer
     ("gemma4", "swa"): (47, 4, "counted"),
     ("gemma4", "full"): (46, 4, "counted"),
+    # kimi-k3.cpp: every block mixes the cross-layer residual twice (res_mix: rms_norm, score
+    # MUL, sum_rows, concat, soft_max, two cont, dsv4_hc_pre, MUL, ADD) and banks it every
+    # attn_res.block_size blocks (a concat in place of the prefix ADD). KDA: q/k/v projections
+    # with their conv state (concat, state copy, ssm_conv, silu) and l2 norms, the decay gate
+    # (f_a, f_b, dt bias, MUL, sigmoid, two scales), beta, the delta-rule scan, the full-rank
+    # output gate and its norm, out projection. MLA: absorbed, no rope, with a sigmoid output
+    # gate. MoE: router on the full-width input, sigmoid + selection bias, experts in the
+    # latent space with the 9-node situ activation, the latent norm and up projection, two
+    # shared experts (situ again); the fixture routes 16 experts as K3
+    ("kimi-k3", "recurrent"): (123, 16, "counted"),
+    ("kimi-k3", "mla"): (94, 16, "counted"),
 }
 DENSE_BLOCK = 22
+# leading dense blocks counted where they differ from DENSE_BLOCK: (arch, attention label) ->
+# barriers (kimi-k3: a KDA block with the situ dense FFN, counted on the fixture's block 0)
+DENSE_LEAD_BARRIERS: dict[tuple[str, str], int] = {("kimi-k3", "recurrent"): 76}
 # a block of an architecture not listed: qwen3moe's block
 DEFAULT_BLOCK = BLOCK_BARRIERS[("qwen3moe", "full")]
 # architectures whose blocks without experts are mixers of their own (not a dense lead block)
@@ -93,7 +107,9 @@ def _mainline_block(model: ModelSpec, layer: LayerSpec) -> int:
         # a block without routed experts: counted where its architecture's blocks hold one
         # sub-layer (nemotron-h: a Mamba-2 mixer or an attention alone); else a leading dense
         # block: ~16 attention nodes, the ffn norm, gate, up, activation, down and the residual ADD
-        return row[0] if row is not None and model.arch in SUBLAYER_BLOCK_ARCHS else DENSE_BLOCK
+        if row is not None and model.arch in SUBLAYER_BLOCK_ARCHS:
+            return row[0]
+        return DENSE_LEAD_BARRIERS.get((model.arch, layer.attention), DENSE_BLOCK)
     n, fixture_used, _ = row or DEFAULT_BLOCK
     return n + max(0, model.n_experts_used - fixture_used)
 
@@ -118,4 +134,9 @@ def expert_split_barriers(model: ModelSpec, backend: str) -> int:
         # the exps=CPU pattern also puts on the CPU): REPEAT, GET_ROWS, MUL (gemma4.cpp decode
         # graph, counted on the fixture; the split itself read from ggml-backend's rules)
         return 6
+    if model.arch == "kimi-k3":
+        # gate, up, the situ activation's 9 elementwise nodes (scale, tanh, scale, sigmoid, MUL
+        # on the gate, scale, tanh, scale on the up branch, MUL: llama-graph.cpp build_moe_ffn
+        # LLM_FFN_SITU), down; read from the source, not counted on a GPU run
+        return 12
     return 7 if model.arch == "gpt-oss" else 4

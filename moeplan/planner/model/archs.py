@@ -86,6 +86,9 @@ def is_recurrent_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
         # nemotron-h.cpp load_arch_hparams: recurrent iff n_head_kv(il) == 0 and n_ff(il) == 0
         return (il < n_trunk(hp) and not int(hp_at(hp, "attention.head_count_kv", il, 0) or 0)
                 and not int(hp_at(hp, "feed_forward_length", il, 0) or 0))
+    if rec.recurrent_rule == "no_kv":
+        # kimi-k3.cpp load_arch_hparams: is_recr_impl[i] = n_head_kv(i) == 0
+        return il < n_trunk(hp) and not int(hp_at(hp, "attention.head_count_kv", il, 0) or 0)
     arr = hp.get("attention.recurrent_layers")
     if isinstance(arr, (list, tuple)):
         return bool(arr[il]) if il < len(arr) else False
@@ -94,7 +97,15 @@ def is_recurrent_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
 
 
 def recurrent_state_sizes(hp: dict[str, Any]) -> tuple[int, int]:
-    """(n_embd_r, n_embd_s) in f32 elements per sequence (llama-hparams.cpp)."""
+    """(n_embd_r, n_embd_s) in f32 elements per sequence (llama-hparams.cpp).
+
+    Kimi KDA layers (kda.head_dim set): conv state 3 x (d_conv - 1) x d_inner for Q, K and V,
+    recurrent state head_dim x head_dim x n_head, d_inner = n_head x head_dim."""
+    kda = int(hp.get("kda.head_dim", 0) or 0)
+    if kda:
+        n_head = int(hp_at(hp, "attention.head_count", 0, 0) or 0)
+        d_conv = int(hp.get("ssm.conv_kernel", 0) or 0)
+        return 3 * (d_conv - 1 if d_conv > 0 else 3) * n_head * kda, kda * kda * n_head
     d_conv = int(hp.get("ssm.conv_kernel", 0) or 0)
     d_inner = int(hp.get("ssm.inner_size", 0) or 0)
     d_state = int(hp.get("ssm.state_size", 0) or 0)
@@ -180,6 +191,9 @@ def nextn_layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[KvComponent,
 def attention_kind(arch: str, hp: dict[str, Any], labels: list[str]) -> str:
     """One-line description for tables: 'GQA', 'MLA', 'GQA + SWA(128)', ..."""
     kinds = sorted(set(labels))
+    if "recurrent" in kinds and registry.get(arch).recurrent_rule == "no_kv":
+        return (f"hybrid: {labels.count('mla')} MLA (latent KV) + {labels.count('recurrent')} "
+                f"KDA linear-attention layers")
     if "mla" in kinds or "mla+dsa" in kinds:
         return "MLA + DSA indexer" if "mla+dsa" in kinds else "MLA (latent KV)"
     if "recurrent" in kinds and registry.get(arch).recurrent_rule == "mixer":

@@ -42,6 +42,10 @@ SCHEMES: dict[str, dict[str, str]] = {
     # Kimi-K2-Thinking: routed experts INT4 (quantization_config targets Linear and ignores
     # lm_head, self_attn, shared_experts and the dense MLP), everything else bf16
     "int4_g32": {"*": "BF16", "experts": "INT4", "probs_bias": "F32"},
+    # Kimi-K3: routed experts MXFP4 (compressed-tensors mxfp4-pack-quantized, uint8 scale per 32;
+    # the quantization_config ignores self_attn, shared_experts, the dense MLP and lm_head), the
+    # rest bf16; the KDA conv1d weights and the routing bias float32 in the tensor table
+    "kimi_k3": {"*": "BF16", "experts": "MXFP4", "probs_bias": "F32", "ssm_conv": "F32"},
 }
 SCALE_BYTES = {"fp8_block128": 4, "dsv4": 1}
 # a BF16 model's published "-FP8" checkpoint (Qwen/Qwen3-*-FP8, zai-org/GLM-*-FP8 ...): transformers'

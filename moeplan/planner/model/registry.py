@@ -30,7 +30,8 @@ class Arch:
     recurrent_hybrid: bool = False              # recurrent layers keep a fixed state per sequence
     recurrent_rule: str = "interval"            # which: "interval" (attention.recurrent_layers or every
                                                 # full_attention_interval-th block attends), "mixer" (blocks
-                                                # with neither KV heads nor FFN: nemotron-h.cpp)
+                                                # with neither KV heads nor FFN: nemotron-h.cpp), "no_kv"
+                                                # (blocks with no KV head: kimi-k3.cpp)
     swa_pattern: int | None = None              # load_swa_pattern(ml, n) default, where the arch sets one
     converter_keeps_mtp: bool = False           # convert_hf_to_gguf.py writes the MTP/NextN block by default
     post_attention_norm: bool = False           # HF post_attention_layernorm -> GGUF post_attention_norm
@@ -113,6 +114,12 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
          converter_keeps_mtp=True, nextn_hidden_rows="all", gating=("sigmoid", True), activation="relu_sqr"),
     Arch("minimax-m2", (("MiniMaxM2ForCausalLM", ""),), (("minimax_m2", "MiniMaxM2ForCausalLM"),),
          synth._hp_minimax_m2, _plain(st._build_minimax_m2), gating=("sigmoid", True)),
+    # kimi-k3.cpp: KDA (Kimi Delta Attention) blocks where head_count_kv is 0, MLA blocks (one
+    # 576-wide latent head, no rope) on the others; sigmoid routing with weights normalised
+    # (moe_renormalize), the situ activation; MXFP4 experts kept by the converter
+    Arch("kimi-k3", (("KimiK3ForConditionalGeneration", ""),), (("kimi_k3", "KimiK3ForConditionalGeneration"),),
+         synth._hp_kimi_k3, _plain(st._build_kimi_k3), mla=True, recurrent_hybrid=True, recurrent_rule="no_kv",
+         gating=("sigmoid", True), activation="situ"),
     # gemma4.cpp: SWA per the GGUF's sliding_window_pattern array (no default pattern); the
     # final hidden state is t_h_nextn before the output rows are selected (all tokens); the
     # MoE runs beside a dense GELU MLP with softmax routing over logits computed from the

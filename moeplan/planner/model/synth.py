@@ -12,8 +12,8 @@ Two pure steps, so a bundled profile, a Hugging Face folder and a GGUF file all 
 
 Each TensorSpec carries a `role` that the quant recipes (quants.py) and the checkpoint-format
 rules key on. Sources: llama.cpp 2026-10 master, conversion/{base,deepseek,glm,qwen,gpt_oss,
-llama,minimax,gemma,nemotron,granite}.py and src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,
-qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4,nemotron-h}.cpp.
+llama,minimax,gemma,nemotron,granite,kimi_k3}.py and src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,
+qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4,nemotron-h,kimi-k3}.cpp.
 """
 from __future__ import annotations
 
@@ -87,10 +87,20 @@ def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
+# containers whose top-level class the converter routes on, not text_config's architectures
+# (conversion/base.py get_model_architecture: Kimi-K3's text_config says KimiLinearForCausalLM,
+# the older Kimi-Linear-48B architecture, which cannot load K3)
+ROOT_ROUTED = ("KimiK3ForConditionalGeneration",)
+
+
 def merged_config(config: dict[str, Any]) -> dict[str, Any]:
     """TextModel.__init__: a VL container's text_config is merged over the root."""
     if isinstance(config.get("text_config"), dict):
-        return {**config, **config["text_config"]}
+        merged = {**config, **config["text_config"]}
+        root = config.get("architectures") or []
+        if root and root[0] in ROOT_ROUTED:
+            merged["architectures"] = list(root)
+        return merged
     return dict(config)
 
 
@@ -279,6 +289,48 @@ def _hp_nemotron_h(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
     hp["ssm.group_count"] = _first(cfg, "n_groups", "num_groups")
     hp["ssm.inner_size"] = n_heads * _first(cfg, "mamba_head_dim", "hidden_size", "d_model")
     hp["ssm.time_step_rank"] = _first(cfg, "n_heads", "num_heads", "mamba_n_heads", "mamba_num_heads")
+
+
+def _hp_kimi_k3(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """KimiK3Model.set_gguf_parameters (conversion/kimi_k3.py) on the merged text_config.
+
+    Hybrid: linear_attn_config.full_attn_layers (1-indexed) are MLA blocks, served as MQA with
+    one head of kv_lora_rank + qk_rope_head_dim (num_key_value_heads forced to 1), every other
+    block is KDA (Kimi Delta Attention) and written with head_count_kv 0, which kimi-k3.cpp
+    load_arch_hparams reads as recurrent. KDA: short-conv kernel and head_dim (d_inner =
+    num_attention_heads x head_dim). MoE: sigmoid router, routed experts in a latent space of
+    routed_expert_hidden_size (expert_latent_length), shared width moe_intermediate_size x
+    num_shared_experts (kimi-k3.cpp), first_k_dense_replace dense lead blocks; the situ
+    activation and the cross-layer attention residual (attn_res.block_size) keys."""
+    la = cfg["linear_attn_config"]
+    full = set(int(x) for x in la["full_attn_layers"])
+    n_trunk = int(cfg["num_hidden_layers"])
+    kv_lora, rope = int(cfg["kv_lora_rank"]), int(cfg["qk_rope_head_dim"])
+    hp["vocab_size"] = cfg["vocab_size"]
+    hp["attention.head_count_kv"] = [1 if (il + 1) in full else 0 for il in range(n_trunk)]
+    hp["ssm.conv_kernel"] = la["short_conv_kernel_size"]
+    hp["kda.head_dim"] = la["head_dim"]
+    if la.get("gate_lower_bound") is not None:
+        hp["kda.gate_lower_bound"] = la["gate_lower_bound"]
+    if cfg.get("q_lora_rank") is not None:
+        hp["attention.q_lora_rank"] = cfg["q_lora_rank"]
+    hp["attention.kv_lora_rank"] = kv_lora
+    hp["rope.dimension_count"] = rope
+    hp["attention.key_length"] = kv_lora + rope
+    hp["attention.value_length"] = kv_lora
+    hp["attention.key_length_mla"] = cfg["qk_nope_head_dim"] + rope
+    hp["attention.value_length_mla"] = cfg["v_head_dim"]
+    hp["expert_feed_forward_length"] = cfg["moe_intermediate_size"]
+    hp["expert_shared_count"] = cfg["num_shared_experts"]
+    hp["leading_dense_block_count"] = cfg["first_k_dense_replace"]
+    hp["expert_weights_scale"] = cfg["routed_scaling_factor"]
+    hp["expert_weights_norm"] = bool(cfg["moe_renormalize"])
+    hp["expert_gating_func"] = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID (asserted by the converter)
+    if cfg.get("routed_expert_hidden_size") is not None:
+        hp["expert_latent_length"] = cfg["routed_expert_hidden_size"]
+    hp["activation.situ_beta"] = cfg["activation_situ_beta"]
+    hp["activation.situ_linear_beta"] = cfg["activation_situ_linear_beta"]
+    hp["attn_res.block_size"] = cfg["attn_res_block_size"]
 
 
 def _hp_gpt_oss(cfg: dict[str, Any], hp: dict[str, Any]) -> None:

@@ -387,6 +387,76 @@ def _build_nemotron_h(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab
         moe(il)
 
 
+def _build_kimi_k3(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                   extras: tuple[str, ...]) -> None:
+    """kimi-k3.cpp load_arch_tensors: KDA blocks (head_count_kv 0) and MLA blocks without rope
+    and with a sigmoid output gate (attn_gate); every block scores the cross-layer residual
+    (attn_res_score, ffn_res_score: the converter fuses each res_norm x res_proj pair into one
+    vector). The first leading_dense_block_count blocks have a dense FFN; the others route
+    their experts in the latent space (expert_latent_length) between ffn_routed_down and
+    ffn_routed_up, while the router and the shared experts (width n_ff_exp x
+    expert_shared_count) read the full-width input. The converter writes the conv1d weights
+    4-D ({d_conv, 1, d_inner, 1}) and splits MLA's kv_b into k_b / v_b."""
+    n_embd, n_head = d["n_embd"], d["n_head"]
+    head_dim, d_conv = _i(hp, "kda.head_dim"), _i(hp, "ssm.conv_kernel")
+    d_inner = head_dim * n_head
+    latent = _i(hp, "expert_latent_length") or n_embd
+    n_ff_exp, n_expert = d["n_ff_exp"], d["n_expert"]
+    res = _i(hp, "attn_res.block_size") > 0
+    q_lora, kv_lora = _i(hp, "attention.q_lora_rank"), _i(hp, "attention.kv_lora_rank")
+    d_k_mla, d_v_mla = _i(hp, "attention.key_length_mla"), _i(hp, "attention.value_length_mla")
+    n_rot = _i(hp, "rope.dimension_count")
+    heads_kv = hp.get("attention.head_count_kv")
+    _globals(ix, n_embd, n_vocab)
+    if res:
+        ix.g("output_res_score.weight", (n_embd,), "vector")
+    for il in range(d["n_layer"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        if res:
+            ix.b(il, "attn_res_score.weight", (n_embd,), "vector")
+            ix.b(il, "ffn_res_score.weight", (n_embd,), "vector")
+        n_head_kv = int(heads_kv[il] if isinstance(heads_kv, (list, tuple)) else heads_kv or 0)
+        if n_head_kv == 0:
+            for qkv in ("q", "k", "v"):
+                ix.b(il, f"ssm_conv1d_{qkv}.weight", (d_conv, 1, d_inner, 1), "ssm_conv")
+            _qkv(ix, il, n_embd, d_inner, d_inner, d_inner)
+            ix.b(il, "ssm_f_a.weight", (n_embd, head_dim), "ssm")
+            ix.b(il, "ssm_f_b.weight", (head_dim, d_inner), "ssm")
+            ix.b(il, "ssm_beta.weight", (n_embd, n_head), "ssm")
+            ix.b(il, "ssm_a", (n_head,), "vector")
+            ix.b(il, "ssm_dt.bias", (d_inner,), "vector")
+            ix.b(il, "ssm_g.weight", (n_embd, d_inner), "ssm")
+            ix.b(il, "ssm_norm.weight", (head_dim,), "vector")
+            ix.b(il, "attn_output.weight", (d_inner, n_embd), "attn")
+        else:
+            nope = d_k_mla - n_rot
+            if q_lora:
+                ix.b(il, "attn_q_a_norm.weight", (q_lora,), "vector")
+            ix.b(il, "attn_kv_a_norm.weight", (kv_lora,), "vector")
+            if q_lora:
+                ix.b(il, "attn_q_a.weight", (n_embd, q_lora), "attn")
+                ix.b(il, "attn_q_b.weight", (q_lora, n_head * d_k_mla), "attn")
+            else:
+                ix.b(il, "attn_q.weight", (n_embd, n_head * d_k_mla), "attn")
+            ix.b(il, "attn_kv_a_mqa.weight", (n_embd, kv_lora + n_rot), "attn")
+            ix.b(il, "attn_k_b.weight", (nope, kv_lora, n_head), "attn")
+            ix.b(il, "attn_v_b.weight", (kv_lora, d_v_mla, n_head), "attn")
+            ix.b(il, "attn_gate.weight", (n_embd, n_head * d_v_mla), "attn")
+            ix.b(il, "attn_output.weight", (n_head * d_v_mla, n_embd), "attn")
+        if il < _i(hp, "leading_dense_block_count"):
+            _dense_ffn(ix, il, n_embd, d["n_ff"])
+            continue
+        ix.b(il, "ffn_gate_inp.weight", (n_embd, n_expert), "router")
+        ix.b(il, "exp_probs_b.bias", (n_expert,), "vector")
+        _experts(ix, il, latent, n_ff_exp, n_expert)
+        if latent != n_embd:
+            ix.b(il, "ffn_routed_down.weight", (n_embd, latent), "ffn")
+            ix.b(il, "ffn_routed_up.weight", (latent, n_embd), "ffn")
+            ix.b(il, "ffn_routed_norm.weight", (latent,), "vector")
+        _shexp(ix, il, n_embd, n_ff_exp * max(1, d["n_shared"]))
+
+
 def _build_gpt_oss(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                    extras: tuple[str, ...]) -> None:
     """openai-moe.cpp: n_rot = head_dim; biases on q/k/v/o, router and every expert matrix."""
