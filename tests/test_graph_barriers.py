@@ -35,6 +35,9 @@ FIXTURE_BLOCKS = {
     # pattern MEM*EM*E: Mamba-2 (recurrent), MoE (no attention), GQA (full)
     "nemotron_h_moe": ("nemotron_h_moe", ["recurrent", "none", "recurrent", "full", "none", "recurrent", "full",
                                           "none"], 6),
+    # a dense lead block (DENSE_BLOCK, checked in test_step35.py), then MoE blocks: full on
+    # block 4, sliding elsewhere (the MTP block is not in the decode graph)
+    "step35": ("step35", [None, "swa", "swa", "swa", "full", "swa", "swa", "swa"], 4),
 }
 
 

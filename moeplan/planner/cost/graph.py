@@ -79,6 +79,13 @@ BLOCK_BARRIERS: dict[tuple[str, str], tuple[int, int, str]] = {
     # block has no V projection (K = V), one node fewer
     ("gemma4", "swa"): (47, 4, "counted"),
     ("gemma4", "full"): (46, 4, "counted"),
+    # step35.cpp: q/k norms of one head, per-block rope dims, a head-wise attention gate
+    # (matmul, sigmoid, MUL), sigmoid + bias routing with normalised, scaled weights, one
+    # shared expert beside the experts; sliding and full blocks build the same nodes (their
+    # head counts differ, not their ops). The fixture's GGUF has no swiglu clamp keys: the
+    # published model's clamped layers add their CLAMP nodes on top (not counted)
+    ("step35", "swa"): (40, 4, "counted"),
+    ("step35", "full"): (40, 4, "counted"),
 }
 DENSE_BLOCK = 22
 # a block of an architecture not listed: qwen3moe's block
