@@ -5,6 +5,9 @@ llama-completion allocated for that GGUF, the barrier count of its dense block, 
 backend that cannot run it refusing it."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from llama_fixtures import write_fixture
 from llama_memlog import LlamaCase, case_placement, predict_buffers
@@ -108,9 +111,6 @@ def test_sliding_blocks_queries_use_their_own_head_count():
 
 
 def test_dense_lead_block_barriers_as_counted():
-    from pathlib import Path
-    import json
-
     counted = json.loads((Path(__file__).parent / "data" / "graph_barriers.json").read_text())["blocks"]["step35"]
     m = load_profile("step-3.5-flash", "Q4_K_S")
     assert graph.block_barriers(m, m.trunk_layers[:1], "llama.cpp") == counted[0]
