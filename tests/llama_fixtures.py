@@ -696,6 +696,74 @@ def write_kimi_k3_llama(path: Path, *, n_layer=8, full_attn=(4, 8), n_dense=1, n
         _add(w, written, b + "ffn_gate_shexp.weight", (n_embd, sh), dense_type)
         _add(w, written, b + "ffn_up_shexp.weight", (n_embd, sh), dense_type)
         _add(w, written, b + "ffn_down_shexp.weight", (sh, n_embd), dense_type)
+
+
+def write_step35_llama(path: Path, *, n_layer=8, n_mtp=1, n_dense=1, n_embd=1024, n_head=8, n_head_swa=12,
+                       n_head_kv=1, head_dim=128, n_ff=1024, n_expert=32, n_used=4, n_ff_exp=256,
+                       n_ff_shexp=256, n_vocab=32000, ctx=32768, window=128, expert_type=Q.Q4_K,
+                       dense_type=Q.Q8_0):
+    """Step-3.5-Flash in ratio (step35): every fourth block full attention (64 query heads in
+    the model, 8 here) and the others sliding-window (96 heads, 12 here), one KV head per 8
+    full-attention query heads, head_dim 128 everywhere; q/k norms of one head, a head-wise
+    attention gate (attn_gate: n_embd x n_head of the block); a dense lead block, then the
+    sigmoid router with its selection bias, the routed experts and one shared expert; the
+    rope frequency factors the converter writes for llama3 rope scaling; one MTP block past
+    the trunk (sliding, dense FFN, eh_proj / enorm / hnorm / shared head) as the converter
+    keeps it. Keys as conversion/step3.py Step35Model writes them."""
+    arch = "step35"
+    w = GGUFWriter(str(path), arch)
+    written: list = []
+    n_blocks = n_layer + n_mtp
+    swa = [i % 4 != 0 for i in range(n_layer)] + [True] * n_mtp
+    w.add_name("moeplan-step35")
+    w.add_block_count(n_blocks)
+    w.add_context_length(ctx)
+    w.add_embedding_length(n_embd)
+    w.add_head_count([n_head_swa if s else n_head for s in swa])
+    w.add_head_count_kv([n_head_kv] * n_blocks)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(5e6)
+    w.add_float32(f"{arch}.rope.freq_base_swa", 1e4)
+    w.add_file_type(15)
+    w.add_feed_forward_length(n_ff)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_uint32(f"{arch}.attention.sliding_window", window)
+    w.add_array(f"{arch}.attention.sliding_window_pattern", swa)
+    w.add_expert_shared_feed_forward_length(n_ff_shexp)
+    w.add_expert_weights_scale(3.0)
+    w.add_expert_weights_norm(True)
+    w.add_leading_dense_block_count(n_dense)
+    w.add_uint32(f"{arch}.moe_every_n_layers", 1)
+    if n_mtp:
+        w.add_uint32(f"{arch}.nextn_predict_layers", n_mtp)
+    _experts_vocab_globals(w, written, n_embd=n_embd, n_vocab=n_vocab, n_expert=n_expert, n_used=n_used,
+                           n_ff_exp=n_ff_exp)
+    _add(w, written, "rope_freqs.weight", (head_dim // 2,))
+    for i in range(n_blocks):
+        b = f"blk.{i}."
+        h = n_head_swa if swa[i] else n_head
+        _add(w, written, b + "attn_norm.weight", (n_embd,))
+        _add(w, written, b + "attn_q_norm.weight", (head_dim,))
+        _add(w, written, b + "attn_k_norm.weight", (head_dim,))
+        _add(w, written, b + "attn_q.weight", (n_embd, h * head_dim), dense_type)
+        _add(w, written, b + "attn_k.weight", (n_embd, n_head_kv * head_dim), dense_type)
+        _add(w, written, b + "attn_v.weight", (n_embd, n_head_kv * head_dim), dense_type)
+        _add(w, written, b + "attn_output.weight", (h * head_dim, n_embd), dense_type)
+        _add(w, written, b + "attn_gate.weight", (n_embd, h))
+        _add(w, written, b + "ffn_norm.weight", (n_embd,))
+        if n_dense <= i < n_layer:
+            _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
+            _add(w, written, b + "exp_probs_b.bias", (n_expert,))
+            _experts_and_shared(w, written, b, n_embd=n_embd, n_ff_exp=n_ff_exp, n_expert=n_expert,
+                                n_ff_shexp=n_ff_shexp, expert_type=expert_type, dense_type=dense_type)
+        else:
+            _add(w, written, b + "ffn_gate.weight", (n_embd, n_ff), dense_type)
+            _add(w, written, b + "ffn_up.weight", (n_embd, n_ff), dense_type)
+            _add(w, written, b + "ffn_down.weight", (n_ff, n_embd), dense_type)
+        if i >= n_layer:
+            _nextn_projections(w, written, b, n_embd, dense_type)
+            _add(w, written, b + "nextn.shared_head_head.weight", (n_embd, n_vocab), Q.Q6_K)
     _finish(w)
     return path, written
 
@@ -715,6 +783,7 @@ LLAMA_FIXTURES: dict[str, Callable] = {
 OTHER_FIXTURES: dict[str, Callable] = {
     "gemma4": write_gemma4_llama,
     "kimi-k3": write_kimi_k3_llama,
+    "step35": write_step35_llama,
 }
 
 

@@ -38,6 +38,9 @@ FIXTURE_BLOCKS = {
     # MLA on the 1-indexed blocks 4 and 8 (K3: every fourth and the last), KDA elsewhere; block
     # 0 is the dense lead block (compared in test_kimi_k3.py)
     "kimi-k3": ("kimi-k3", [None, "recurrent", "recurrent", "mla", "recurrent", "recurrent", "recurrent", "mla"], 16),
+    # a dense lead block (DENSE_BLOCK, checked in test_step35.py), then MoE blocks: full on
+    # block 4, sliding elsewhere (the MTP block is not in the decode graph)
+    "step35": ("step35", [None, "swa", "swa", "swa", "full", "swa", "swa", "swa"], 4),
 }
 
 

@@ -61,8 +61,9 @@ def profile_config(profile: dict[str, Any]) -> dict[str, Any]:
 
 def _n_params(profile: dict[str, Any]) -> tuple[int, int, int]:
     cfg = merged_config(profile_config(profile))
-    n_exp = cfg.get("num_local_experts", cfg.get("num_experts", cfg.get("n_routed_experts", 0)))
-    return int(n_exp or 0), int(cfg.get("num_experts_per_tok", 0) or 0), int(cfg.get("num_hidden_layers", 0))
+    n_exp = cfg.get("num_local_experts", cfg.get("num_experts", cfg.get("n_routed_experts", cfg.get("moe_num_experts", 0))))
+    n_used = cfg.get("num_experts_per_tok", cfg.get("moe_top_k", 0))  # moe_*: Step-3.5's config
+    return int(n_exp or 0), int(n_used or 0), int(cfg.get("num_hidden_layers", 0))
 
 
 def list_profiles(root: str = str(PROFILE_DIR)) -> list[dict[str, Any]]:

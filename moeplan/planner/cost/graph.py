@@ -90,6 +90,13 @@ BLOCK_BARRIERS: dict[tuple[str, str], tuple[int, int, str]] = {
     # shared experts (situ again); the fixture routes 16 experts as K3
     ("kimi-k3", "recurrent"): (123, 16, "counted"),
     ("kimi-k3", "mla"): (94, 16, "counted"),
+    # step35.cpp: q/k norms of one head, per-block rope dims, a head-wise attention gate
+    # (matmul, sigmoid, MUL), sigmoid + bias routing with normalised, scaled weights, one
+    # shared expert beside the experts; sliding and full blocks build the same nodes (their
+    # head counts differ, not their ops). The fixture's GGUF has no swiglu clamp keys: the
+    # published model's clamped layers add their CLAMP nodes on top (not counted)
+    ("step35", "swa"): (40, 4, "counted"),
+    ("step35", "full"): (40, 4, "counted"),
 }
 DENSE_BLOCK = 22
 # leading dense blocks counted where they differ from DENSE_BLOCK: (arch, attention label) ->

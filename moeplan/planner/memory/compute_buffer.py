@@ -134,9 +134,19 @@ def _swa_cells(window: int, p: Placement, shape: ReserveShape, kv_pad: int = 256
     return -(-min(shape.n_ctx_seq, w) // kv_pad) * kv_pad
 
 
-def _attention_kinds(model: ModelSpec) -> tuple[tuple[str, object, object], ...]:
-    """(attention label, K component, V component) of each distinct attention kind of the
-    trunk, first layer of each kind; cached on the model (the search asks thousands of times)."""
+def _layer_heads(layer, d_v: int, default: int) -> int:
+    """Query heads of a GQA block from its output projection (attn_output is n_embd_head_v x
+    n_head rows wide in every GQA builder): Step-3.5's sliding blocks have 96 heads, its
+    full blocks 64 (llama_hparams::n_head(il)); `default` where the block has no such tensor."""
+    for t in layer.tensors:
+        if t.name.endswith(".attn_output.weight") and len(t.shape) == 2 and d_v > 0 and t.shape[0] % d_v == 0:
+            return max(1, int(t.shape[0]) // d_v)
+    return default
+
+
+def _attention_kinds(model: ModelSpec) -> tuple[tuple[str, object, object, object], ...]:
+    """(attention label, K component, V component, first layer) of each distinct attention kind
+    of the trunk, first layer of each kind; cached on the model (the search asks thousands of times)."""
     cache = memo(model)
     kinds = cache.get("attention_kinds")
     if kinds is None:
@@ -147,7 +157,7 @@ def _attention_kinds(model: ModelSpec) -> tuple[tuple[str, object, object], ...]
             k = next((c for c in layer.kv if c.name == "k"), layer.kv[0])
             v = next((c for c in layer.kv if c.name == "v"), None)
             key = "mla" if layer.attention.startswith("mla") else ("swa" if k.cells in ("swa", "swa-seq") else "full")
-            seen[key] = (layer.attention, k, v)
+            seen[key] = (layer.attention, k, v, layer)
         kinds = cache["attention_kinds"] = tuple(seen.values())
     return kinds
 
@@ -158,7 +168,7 @@ def _attention_layers(model: ModelSpec, p: Placement, shape: ReserveShape) -> li
     d_k = int(_hp(model, "attention.key_length", model.n_embd // n_head) or model.n_embd // n_head)
     d_v = int(_hp(model, "attention.value_length", model.n_embd // n_head) or model.n_embd // n_head)
     out: list[dict] = []
-    for attention, k, v in _attention_kinds(model):
+    for attention, k, v, layer in _attention_kinds(model):
         if attention.startswith("mla"):
             kv_lora = int(_hp(model, "attention.kv_lora_rank", 0)) or k.n_embd
             rope = k.n_embd - kv_lora
@@ -174,7 +184,8 @@ def _attention_layers(model: ModelSpec, p: Placement, shape: ReserveShape) -> li
         dk = int(_hp(model, "attention.key_length_swa", 0) or d_k) if swa else d_k
         dv = int(_hp(model, "attention.value_length_swa", 0) or d_v) if swa else d_v
         out.append({"kind": "gqa", "n_kv": cells, "d_k": dk, "d_v": dv, "q_mult": q_mult,
-                    "n_embd_v": v.n_embd if v is not None else 0})
+                    "n_embd_v": v.n_embd if v is not None else 0,
+                    "n_head": _layer_heads(layer, dv, n_head) if model.arch == "step35" else n_head})
     return out
 
 
@@ -209,12 +220,13 @@ def attention_bytes(model: ModelSpec, p: Placement, shape: ReserveShape) -> dict
                 terms["kq"] = F32 * a["n_kv"] * t * h
                 terms["v_latent"] = row_bytes(canonical_type(a["k_type"]), a["kv_lora"]) * a["n_kv"]
         else:
-            q = F32 * h * a["d_k"] * t
+            hh = a.get("n_head", h)
+            q = F32 * hh * a["d_k"] * t
             terms["q"] = q * (a["q_mult"] + 1)
             if p.flash_attn:
-                terms["attn_out"] = F32 * h * a["d_v"] * t
+                terms["attn_out"] = F32 * hh * a["d_v"] * t
             else:
-                terms["kq"] = F32 * a["n_kv"] * t * h
+                terms["kq"] = F32 * a["n_kv"] * t * hh
         if sum(terms.values()) > sum(best.values()):
             best = terms
     return best
@@ -228,7 +240,7 @@ def _q_bytes(model: ModelSpec, p: Placement, shape: ReserveShape) -> int:
         if a["kind"] == "mla":
             q = max(q, F32 * h * t * (a["nope"] + a["rope"]))
         else:
-            q = max(q, F32 * h * a["d_k"] * t * a["q_mult"])
+            q = max(q, F32 * a.get("n_head", h) * a["d_k"] * t * a["q_mult"])
     return q
 
 

@@ -64,6 +64,10 @@ def _gemma4(ix, hp, d, v, e, o):
     st._build_gemma4(ix, hp, d, v, e, tied=o.get("tied", True), k_eq_v=o.get("k_eq_v", False))
 
 
+def _step35(ix, hp, d, v, e, o):
+    st._build_step35(ix, hp, d, v, e, rope_freqs=o.get("rope_freqs", False))
+
+
 def _plain(builder: Callable[..., None], **kw: Any) -> TensorBuilder:
     return lambda ix, hp, d, v, e, o: builder(ix, hp, d, v, e, **kw)
 
@@ -127,6 +131,14 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("gemma4", (("Gemma4ForConditionalGeneration", ""), ("Gemma4ForCausalLM", "")),
          (("gemma4", "Gemma4ForConditionalGeneration"), ("gemma4_text", "Gemma4ForCausalLM")),
          synth._hp_gemma4, _gemma4, nextn_hidden_rows="all", gating=("softmax", True), activation="gelu"),
+    # step35.cpp: SWA per the GGUF's sliding_window_pattern array, per-block head counts; the
+    # converter keeps the MTP blocks (Step35Model.supports_mtp_export, block_count += n_nextn);
+    # t_h_nextn is every token's final hidden state (embeddings_nextn_masked is false by
+    # default); sigmoid routing with a selection bias (the loader's default when the GGUF has
+    # no gating key), weights normalised by norm_expert_weight (expert_weights_norm)
+    Arch("step35", (("Step3p5ForCausalLM", ""),), (("step3p5", "Step3p5ForCausalLM"),),
+         synth._hp_step35, _step35, converter_keeps_mtp=True, nextn_hidden_rows="all",
+         gating=("sigmoid", True)),
 )}
 
 

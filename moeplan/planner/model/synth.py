@@ -12,8 +12,8 @@ Two pure steps, so a bundled profile, a Hugging Face folder and a GGUF file all 
 
 Each TensorSpec carries a `role` that the quant recipes (quants.py) and the checkpoint-format
 rules key on. Sources: llama.cpp 2026-10 master, conversion/{base,deepseek,glm,qwen,gpt_oss,
-llama,minimax,gemma,nemotron,granite,kimi_k3}.py and src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,
-qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4,nemotron-h,kimi-k3}.cpp.
+llama,minimax,gemma,nemotron,granite,kimi_k3,step3}.py and src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,
+qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4,nemotron-h,kimi-k3,step35}.cpp.
 """
 from __future__ import annotations
 
@@ -397,6 +397,44 @@ def _hp_gemma4(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
     prf_swa = (cfg.get("rope_parameters") or {}).get("sliding_attention", {}).get("partial_rotary_factor", 1.0)
     hp["rope.dimension_count"] = int(head_full)
     hp["rope.dimension_count_swa"] = int(cfg["head_dim"] * prf_swa)
+
+
+def _hp_step35(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """Step35Model.set_gguf_parameters (conversion/step3.py): layer_types padded to the block
+    count with full_attention (the MTP blocks past num_hidden_layers keep their own entries
+    where the config lists them) gives the per-block SWA array and per-block head counts -
+    sliding blocks take attention_other_setting's num_attention_heads / num_attention_groups,
+    full blocks num_attention_heads / num_attention_groups; value_length = head_dim; the
+    experts (moe_num_experts, moe_top_k, moe_intermediate_size), the shared expert
+    (share_expert_dim), the router scale and normalisation; leading_dense_block_count = the
+    first index of moe_layers_enum."""
+    n_blocks = int(hp["block_count"])
+    types = list(cfg.get("layer_types") or [])
+    types = (types + ["full_attention"] * (n_blocks - len(types)))[:n_blocks]
+    other = cfg.get("attention_other_setting") or {}
+    n_head, n_kv = cfg["num_attention_heads"], cfg["num_attention_groups"]
+    n_head_swa = other.get("num_attention_heads", n_head)
+    n_kv_swa = other.get("num_attention_groups", n_kv)
+    swa = [t == "sliding_attention" for t in types]
+    hp["attention.head_count"] = [n_head_swa if s else n_head for s in swa]
+    hp["attention.head_count_kv"] = [n_kv_swa if s else n_kv for s in swa]
+    hp["attention.sliding_window"] = cfg["sliding_window"]
+    hp["attention.sliding_window_pattern"] = swa
+    hp["attention.value_length"] = cfg["head_dim"]
+    hp["expert_count"] = cfg["moe_num_experts"]
+    hp["expert_used_count"] = cfg["moe_top_k"]
+    hp["expert_feed_forward_length"] = cfg["moe_intermediate_size"]
+    hp["expert_shared_feed_forward_length"] = cfg["share_expert_dim"]
+    if cfg.get("moe_router_scaling_factor") is not None:
+        hp["expert_weights_scale"] = cfg["moe_router_scaling_factor"]
+    if cfg.get("norm_expert_weight") is not None:
+        hp["expert_weights_norm"] = bool(cfg["norm_expert_weight"])
+    leading = 0
+    enum = cfg.get("moe_layers_enum")
+    if isinstance(enum, str) and enum.strip():
+        leading = max(0, min(int(i) for i in enum.strip().split(",")))
+    hp["leading_dense_block_count"] = leading
+    hp["moe_every_n_layers"] = int(cfg.get("moe_every_n_layer", 1))
 
 
 # ---- step 2: hyper-parameters -> tensor index -----------------------------------------------

@@ -586,6 +586,50 @@ def _build_gemma4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: in
             ix.b(il, "per_layer_post_norm.weight", (n_embd,), "vector")
 
 
+def _build_step35(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                  extras: tuple[str, ...], rope_freqs: bool = False) -> None:
+    """step35.cpp load_arch_tensors with the converter's layout (conversion/step3.py): per-block
+    head count and KV heads (sliding blocks 96 query heads in Step-3.5-Flash, full blocks 64),
+    q/k norms of one head, separate q/k/v, a head-wise attention gate (self_attn.g_proj ->
+    attn_gate, n_embd x n_head of the block); a dense SwiGLU MLP (feed_forward_length) on the
+    leading_dense_block_count first blocks, then the router with its selection bias
+    (moe.router_bias -> exp_probs_b), the routed experts and one shared expert
+    (expert_shared_feed_forward_length) on every other trunk block; rope_freqs once (the
+    converter writes it for llama3-type rope scaling, head_dim/2 factors). The MTP blocks past
+    n_layer are dense (the checkpoint's moe_layers_enum stops at the last trunk block; the
+    model card: 'a sliding-window attention mechanism and a dense FFN') with the nextn
+    extras the checkpoint carries."""
+    n_embd, n_expert, n_ff_exp = d["n_embd"], d["n_expert"], d["n_ff_exp"]
+    d_k, d_v = d["d_k"], d["d_v"]
+    heads = hp.get("attention.head_count")
+    kv = hp.get("attention.head_count_kv")
+    n_ff = d["n_ff"]
+    n_shexp = _i(hp, "expert_shared_feed_forward_length")
+    leading = _i(hp, "leading_dense_block_count")
+    _globals(ix, n_embd, n_vocab)
+    if rope_freqs:
+        ix.g("rope_freqs.weight", (d_k // 2,), "vector")
+    for il in range(d["n_blocks"]):
+        n_head = int(heads[il]) if isinstance(heads, (list, tuple)) else int(heads)
+        n_kv = int(kv[il]) if isinstance(kv, (list, tuple)) else int(kv if kv is not None else n_head)
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
+        ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
+        _qkv(ix, il, n_embd, d_k * n_head, d_k * n_kv, d_v * n_kv)
+        ix.b(il, "attn_output.weight", (d_v * n_head, n_embd), "attn")
+        ix.b(il, "attn_gate.weight", (n_embd, n_head), "attn")
+        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        if leading <= il < d["n_layer"]:
+            ix.b(il, "ffn_gate_inp.weight", (n_embd, n_expert), "router")
+            _experts(ix, il, n_embd, n_ff_exp, n_expert)
+            ix.b(il, "exp_probs_b.bias", (n_expert,), "vector")
+            _shexp(ix, il, n_embd, n_shexp)
+        else:
+            _dense_ffn(ix, il, n_embd, n_ff)
+        if il >= d["n_layer"]:
+            _nextn(ix, il, n_embd, n_vocab, extras)
+
+
 def build(arch: str, hp: dict[str, Any], n_vocab: int, extras: tuple[str, ...],
           options: dict[str, bool] | None = None) -> list[TensorSpec]:
     """Tensor list of `arch`; `options` are the switches of synth.layout_options."""
