@@ -696,6 +696,8 @@ def write_kimi_k3_llama(path: Path, *, n_layer=8, full_attn=(4, 8), n_dense=1, n
         _add(w, written, b + "ffn_gate_shexp.weight", (n_embd, sh), dense_type)
         _add(w, written, b + "ffn_up_shexp.weight", (n_embd, sh), dense_type)
         _add(w, written, b + "ffn_down_shexp.weight", (sh, n_embd), dense_type)
+    _finish(w)
+    return path, written
 
 
 def write_step35_llama(path: Path, *, n_layer=8, n_mtp=1, n_dense=1, n_embd=1024, n_head=8, n_head_swa=12,
