@@ -67,6 +67,9 @@ def test_every_profile_loads_for_every_quant(name):
             continue
         m = load_profile(name, q)
         assert m.source == "profile" and m.moe_layers and m.n_experts and m.n_experts_used
+        # `moeplan models` reads the same counts from the config's own keys
+        row = next(r for r in list_profiles() if r["name"] == name)
+        assert (row["n_experts"], row["n_experts_used"]) == (m.n_experts, m.n_experts_used), q
         assert m.file_bytes >= m.tensor_bytes > 0
         if q not in ("native", "FP8"):
             assert m.quant == q

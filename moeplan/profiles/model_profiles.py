@@ -62,7 +62,9 @@ def profile_config(profile: dict[str, Any]) -> dict[str, Any]:
 def _n_params(profile: dict[str, Any]) -> tuple[int, int, int]:
     cfg = merged_config(profile_config(profile))
     n_exp = cfg.get("num_local_experts", cfg.get("num_experts", cfg.get("n_routed_experts", cfg.get("moe_num_experts", 0))))
-    n_used = cfg.get("num_experts_per_tok", cfg.get("moe_top_k", 0))  # moe_*: Step-3.5's config
+    # moe_top_k: Step-3.5's config, top_k_experts: Gemma 4's, num_experts_per_token: Kimi-K3's
+    n_used = next((cfg[k] for k in ("num_experts_per_tok", "moe_top_k", "top_k_experts", "num_experts_per_token")
+                   if cfg.get(k)), 0)
     return int(n_exp or 0), int(n_used or 0), int(cfg.get("num_hidden_layers", 0))
 
 
