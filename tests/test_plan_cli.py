@@ -106,6 +106,8 @@ def test_infeasible_says_what_is_short():
     (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--cpu-moe-layers", "99"], 2, "out of range"),
     (["estimate", "qwen3-30b-a3b", "--hw", "no-such-machine"], 2, "no-such-machine"),
     (["tune", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--objective", "fast"], 2, "objective"),
+    # vLLM / SGLang are modelled as CUDA builds: without a GPU they used to divide by zero
+    (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--backend", "vllm", "--cpu-only"], 2, "needs a GPU"),
 ])
 def test_bad_input_is_one_line_with_a_hint(args, code, words):
     out = RUN.invoke(app, args)
@@ -157,6 +159,9 @@ def test_cpu_only_machine_plans_and_emits_without_gpu_layers(tmp_path):
     assert out.exit_code == 0, out.output
     script = (tmp_path / "run" / "launch.sh").read_text()
     assert "-ngl 0" in script and "-ot" not in script
+    # a GPU-only backend on that machine: a one-line refusal, not a division by zero
+    out = RUN.invoke(app, ["tune", "qwen3-30b-a3b", "--hw", str(tmp_path / "hw.json"), "--backend", "sglang"])
+    assert out.exit_code == 2 and "needs a GPU" in out.output, out.output
 
 
 def test_a_hugging_face_repository_id_names_its_bundled_profile():

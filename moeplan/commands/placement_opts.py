@@ -72,6 +72,18 @@ def check_backend_runs(model: ModelSpec, backend: str) -> None:
                          "use --backend " + " or ".join(able))
 
 
+def check_backend_device(backend: str, n_gpus: int) -> None:
+    """A one-line error when a GPU-only backend is asked to run without a GPU (vLLM and SGLang
+    are modelled as their CUDA builds, whose --cpu-offload-gb streams the weights to a GPU; the
+    planner's priors give their CPU no work of its own)."""
+    from moeplan.planner import backends
+
+    if n_gpus == 0 and backend in backends.BACKENDS and backends.get(backend).needs_gpu:
+        able = [b for b in backends.NAMES if not backends.get(b).needs_gpu]
+        raise InputError(f"--backend {backend} needs a GPU: moeplan models its CUDA build, and this run has none "
+                         "(--cpu-only or a profile without GPUs)", "use --backend " + ", ".join(able))
+
+
 def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_layers: int | None = None,
                       cpu_layers: str | None = None, all_cpu_moe: bool = False, ctx: str = "4096",
                       kv_type: str = "f16", threads: int | None = None, default_threads: int = 1,

@@ -27,6 +27,7 @@ from moeplan.commands.placement_opts import (
     NumaOpt,
     ThreadsOpt,
     UbatchOpt,
+    check_backend_device,
     check_backend_runs,
     check_ngl,
     resolve_placement,
@@ -154,6 +155,7 @@ def register(app: typer.Typer) -> None:
                               logical_cpus=profile.cpu.n_threads, ngl=ngl,
                               kt_prefill_threshold=kt_prefill_threshold)
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
+        check_backend_device(backend, p.n_gpus)
         p = _device_split(spec, p, profile, tensor_split, gpus)
         check_placement(p, model=spec, profile=profile)
         e = estimate(spec, p, profile, read_priors(backend), depth=depth, n_prompt=prompt, prompt_depth=prompt_depth)
@@ -219,6 +221,7 @@ def register(app: typer.Typer) -> None:
             if n is not None:
                 check_ctx(n, flag, spec.name, spec.n_ctx_train)
         profile = select_gpus(_hardware(hw, vram, ram), gpus)
+        check_backend_device(backend, len(profile.gpus))
         if threads is not None:
             check_threads(threads, profile.cpu.n_threads)
         priors = read_priors(backend)

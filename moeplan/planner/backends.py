@@ -20,6 +20,7 @@ class Backend:
     windows_native: bool     # has a native Windows build (launch.ps1 / launch.cmd are written)
     cli_label: str = ""      # how --help lists it ("" = the name)
     no_archs: tuple[tuple[str, str], ...] = ()  # (llama.cpp architecture, why it cannot run it)
+    needs_gpu: bool = False  # modelled as its CUDA build: its CPU offload streams weights to a GPU
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
@@ -39,9 +40,9 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
                                   "(ktransformers issue #2109, 'when will Kimi K3 be supported?', open)"),
                       ("step35", "it has no Step-3.5 (step3p5) model or injection rules"))),
     Backend("vllm", "vllm", "vllm", gguf_runner=False, n_cpu_moe_from="first",
-            op_offload_rule="llama.cpp", windows_native=False),
+            op_offload_rule="llama.cpp", windows_native=False, needs_gpu=True),
     Backend("sglang", "sglang", "sglang", gguf_runner=False, n_cpu_moe_from="first",
-            op_offload_rule="llama.cpp", windows_native=False),
+            op_offload_rule="llama.cpp", windows_native=False, needs_gpu=True),
 )}
 
 NAMES: tuple[str, ...] = tuple(BACKENDS)
