@@ -110,6 +110,14 @@ def _nextn(ix: _Index, il: int, n_embd: int, n_vocab: int, extras: tuple[str, ..
 
 def _mla_attention(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int]) -> None:
     """deepseek2.cpp / glm-dsa.cpp attention (MLA with the k_b / v_b split the converter writes)."""
+    ix.b(il, "attn_norm.weight", (d["n_embd"],), "vector")
+    _mla_projections(ix, il, hp, d)
+    ix.b(il, "ffn_norm.weight", (d["n_embd"],), "vector")
+
+
+def _mla_projections(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int], gate: bool = False) -> None:
+    """MLA's projections in converter order; `gate`: Kimi-K3's sigmoid output gate before the
+    output projection (kimi-k3.cpp)."""
     n_embd, n_head = d["n_embd"], d["n_head"]
     q_lora = _i(hp, "attention.q_lora_rank")
     kv_lora = _i(hp, "attention.kv_lora_rank")
@@ -117,7 +125,6 @@ def _mla_attention(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int]) -
     d_v_mla = _i(hp, "attention.value_length_mla")
     n_rot = _i(hp, "rope.dimension_count")
     nope = d_k_mla - n_rot
-    ix.b(il, "attn_norm.weight", (n_embd,), "vector")
     if q_lora:
         ix.b(il, "attn_q_a_norm.weight", (q_lora,), "vector")
     ix.b(il, "attn_kv_a_norm.weight", (kv_lora,), "vector")
@@ -129,8 +136,9 @@ def _mla_attention(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int]) -
     ix.b(il, "attn_kv_a_mqa.weight", (n_embd, kv_lora + n_rot), "attn")
     ix.b(il, "attn_k_b.weight", (nope, kv_lora, n_head), "attn")
     ix.b(il, "attn_v_b.weight", (kv_lora, d_v_mla, n_head), "attn")
+    if gate:
+        ix.b(il, "attn_gate.weight", (n_embd, n_head * d_v_mla), "attn")
     ix.b(il, "attn_output.weight", (n_head * d_v_mla, n_embd), "attn")
-    ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
 
 
 def _mla_ffn(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int], probs_bias: bool) -> None:
@@ -403,9 +411,6 @@ def _build_kimi_k3(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: i
     latent = _i(hp, "expert_latent_length") or n_embd
     n_ff_exp, n_expert = d["n_ff_exp"], d["n_expert"]
     res = _i(hp, "attn_res.block_size") > 0
-    q_lora, kv_lora = _i(hp, "attention.q_lora_rank"), _i(hp, "attention.kv_lora_rank")
-    d_k_mla, d_v_mla = _i(hp, "attention.key_length_mla"), _i(hp, "attention.value_length_mla")
-    n_rot = _i(hp, "rope.dimension_count")
     heads_kv = hp.get("attention.head_count_kv")
     _globals(ix, n_embd, n_vocab)
     if res:
@@ -430,20 +435,7 @@ def _build_kimi_k3(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: i
             ix.b(il, "ssm_norm.weight", (head_dim,), "vector")
             ix.b(il, "attn_output.weight", (d_inner, n_embd), "attn")
         else:
-            nope = d_k_mla - n_rot
-            if q_lora:
-                ix.b(il, "attn_q_a_norm.weight", (q_lora,), "vector")
-            ix.b(il, "attn_kv_a_norm.weight", (kv_lora,), "vector")
-            if q_lora:
-                ix.b(il, "attn_q_a.weight", (n_embd, q_lora), "attn")
-                ix.b(il, "attn_q_b.weight", (q_lora, n_head * d_k_mla), "attn")
-            else:
-                ix.b(il, "attn_q.weight", (n_embd, n_head * d_k_mla), "attn")
-            ix.b(il, "attn_kv_a_mqa.weight", (n_embd, kv_lora + n_rot), "attn")
-            ix.b(il, "attn_k_b.weight", (nope, kv_lora, n_head), "attn")
-            ix.b(il, "attn_v_b.weight", (kv_lora, d_v_mla, n_head), "attn")
-            ix.b(il, "attn_gate.weight", (n_embd, n_head * d_v_mla), "attn")
-            ix.b(il, "attn_output.weight", (n_head * d_v_mla, n_embd), "attn")
+            _mla_projections(ix, il, hp, d, gate=True)
         if il < _i(hp, "leading_dense_block_count"):
             _dense_ffn(ix, il, n_embd, d["n_ff"])
             continue
