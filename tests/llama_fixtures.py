@@ -770,6 +770,45 @@ def write_step35_llama(path: Path, *, n_layer=8, n_mtp=1, n_dense=1, n_embd=1024
     return path, written
 
 
+def write_hunyuan_moe_llama(path: Path, *, n_layer=6, n_embd=1024, n_head=8, n_head_kv=2, head_dim=128,
+                            n_expert=32, n_used=4, n_ff=768, n_vocab=32000, ctx=32768, expert_type=Q.Q4_K,
+                            dense_type=Q.Q8_0, tied=True):
+    """Hunyuan-A13B in ratio (hunyuan-moe): GQA 4:1 with head_dim 128 and q/k norms, every block
+    MoE (the experts n_ff = feed_forward_length wide, as hunyuan-moe.cpp creates them, 3/4 of
+    n_embd as 3072 of 4096) beside one shared expert of expert_shared_feed_forward_length (the
+    converter's intermediate_size, the same width); tied embeddings: no output.weight. Keys as
+    conversion/hunyuan.py HunYuanMoEModel writes them."""
+    w = GGUFWriter(str(path), "hunyuan-moe")
+    written: list = []
+    _common(w, "moeplan-hunyuan-moe", n_layer, n_embd, n_head, n_head_kv, ctx, 15)
+    w.add_feed_forward_length(n_ff)
+    w.add_expert_shared_feed_forward_length(n_ff)
+    w.add_expert_shared_count(1)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff)
+    spm_vocab(w, n_vocab)
+    _add(w, written, "token_embd.weight", (n_embd, n_vocab), Q.Q6_K)
+    _add(w, written, "output_norm.weight", (n_embd,))
+    if not tied:
+        _add(w, written, "output.weight", (n_embd, n_vocab), Q.Q6_K)
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        _add(w, written, b + "attn_norm.weight", (n_embd,))
+        _add(w, written, b + "attn_q.weight", (n_embd, n_head * head_dim), dense_type)
+        _add(w, written, b + "attn_k.weight", (n_embd, n_head_kv * head_dim), dense_type)
+        _add(w, written, b + "attn_v.weight", (n_embd, n_head_kv * head_dim), dense_type)
+        _add(w, written, b + "attn_output.weight", (n_head * head_dim, n_embd), dense_type)
+        _add(w, written, b + "attn_k_norm.weight", (head_dim,))
+        _add(w, written, b + "attn_q_norm.weight", (head_dim,))
+        _add(w, written, b + "ffn_norm.weight", (n_embd,))
+        _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
+        _experts_and_shared(w, written, b, n_embd=n_embd, n_ff_exp=n_ff, n_expert=n_expert, n_ff_shexp=n_ff,
+                            expert_type=expert_type, dense_type=dense_type)
+    _finish(w)
+    return path, written
+
+
 LLAMA_FIXTURES: dict[str, Callable] = {
     "qwen3moe": write_qwen3moe_llama,
     "deepseek2": write_deepseek2_llama,
@@ -786,6 +825,7 @@ OTHER_FIXTURES: dict[str, Callable] = {
     "gemma4": write_gemma4_llama,
     "kimi-k3": write_kimi_k3_llama,
     "step35": write_step35_llama,
+    "hunyuan-moe": write_hunyuan_moe_llama,
 }
 
 

@@ -65,6 +65,8 @@ def _n_params(profile: dict[str, Any]) -> tuple[int, int, int]:
     # moe_top_k: Step-3.5's config, top_k_experts: Gemma 4's, num_experts_per_token: Kimi-K3's
     n_used = next((cfg[k] for k in ("num_experts_per_tok", "moe_top_k", "top_k_experts", "num_experts_per_token")
                    if cfg.get(k)), 0)
+    if not n_used and cfg.get("moe_topk"):  # Hunyuan-A13B: a per-layer list (uniform: the converter asserts it)
+        n_used = cfg["moe_topk"][0] if isinstance(cfg["moe_topk"], list) else cfg["moe_topk"]
     return int(n_exp or 0), int(n_used or 0), int(cfg.get("num_hidden_layers", 0))
 
 

@@ -97,6 +97,10 @@ BLOCK_BARRIERS: dict[tuple[str, str], tuple[int, int, str]] = {
     # published model's clamped layers add their CLAMP nodes on top (not counted)
     ("step35", "swa"): (40, 4, "counted"),
     ("step35", "full"): (40, 4, "counted"),
+    # hunyuan-moe.cpp: q/k norms of one head after rope, softmax routing with the top-k weights
+    # normalised (SUM_ROWS, CLAMP, DIV), the experts beside one shared expert (gate, up, swiglu, down
+    # and the ADD joining the two branches)
+    ("hunyuan-moe", "full"): (35, 4, "counted"),
 }
 DENSE_BLOCK = 22
 # leading dense blocks counted where they differ from DENSE_BLOCK: (arch, attention label) ->

@@ -68,6 +68,10 @@ def _step35(ix, hp, d, v, e, o):
     st._build_step35(ix, hp, d, v, e, rope_freqs=o.get("rope_freqs", False))
 
 
+def _hunyuan_moe(ix, hp, d, v, e, o):
+    st._build_hunyuan_moe(ix, hp, d, v, e, tied=o.get("tied", False))
+
+
 def _plain(builder: Callable[..., None], **kw: Any) -> TensorBuilder:
     return lambda ix, hp, d, v, e, o: builder(ix, hp, d, v, e, **kw)
 
@@ -139,6 +143,11 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("step35", (("Step3p5ForCausalLM", ""),), (("step3p5", "Step3p5ForCausalLM"),),
          synth._hp_step35, _step35, converter_keeps_mtp=True, nextn_hidden_rows="all",
          gating=("sigmoid", True)),
+    # hunyuan-moe.cpp: plain GQA (q/k norms after rope), every block MoE beside a shared
+    # expert; softmax routing with the top-k weights normalised (build_moe_ffn norm_w = true,
+    # LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX)
+    Arch("hunyuan-moe", (("HunYuanMoEV1ForCausalLM", ""),), (("hunyuan_v1_moe", "HunYuanMoEV1ForCausalLM"),),
+         synth._hp_hunyuan_moe, _hunyuan_moe, gating=("softmax", True)),
 )}
 
 

@@ -437,6 +437,33 @@ def _hp_step35(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
     hp["moe_every_n_layers"] = int(cfg.get("moe_every_n_layer", 1))
 
 
+def _hp_hunyuan_moe(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """HunYuanMoEModel.set_gguf_parameters (conversion/hunyuan.py): the shared expert's width is
+    intermediate_size; moe_intermediate_size, moe_topk and num_shared_expert are per-layer
+    lists the converter requires uniform and writes once (their first entry); with the
+    'dynamic' (NTK-alpha) rope scaling it writes context_length 262144 (256K: the config's
+    max_position_embeddings says 32768) and scales the rope base by alpha^(d/(d-2))."""
+    def first(key: str) -> Any:
+        v = cfg[key]
+        if isinstance(v, (list, tuple)):
+            if len(set(v)) != 1:
+                raise ValueError(f"{key}: the converter requires one value for every layer, got {sorted(set(v))}")
+            return v[0]
+        return v
+
+    hp["expert_shared_feed_forward_length"] = cfg["intermediate_size"]
+    hp["expert_feed_forward_length"] = first("moe_intermediate_size")
+    hp["expert_used_count"] = first("moe_topk")
+    hp["expert_shared_count"] = first("num_shared_expert")
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if str(rope.get("rope_type", rope.get("type", ""))) == "dynamic":
+        alpha = float(rope.get("alpha", 1000))
+        base = float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+        dim = cfg["hidden_size"] // cfg["num_attention_heads"]
+        hp["rope.freq_base"] = base * alpha ** (dim / (dim - 2))
+        hp["context_length"] = 256 * 1024
+
+
 # ---- step 2: hyper-parameters -> tensor index -----------------------------------------------
 
 def layout_options(config: dict[str, Any]) -> dict[str, bool]:

@@ -622,6 +622,30 @@ def _build_step35(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: in
             _nextn(ix, il, n_embd, n_vocab, extras)
 
 
+def _build_hunyuan_moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                       extras: tuple[str, ...], tied: bool = False) -> None:
+    """hunyuan-moe.cpp load_arch_tensors: GQA with q/k norms of one head; every block MoE (the
+    routed experts are created n_ff = feed_forward_length wide) beside one shared expert of
+    expert_shared_feed_forward_length (n_ff where that key is 0); tied embeddings
+    (tie_word_embeddings, Hunyuan-A13B's) write no output.weight (llama.cpp duplicates
+    token_embd)."""
+    n_embd, d_k, n_expert = d["n_embd"], d["d_k"], d["n_expert"]
+    n_ff = d["n_ff"] or d["n_ff_exp"]
+    n_shexp = _i(hp, "expert_shared_feed_forward_length") or n_ff
+    _globals(ix, n_embd, n_vocab, output=not tied)
+    for il in range(d["n_blocks"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        _gqa(ix, il, d)
+        ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
+        ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
+        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        ix.b(il, "ffn_gate_inp.weight", (n_embd, n_expert), "router")
+        _experts(ix, il, n_embd, n_ff, n_expert)
+        ix.b(il, "ffn_gate_shexp.weight", (n_embd, n_shexp), "shexp")
+        ix.b(il, "ffn_up_shexp.weight", (n_embd, n_shexp), "shexp")
+        ix.b(il, "ffn_down_shexp.weight", (n_shexp, n_embd), "shexp")
+
+
 def build(arch: str, hp: dict[str, Any], n_vocab: int, extras: tuple[str, ...],
           options: dict[str, bool] | None = None) -> list[TensorSpec]:
     """Tensor list of `arch`; `options` are the switches of synth.layout_options."""
