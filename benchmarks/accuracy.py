@@ -85,6 +85,7 @@ MODEL_MAP = [
     (r"step[- ]?3\.?5[- ]?flash", "step-3.5-flash"),
     (r"nemotron[- ._]?(3|nano[- ._]?3)[- ._]?nano[- ._]?30b|nemotron[- ._]?nano[- ._]?3[- ._]?30b", "nemotron-3-nano-30b-a3b"),
     (r"nemotron[- ._]?3[- ._]?super[- ._]?120b", "nemotron-3-super-120b-a12b"),
+    (r"hunyuan[- ._]?(80b[- ._]?)?a13b", "hunyuan-a13b"),
 ]
 # the software as written -> backend; forks and wrappers are not the backend the priors describe
 BACKENDS = [(r"^ik_llama\.cpp", "ik_llama.cpp"), (r"^ktransformers", "ktransformers"),
