@@ -139,6 +139,11 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("step35", (("Step3p5ForCausalLM", ""),), (("step3p5", "Step3p5ForCausalLM"),),
          synth._hp_step35, _step35, converter_keeps_mtp=True, nextn_hidden_rows="all",
          gating=("sigmoid", True)),
+    # dots1.cpp: MHA with q/k norms (Qwen3 attention), DeepSeek-V3 routing (sigmoid scores, a
+    # selection bias, weights normalised by norm_topk_prob and scaled), shared experts beside
+    # the routed ones, first_k_dense_replace dense lead blocks; no MTP block
+    Arch("dots1", (("Dots1ForCausalLM", ""),), (("dots1", "Dots1ForCausalLM"),),
+         synth._hp_dots1, _plain(st._build_dots1), gating=("sigmoid", True)),
 )}
 
 
