@@ -84,7 +84,7 @@ def count(bin_dir: Path, fixture: str, folder: Path) -> dict[int, int]:
     return barriers_per_block(decode_graph_nodes(proc.stderr))
 
 
-FIXTURES = ("qwen3moe", "gpt-oss", "qwen3next", "deepseek4", "gemma4", "nemotron_h_moe", "kimi-k3", "step35")
+FIXTURES = ("qwen3moe", "gpt-oss", "qwen3next", "deepseek4", "gemma4", "nemotron_h_moe", "kimi-k3", "step35", "dots1")
 
 
 def main() -> int:

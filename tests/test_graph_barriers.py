@@ -41,6 +41,8 @@ FIXTURE_BLOCKS = {
     # a dense lead block (DENSE_BLOCK, checked in test_step35.py), then MoE blocks: full on
     # block 4, sliding elsewhere (the MTP block is not in the decode graph)
     "step35": ("step35", [None, "swa", "swa", "swa", "full", "swa", "swa", "swa"], 4),
+    # a dense lead block (DENSE_LEAD_BARRIERS, checked in test_dots1.py), then MoE blocks
+    "dots1": ("dots1", [None, "full", "full", "full", "full", "full"], 6),
 }
 
 
