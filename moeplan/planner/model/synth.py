@@ -12,8 +12,8 @@ Two pure steps, so a bundled profile, a Hugging Face folder and a GGUF file all 
 
 Each TensorSpec carries a `role` that the quant recipes (quants.py) and the checkpoint-format
 rules key on. Sources: llama.cpp 2026-10 master, conversion/{base,deepseek,glm,qwen,gpt_oss,
-llama,minimax,gemma,nemotron,granite,kimi_k3,step3,dots1}.py and src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,
-qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4,nemotron-h,kimi-k3,step35,dots1}.cpp.
+llama,minimax,gemma,nemotron,granite,kimi_k3,step3,dots1}.py and
+src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4,nemotron-h,kimi-k3,step35,dots1}.cpp.
 """
 from __future__ import annotations
 
