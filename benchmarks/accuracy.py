@@ -83,6 +83,7 @@ MODEL_MAP = [
     (r"deepseek-coder-v2-lite", "deepseek-coder-v2-lite"),
     (r"gemma[- ]?4[- ]26b[- ]a4b", "gemma-4-26b-a4b"),
     (r"step[- ]?3\.?5[- ]?flash", "step-3.5-flash"),
+    (r"dots[- ._]?llm1", "dots.llm1"),
     (r"nemotron[- ._]?(3|nano[- ._]?3)[- ._]?nano[- ._]?30b|nemotron[- ._]?nano[- ._]?3[- ._]?30b", "nemotron-3-nano-30b-a3b"),
     (r"nemotron[- ._]?3[- ._]?super[- ._]?120b", "nemotron-3-super-120b-a12b"),
     (r"hunyuan[- ._]?(80b[- ._]?)?a13b", "hunyuan-a13b"),

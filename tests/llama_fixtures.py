@@ -809,6 +809,49 @@ def write_hunyuan_moe_llama(path: Path, *, n_layer=6, n_embd=1024, n_head=8, n_h
     return path, written
 
 
+
+def write_dots1_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1024, n_head=8, head_dim=128, n_ff=2048,
+                      n_expert=32, n_used=6, n_shared=2, n_ff_exp=256, n_vocab=32000, ctx=32768,
+                      expert_type=Q.Q4_K, dense_type=Q.Q8_0):
+    """dots.llm1 in ratio (dots1): multi-head attention (as many KV heads as query heads, head_dim
+    128) with q/k norms, one dense lead block, then the router with its selection bias, the
+    routed experts (6 per token as dots.llm1) and two shared experts fused into one FFN of
+    n_ff_exp x 2 (dots1.cpp); sigmoid gating, normalised and scaled weights. Keys as
+    conversion/dots1.py writes them, plus expert_gating_func 2 which dots1.cpp needs."""
+    arch = "dots1"
+    w = GGUFWriter(str(path), arch)
+    written: list = []
+    _common(w, "moeplan-dots1", n_layer, n_embd, n_head, n_head, ctx, 15)
+    w.add_feed_forward_length(n_ff)
+    w.add_leading_dense_block_count(n_dense)
+    w.add_expert_shared_count(n_shared)
+    w.add_expert_weights_scale(2.5)
+    w.add_expert_weights_norm(True)
+    w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
+    _experts_vocab_globals(w, written, n_embd=n_embd, n_vocab=n_vocab, n_expert=n_expert, n_used=n_used,
+                           n_ff_exp=n_ff_exp)
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        _add(w, written, b + "attn_norm.weight", (n_embd,))
+        _add(w, written, b + "attn_q.weight", (n_embd, n_head * head_dim), dense_type)
+        _add(w, written, b + "attn_k.weight", (n_embd, n_head * head_dim), dense_type)
+        _add(w, written, b + "attn_v.weight", (n_embd, n_head * head_dim), dense_type)
+        _add(w, written, b + "attn_output.weight", (n_head * head_dim, n_embd), dense_type)
+        _add(w, written, b + "attn_k_norm.weight", (head_dim,))
+        _add(w, written, b + "attn_q_norm.weight", (head_dim,))
+        _add(w, written, b + "ffn_norm.weight", (n_embd,))
+        if i < n_dense:
+            _add(w, written, b + "ffn_gate.weight", (n_embd, n_ff), dense_type)
+            _add(w, written, b + "ffn_down.weight", (n_ff, n_embd), dense_type)
+            _add(w, written, b + "ffn_up.weight", (n_embd, n_ff), dense_type)
+        else:
+            _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
+            _add(w, written, b + "exp_probs_b.bias", (n_expert,))
+            _experts_and_shared(w, written, b, n_embd=n_embd, n_ff_exp=n_ff_exp, n_expert=n_expert,
+                                n_ff_shexp=n_ff_exp * n_shared, expert_type=expert_type, dense_type=dense_type)
+    _finish(w)
+    return path, written
+
 LLAMA_FIXTURES: dict[str, Callable] = {
     "qwen3moe": write_qwen3moe_llama,
     "deepseek2": write_deepseek2_llama,
@@ -826,6 +869,7 @@ OTHER_FIXTURES: dict[str, Callable] = {
     "kimi-k3": write_kimi_k3_llama,
     "step35": write_step35_llama,
     "hunyuan-moe": write_hunyuan_moe_llama,
+    "dots1": write_dots1_llama,
 }
 
 

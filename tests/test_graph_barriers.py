@@ -43,6 +43,8 @@ FIXTURE_BLOCKS = {
     "step35": ("step35", [None, "swa", "swa", "swa", "full", "swa", "swa", "swa"], 4),
     # every block MoE beside a shared expert, full attention
     "hunyuan-moe": ("hunyuan-moe", ["full"] * 6, 4),
+    # a dense lead block (DENSE_LEAD_BARRIERS, checked in test_dots1.py), then MoE blocks
+    "dots1": ("dots1", [None, "full", "full", "full", "full", "full"], 6),
 }
 
 

@@ -148,6 +148,11 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     # LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX)
     Arch("hunyuan-moe", (("HunYuanMoEV1ForCausalLM", ""),), (("hunyuan_v1_moe", "HunYuanMoEV1ForCausalLM"),),
          synth._hp_hunyuan_moe, _hunyuan_moe, gating=("softmax", True)),
+    # dots1.cpp: MHA with q/k norms (Qwen3 attention), DeepSeek-V3 routing (sigmoid scores, a
+    # selection bias, weights normalised by norm_topk_prob and scaled), shared experts beside
+    # the routed ones, first_k_dense_replace dense lead blocks; no MTP block
+    Arch("dots1", (("Dots1ForCausalLM", ""),), (("dots1", "Dots1ForCausalLM"),),
+         synth._hp_dots1, _plain(st._build_dots1), gating=("sigmoid", True)),
 )}
 
 

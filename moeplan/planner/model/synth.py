@@ -12,8 +12,8 @@ Two pure steps, so a bundled profile, a Hugging Face folder and a GGUF file all 
 
 Each TensorSpec carries a `role` that the quant recipes (quants.py) and the checkpoint-format
 rules key on. Sources: llama.cpp 2026-10 master, conversion/{base,deepseek,glm,qwen,gpt_oss,
-llama,minimax,gemma,nemotron,granite,kimi_k3,step3}.py and src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,
-qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4,nemotron-h,kimi-k3,step35}.cpp.
+llama,minimax,gemma,nemotron,granite,kimi_k3,step3,dots1}.py and
+src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4,nemotron-h,kimi-k3,step35,dots1}.cpp.
 """
 from __future__ import annotations
 
@@ -463,6 +463,26 @@ def _hp_hunyuan_moe(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
         hp["rope.freq_base"] = base * alpha ** (dim / (dim - 2))
         hp["context_length"] = 256 * 1024
 
+
+def _hp_dots1(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """Dots1Model.set_gguf_parameters (conversion/dots1.py, over Qwen2MoeModel): the expert
+    width (moe_intermediate_size), first_k_dense_replace dense lead blocks, n_shared_experts
+    shared experts of that width, routed_scaling_factor and norm_topk_prob; expert_count from
+    n_routed_experts (the converter copies it to num_experts). The gating key: dots1.cpp
+    load_arch_hparams reads expert_gating_func without a default and build_moe_ffn aborts on
+    NONE (llama-graph.cpp), so every dots1 GGUF that runs carries 2 (sigmoid): the router is
+    DeepSeek-V3's (sigmoid scores, e_score_correction_bias for selection; transformers
+    modular_dots1.py Dots1TopkRouter). The converter llama.cpp 0c1e570 vendors maps
+    scoring_func through base.py, which rejects the published config's "noaux_tc"; the one of
+    llama.cpp PR #14118 (which made the published GGUFs) wrote SIGMOID for it."""
+    hp["expert_count"] = cfg["n_routed_experts"]
+    if cfg.get("moe_intermediate_size") is not None:
+        hp["expert_feed_forward_length"] = cfg["moe_intermediate_size"]
+    hp["leading_dense_block_count"] = cfg["first_k_dense_replace"]
+    hp["expert_shared_count"] = cfg["n_shared_experts"]
+    hp["expert_weights_scale"] = cfg["routed_scaling_factor"]
+    hp["expert_weights_norm"] = bool(cfg["norm_topk_prob"])
+    hp["expert_gating_func"] = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
 
 # ---- step 2: hyper-parameters -> tensor index -----------------------------------------------
 

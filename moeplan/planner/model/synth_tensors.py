@@ -646,6 +646,34 @@ def _build_hunyuan_moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_voca
         ix.b(il, "ffn_down_shexp.weight", (n_shexp, n_embd), "shexp")
 
 
+def _build_dots1(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                 extras: tuple[str, ...]) -> None:
+    """dots1.cpp load_arch_tensors: q, k and v each n_embd_head_k x n_head wide (the loader
+    sizes k and v by n_head, dots.llm1 being MHA), the output projection, k/q norms of one
+    head; a dense SwiGLU MLP (feed_forward_length) on the leading_dense_block_count first
+    blocks, then the router, its selection bias (exp_probs_b, TENSOR_NOT_REQUIRED: the
+    converter writes e_score_correction_bias), the routed experts and the shared experts fused
+    into one FFN of n_ff_exp x expert_shared_count."""
+    n_embd, d_k = d["n_embd"], d["d_k"]
+    n_q = d_k * d["n_head"]
+    n_shexp = d["n_ff_exp"] * d["n_shared"]
+    leading = _i(hp, "leading_dense_block_count")
+    _globals(ix, n_embd, n_vocab)
+    for il in range(d["n_blocks"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        _qkv(ix, il, n_embd, n_q, n_q, n_q)
+        ix.b(il, "attn_output.weight", (n_q, n_embd), "attn")
+        ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
+        ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
+        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        if il < leading:
+            _dense_ffn(ix, il, n_embd, d["n_ff"])
+        else:
+            ix.b(il, "ffn_gate_inp.weight", (n_embd, d["n_expert"]), "router")
+            ix.b(il, "exp_probs_b.bias", (d["n_expert"],), "vector")
+            _experts(ix, il, n_embd, d["n_ff_exp"], d["n_expert"])
+            _shexp(ix, il, n_embd, n_shexp)
+
 def build(arch: str, hp: dict[str, Any], n_vocab: int, extras: tuple[str, ...],
           options: dict[str, bool] | None = None) -> list[TensorSpec]:
     """Tensor list of `arch`; `options` are the switches of synth.layout_options."""
