@@ -41,7 +41,9 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
                       ("step35", "it has no Step-3.5 (step3p5) model or injection rules"),
                       ("hunyuan-moe", "it has no Hunyuan-A13B (HunYuanMoEV1) model or injection rules "
                                       "(ktransformers issue #1404, 'Hunyuan-A13B Support', open)"),
-                      ("dots1", "it has no dots.llm1 (Dots1ForCausalLM) model or injection rules"))),
+                      ("dots1", "it has no dots.llm1 (Dots1ForCausalLM) model or injection rules"),
+                      ("ernie4_5-moe", "it has no ERNIE 4.5 (Ernie4_5_Moe) model or injection rules "
+                                       "(ktransformers/models has none)"))),
     Backend("vllm", "vllm", "vllm", gguf_runner=False, n_cpu_moe_from="first",
             op_offload_rule="llama.cpp", windows_native=False, needs_gpu=True),
     Backend("sglang", "sglang", "sglang", gguf_runner=False, n_cpu_moe_from="first",

@@ -62,8 +62,10 @@ def profile_config(profile: dict[str, Any]) -> dict[str, Any]:
 def _n_params(profile: dict[str, Any]) -> tuple[int, int, int]:
     cfg = merged_config(profile_config(profile))
     n_exp = cfg.get("num_local_experts", cfg.get("num_experts", cfg.get("n_routed_experts", cfg.get("moe_num_experts", 0))))
-    # moe_top_k: Step-3.5's config, top_k_experts: Gemma 4's, num_experts_per_token: Kimi-K3's
-    n_used = next((cfg[k] for k in ("num_experts_per_tok", "moe_top_k", "top_k_experts", "num_experts_per_token")
+    # moe_top_k: Step-3.5's config, top_k_experts: Gemma 4's, num_experts_per_token: Kimi-K3's,
+    # moe_k: ERNIE 4.5's
+    n_used = next((cfg[k] for k in ("num_experts_per_tok", "moe_top_k", "top_k_experts", "num_experts_per_token",
+                                    "moe_k")
                    if cfg.get(k)), 0)
     if not n_used and cfg.get("moe_topk"):  # Hunyuan-A13B: a per-layer list (uniform: the converter asserts it)
         n_used = cfg["moe_topk"][0] if isinstance(cfg["moe_topk"], list) else cfg["moe_topk"]

@@ -72,6 +72,10 @@ def _hunyuan_moe(ix, hp, d, v, e, o):
     st._build_hunyuan_moe(ix, hp, d, v, e, tied=o.get("tied", False))
 
 
+def _ernie4_5_moe(ix, hp, d, v, e, o):
+    st._build_ernie4_5_moe(ix, hp, d, v, e, tied=o.get("tied", False), probs_bias=o.get("probs_bias", True))
+
+
 def _plain(builder: Callable[..., None], **kw: Any) -> TensorBuilder:
     return lambda ix, hp, d, v, e, o: builder(ix, hp, d, v, e, **kw)
 
@@ -153,6 +157,11 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     # the routed ones, first_k_dense_replace dense lead blocks; no MTP block
     Arch("dots1", (("Dots1ForCausalLM", ""),), (("dots1", "Dots1ForCausalLM"),),
          synth._hp_dots1, _plain(st._build_dots1), gating=("sigmoid", True)),
+    # ernie4-5-moe.cpp: plain GQA with full attention; build_moe_ffn with softmax gating, the
+    # selection bias and normalised weights (norm_w = true); a block is MoE when
+    # il >= n_layer_dense_lead and (il + 1) % n_moe_layer_step == 0; the converter drops MTP
+    Arch("ernie4_5-moe", (("Ernie4_5_MoeForCausalLM", ""),), (("ernie4_5_moe", "Ernie4_5_MoeForCausalLM"),),
+         synth._hp_ernie4_5_moe, _ernie4_5_moe, gating=("softmax", True)),
 )}
 
 

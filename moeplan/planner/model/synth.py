@@ -12,8 +12,9 @@ Two pure steps, so a bundled profile, a Hugging Face folder and a GGUF file all 
 
 Each TensorSpec carries a `role` that the quant recipes (quants.py) and the checkpoint-format
 rules key on. Sources: llama.cpp 2026-10 master, conversion/{base,deepseek,glm,qwen,gpt_oss,
-llama,minimax,gemma,nemotron,granite,kimi_k3,step3,dots1}.py and
-src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,qwen3next,qwen35moe,openai-moe,llama4,llama,minimax-m2,gemma4,nemotron-h,kimi-k3,step35,dots1}.cpp.
+llama,minimax,gemma,nemotron,granite,kimi_k3,step3,dots1,ernie}.py and
+src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,qwen3next,qwen35moe,openai-moe,llama4,llama,
+minimax-m2,gemma4,nemotron-h,kimi-k3,step35,dots1,ernie4-5-moe}.cpp.
 """
 from __future__ import annotations
 
@@ -483,6 +484,26 @@ def _hp_dots1(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
     hp["expert_weights_scale"] = cfg["routed_scaling_factor"]
     hp["expert_weights_norm"] = bool(cfg["norm_topk_prob"])
     hp["expert_gating_func"] = 2  # LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+
+
+def _hp_ernie4_5_moe(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
+    """Ernie4_5MoeModel.set_gguf_parameters (conversion/ernie.py): the experts (moe_num_experts,
+    moe_k, moe_intermediate_size), interleave_moe_layer_step = moe_layer_interval,
+    leading_dense_block_count = moe_layer_start_index, expert_shared_count =
+    moe_num_shared_experts and, where it is above 0, expert_shared_feed_forward_length =
+    intermediate_size // num_key_value_heads (the converter's own formula: 12288 // 4 = 3072 =
+    2 shared experts of 1536 for the 21B). The MTP block is dropped (filter_tensors)."""
+    hp["expert_count"] = cfg["moe_num_experts"]
+    hp["expert_used_count"] = cfg["moe_k"]
+    hp["interleave_moe_layer_step"] = cfg["moe_layer_interval"]
+    hp["leading_dense_block_count"] = cfg["moe_layer_start_index"]
+    if cfg.get("moe_intermediate_size") is not None:
+        hp["expert_feed_forward_length"] = cfg["moe_intermediate_size"]
+    shared = cfg.get("moe_num_shared_experts")
+    if shared is not None:
+        hp["expert_shared_count"] = shared
+        if shared > 0 and cfg.get("intermediate_size") is not None and cfg.get("num_key_value_heads") is not None:
+            hp["expert_shared_feed_forward_length"] = cfg["intermediate_size"] // cfg["num_key_value_heads"]
 
 # ---- step 2: hyper-parameters -> tensor index -----------------------------------------------
 

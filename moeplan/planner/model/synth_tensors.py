@@ -674,6 +674,35 @@ def _build_dots1(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int
             _experts(ix, il, n_embd, d["n_ff_exp"], d["n_expert"])
             _shexp(ix, il, n_embd, n_shexp)
 
+
+def _build_ernie4_5_moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+                        extras: tuple[str, ...], tied: bool = False, probs_bias: bool = True) -> None:
+    """ernie4-5.cpp load_arch_tensors (ernie4_5-moe reuses it): GQA with separate q/k/v (the
+    converter splits qkv_proj) and no q/k norms; a dense SwiGLU MLP (feed_forward_length) on
+    the leading_dense_block_count first blocks, then on every other block the router, the
+    selection bias (mlp.moe_statics.e_score_correction -> exp_probs_b, TENSOR_NOT_REQUIRED:
+    written where the checkpoint has it, moe_use_aux_free), the routed experts and, where
+    expert_shared_feed_forward_length > 0, one shared FFN of that width. No output.weight when
+    the embeddings are tied (the loader duplicates token_embd)."""
+    n_embd, n_expert, n_ff_exp = d["n_embd"], d["n_expert"], d["n_ff_exp"]
+    n_shexp = _i(hp, "expert_shared_feed_forward_length")
+    leading = _i(hp, "leading_dense_block_count")
+    _globals(ix, n_embd, n_vocab, output=not tied)
+    for il in range(d["n_layer"]):
+        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
+        _gqa(ix, il, d)
+        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        if il >= leading:
+            ix.b(il, "ffn_gate_inp.weight", (n_embd, n_expert), "router")
+            if probs_bias:
+                ix.b(il, "exp_probs_b.bias", (n_expert,), "vector")
+            _experts(ix, il, n_embd, n_ff_exp, n_expert)
+            if n_shexp > 0:
+                _shexp(ix, il, n_embd, n_shexp)
+        else:
+            _dense_ffn(ix, il, n_embd, d["n_ff"])
+
+
 def build(arch: str, hp: dict[str, Any], n_vocab: int, extras: tuple[str, ...],
           options: dict[str, bool] | None = None) -> list[TensorSpec]:
     """Tensor list of `arch`; `options` are the switches of synth.layout_options."""
