@@ -84,6 +84,8 @@ MODEL_MAP = [
     (r"gemma[- ]?4[- ]26b[- ]a4b", "gemma-4-26b-a4b"),
     (r"step[- ]?3\.?5[- ]?flash", "step-3.5-flash"),
     (r"dots[- ._]?llm1", "dots.llm1"),
+    (r"ernie[- ._]?4\.?5[- ._]?21b", "ernie-4.5-21b-a3b"),
+    (r"ernie[- ._]?4\.?5[- ._]?300b", "ernie-4.5-300b-a47b"),
     (r"nemotron[- ._]?(3|nano[- ._]?3)[- ._]?nano[- ._]?30b|nemotron[- ._]?nano[- ._]?3[- ._]?30b", "nemotron-3-nano-30b-a3b"),
     (r"nemotron[- ._]?3[- ._]?super[- ._]?120b", "nemotron-3-super-120b-a12b"),
     (r"hunyuan[- ._]?(80b[- ._]?)?a13b", "hunyuan-a13b"),

@@ -85,7 +85,7 @@ def count(bin_dir: Path, fixture: str, folder: Path) -> dict[int, int]:
 
 
 FIXTURES = ("qwen3moe", "gpt-oss", "qwen3next", "deepseek4", "gemma4", "nemotron_h_moe", "kimi-k3", "step35",
-            "hunyuan-moe", "dots1")
+            "hunyuan-moe", "dots1", "ernie4_5-moe")
 
 
 def main() -> int:

@@ -852,6 +852,53 @@ def write_dots1_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1024, n_head=8
     _finish(w)
     return path, written
 
+def write_ernie4_5_moe_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1024, n_head=8, n_head_kv=2, head_dim=128,
+                             n_ff=4096, n_expert=32, n_used=4, n_ff_exp=512, n_shared=2, n_vocab=32000, ctx=32768,
+                             tied=True, expert_type=Q.Q4_K, dense_type=Q.Q8_0):
+    """ERNIE-4.5-21B-A3B in ratio (ernie4_5-moe): GQA 4:1 (20/4 in the model) with head_dim 128
+    and no q/k norms; one dense lead block (moe_layer_start_index 1) with a wide SwiGLU MLP,
+    then MoE blocks: softmax router with its selection bias (exp_probs_b), the routed experts
+    and the shared experts as one FFN of n_shared x n_ff_exp (the converter's
+    intermediate_size // num_key_value_heads); tied embeddings (no output.weight). Keys as
+    conversion/ernie.py Ernie4_5MoeModel writes them."""
+    arch = "ernie4_5-moe"
+    w = GGUFWriter(str(path), arch)
+    written: list = []
+    _common(w, "moeplan-ernie4_5-moe", n_layer, n_embd, n_head, n_head_kv, ctx, 15)
+    w.add_feed_forward_length(n_ff)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_interleave_moe_layer_step(1)
+    w.add_leading_dense_block_count(n_dense)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_expert_shared_count(n_shared)
+    w.add_expert_shared_feed_forward_length(n_shared * n_ff_exp)
+    spm_vocab(w, n_vocab)
+    _add(w, written, "token_embd.weight", (n_embd, n_vocab), Q.Q8_0)
+    _add(w, written, "output_norm.weight", (n_embd,))
+    if not tied:
+        _add(w, written, "output.weight", (n_embd, n_vocab), Q.Q6_K)
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        _add(w, written, b + "attn_norm.weight", (n_embd,))
+        _add(w, written, b + "attn_q.weight", (n_embd, n_head * head_dim), dense_type)
+        _add(w, written, b + "attn_k.weight", (n_embd, n_head_kv * head_dim), dense_type)
+        _add(w, written, b + "attn_v.weight", (n_embd, n_head_kv * head_dim), dense_type)
+        _add(w, written, b + "attn_output.weight", (n_head * head_dim, n_embd), dense_type)
+        _add(w, written, b + "ffn_norm.weight", (n_embd,))
+        if i >= n_dense:
+            _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
+            _add(w, written, b + "exp_probs_b.bias", (n_expert,))
+            _experts_and_shared(w, written, b, n_embd=n_embd, n_ff_exp=n_ff_exp, n_expert=n_expert,
+                                n_ff_shexp=n_shared * n_ff_exp, expert_type=expert_type, dense_type=dense_type)
+        else:
+            _add(w, written, b + "ffn_gate.weight", (n_embd, n_ff), dense_type)
+            _add(w, written, b + "ffn_up.weight", (n_embd, n_ff), dense_type)
+            _add(w, written, b + "ffn_down.weight", (n_ff, n_embd), dense_type)
+    _finish(w)
+    return path, written
+
+
 LLAMA_FIXTURES: dict[str, Callable] = {
     "qwen3moe": write_qwen3moe_llama,
     "deepseek2": write_deepseek2_llama,
@@ -870,6 +917,7 @@ OTHER_FIXTURES: dict[str, Callable] = {
     "step35": write_step35_llama,
     "hunyuan-moe": write_hunyuan_moe_llama,
     "dots1": write_dots1_llama,
+    "ernie4_5-moe": write_ernie4_5_moe_llama,
 }
 
 

@@ -45,6 +45,8 @@ FIXTURE_BLOCKS = {
     "hunyuan-moe": ("hunyuan-moe", ["full"] * 6, 4),
     # a dense lead block (DENSE_LEAD_BARRIERS, checked in test_dots1.py), then MoE blocks
     "dots1": ("dots1", [None, "full", "full", "full", "full", "full"], 6),
+    # a dense lead block (DENSE_LEAD_BARRIERS, checked in test_ernie4_5_moe.py), then MoE blocks
+    "ernie4_5-moe": ("ernie4_5-moe", [None, "full", "full", "full", "full", "full"], 4),
 }
 
 

@@ -105,12 +105,16 @@ BLOCK_BARRIERS: dict[tuple[str, str], tuple[int, int, str]] = {
     # weights, the shared experts as one FFN beside the routed ones; the fixture routes 6 as
     # dots.llm1
     ("dots1", "full"): (39, 6, "counted"),
+    # ernie4-5-moe.cpp: plain GQA (no q/k norms, no biases), softmax routing with the
+    # selection bias and normalised weights, the shared experts as one FFN beside the experts
+    ("ernie4_5-moe", "full"): (34, 4, "counted"),
 }
 DENSE_BLOCK = 22
 # leading dense blocks counted where they differ from DENSE_BLOCK: (arch, attention label) ->
 # barriers (kimi-k3: a KDA block with the situ dense FFN, counted on the fixture's block 0)
 DENSE_LEAD_BARRIERS: dict[tuple[str, str], int] = {("kimi-k3", "recurrent"): 76,
-                                                    ("dots1", "full"): 19}  # dots1: fixture block 0
+                                                    ("dots1", "full"): 19,  # dots1: fixture block 0
+                                                    ("ernie4_5-moe", "full"): 17}  # ernie4_5-moe: fixture block 0
 # a block of an architecture not listed: qwen3moe's block
 DEFAULT_BLOCK = BLOCK_BARRIERS[("qwen3moe", "full")]
 # architectures whose blocks without experts are mixers of their own (not a dense lead block)
