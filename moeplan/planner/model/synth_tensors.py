@@ -108,6 +108,16 @@ def _nextn(ix: _Index, il: int, n_embd: int, n_vocab: int, extras: tuple[str, ..
 
 # ---- per architecture ------------------------------------------------------------------------
 
+def _qk_norm_gqa(ix: _Index, il: int, d: dict[str, int]) -> None:
+    """GQA with q/k norms of one head between the block's two norms (qwen3moe.cpp,
+    hunyuan-moe.cpp)."""
+    ix.b(il, "attn_norm.weight", (d["n_embd"],), "vector")
+    _gqa(ix, il, d)
+    ix.b(il, "attn_k_norm.weight", (d["d_k"],), "vector")
+    ix.b(il, "attn_q_norm.weight", (d["d_k"],), "vector")
+    ix.b(il, "ffn_norm.weight", (d["n_embd"],), "vector")
+
+
 def _mla_attention(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int]) -> None:
     """deepseek2.cpp / glm-dsa.cpp attention (MLA with the k_b / v_b split the converter writes)."""
     ix.b(il, "attn_norm.weight", (d["n_embd"],), "vector")
@@ -269,15 +279,11 @@ def _build_glm4moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: i
 def _build_qwen3moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                     extras: tuple[str, ...]) -> None:
     """qwen3moe.cpp: GQA with q/k norms, every block MoE, no shared expert."""
-    n_embd, d_k = d["n_embd"], d["d_k"]
+    n_embd = d["n_embd"]
     n_ff = d["n_ff_exp"] or d["n_ff"] // max(1, d["n_used"])
     _globals(ix, n_embd, n_vocab)
     for il in range(d["n_blocks"]):
-        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
-        _gqa(ix, il, d)
-        ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
-        ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
-        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        _qk_norm_gqa(ix, il, d)
         ix.b(il, "ffn_gate_inp.weight", (n_embd, d["n_expert"]), "router")
         _experts(ix, il, n_embd, n_ff, d["n_expert"])
 
@@ -629,16 +635,12 @@ def _build_hunyuan_moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_voca
     expert_shared_feed_forward_length (n_ff where that key is 0); tied embeddings
     (tie_word_embeddings, Hunyuan-A13B's) write no output.weight (llama.cpp duplicates
     token_embd)."""
-    n_embd, d_k, n_expert = d["n_embd"], d["d_k"], d["n_expert"]
+    n_embd, n_expert = d["n_embd"], d["n_expert"]
     n_ff = d["n_ff"] or d["n_ff_exp"]
     n_shexp = _i(hp, "expert_shared_feed_forward_length") or n_ff
     _globals(ix, n_embd, n_vocab, output=not tied)
     for il in range(d["n_blocks"]):
-        ix.b(il, "attn_norm.weight", (n_embd,), "vector")
-        _gqa(ix, il, d)
-        ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
-        ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
-        ix.b(il, "ffn_norm.weight", (n_embd,), "vector")
+        _qk_norm_gqa(ix, il, d)
         ix.b(il, "ffn_gate_inp.weight", (n_embd, n_expert), "router")
         _experts(ix, il, n_embd, n_ff, n_expert)
         ix.b(il, "ffn_gate_shexp.weight", (n_embd, n_shexp), "shexp")
