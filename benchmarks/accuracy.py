@@ -57,6 +57,8 @@ COVERAGE_TARGET, HALF_WIDTH_TARGET = 0.80, 0.30
 # group seen on two rows moves about two-thirds of the way to what those rows say
 SHRINK_ROWS = 1.0
 RANGE_QUANTILE = 0.80
+# fitted scales must beat the unfitted model's held-out median error by this much to ship
+SHIP_MARGIN = 0.01
 
 # model names as the rows write them -> bundled profile
 MODEL_MAP = [
@@ -601,8 +603,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.write_fit:
         from moeplan.io import write_text_atomic
         # a metric's fitted scales ship only if they predict held-out sources better than the
-        # mechanisms alone; else the prior ships, with its own residuals' widths
-        use_fit = {m: (overall[m]["loso"]["median_err"] or 1.0) < (overall[m]["prior"]["median_err"] or 0.0)
+        # mechanisms alone -- by more than SHIP_MARGIN of median error (on ~60 rows one row moves
+        # the median by about a third of a point) and with a held-out range no wider; else the
+        # prior ships, with its own residuals' widths
+        use_fit = {m: (overall[m]["loso"]["median_err"] or 1.0) < (overall[m]["prior"]["median_err"] or 0.0) - SHIP_MARGIN
+                   and (overall[m]["loso"].get("half_width") or 9.0) <= (overall[m]["prior"].get("half_width") or 0.0)
                    for m in ("decode", "prefill")}
         fit_data = {"about": "term-group time scales fitted on benchmarks/data/measurements.jsonl by "
                              "benchmarks/accuracy.py --write-fit, kept only where they beat the unfitted model on "
