@@ -185,7 +185,7 @@ def _attention_layers(model: ModelSpec, p: Placement, shape: ReserveShape) -> li
         dv = int(_hp(model, "attention.value_length_swa", 0) or d_v) if swa else d_v
         out.append({"kind": "gqa", "n_kv": cells, "d_k": dk, "d_v": dv, "q_mult": q_mult,
                     "n_embd_v": v.n_embd if v is not None else 0,
-                    "n_head": _layer_heads(layer, dv, n_head) if model.arch == "step35" else n_head})
+                    "n_head": _layer_heads(layer, dv, n_head)})
     return out
 
 
