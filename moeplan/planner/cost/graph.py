@@ -145,18 +145,23 @@ def block_barriers(model: ModelSpec, layers: tuple[LayerSpec, ...], backend: str
     return total
 
 
+# barriers of the CPU's split of a MoE block whose routed experts run on the CPU, where an
+# architecture's expert FFN has more nodes than gate, up, activation and down (4)
+EXPERT_SPLIT_BARRIERS = {
+    "gpt-oss": 7,
+    # fused gate+up, GEGLU, down, and the per-expert down scale (ffn_down_exps.scale, which the
+    # exps=CPU pattern also puts on the CPU): REPEAT, GET_ROWS, MUL (gemma4.cpp decode graph,
+    # counted on the fixture; the split itself read from ggml-backend's rules)
+    "gemma4": 6,
+    # gate, up, the situ activation's 9 elementwise nodes (scale, tanh, scale, sigmoid, MUL on the
+    # gate, scale, tanh, scale on the up branch, MUL: llama-graph.cpp build_moe_ffn LLM_FFN_SITU),
+    # down; read from the source, not counted on a GPU run
+    "kimi-k3": 12,
+}
+
+
 def expert_split_barriers(model: ModelSpec, backend: str) -> int:
     """Barriers of the CPU's split of one MoE block whose routed experts run on the CPU."""
     if backend == "ik_llama.cpp":
         return 4
-    if model.arch == "gemma4":
-        # fused gate+up, GEGLU, down, and the per-expert down scale (ffn_down_exps.scale, which
-        # the exps=CPU pattern also puts on the CPU): REPEAT, GET_ROWS, MUL (gemma4.cpp decode
-        # graph, counted on the fixture; the split itself read from ggml-backend's rules)
-        return 6
-    if model.arch == "kimi-k3":
-        # gate, up, the situ activation's 9 elementwise nodes (scale, tanh, scale, sigmoid, MUL
-        # on the gate, scale, tanh, scale on the up branch, MUL: llama-graph.cpp build_moe_ffn
-        # LLM_FFN_SITU), down; read from the source, not counted on a GPU run
-        return 12
-    return 7 if model.arch == "gpt-oss" else 4
+    return EXPERT_SPLIT_BARRIERS.get(model.arch, 4)
