@@ -31,6 +31,7 @@ mainline's (-2 for the fused op, n_expert_used - 2 for the sum), and its CPU exp
 """
 from __future__ import annotations
 
+from moeplan.planner.model import registry
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 
 __all__ = ["BLOCK_BARRIERS", "block_barriers", "expert_split_barriers"]
@@ -117,17 +118,15 @@ DENSE_LEAD_BARRIERS: dict[tuple[str, str], int] = {("kimi-k3", "recurrent"): 76,
                                                     ("ernie4_5-moe", "full"): 17}  # ernie4_5-moe: fixture block 0
 # a block of an architecture not listed: qwen3moe's block
 DEFAULT_BLOCK = BLOCK_BARRIERS[("qwen3moe", "full")]
-# architectures whose blocks without experts are mixers of their own (not a dense lead block)
-SUBLAYER_BLOCK_ARCHS = frozenset({"nemotron_h_moe"})
 
 
 def _mainline_block(model: ModelSpec, layer: LayerSpec) -> int:
     row = BLOCK_BARRIERS.get((model.arch, layer.attention))
     if layer.kind != "moe":
         # a block without routed experts: counted where its architecture's blocks hold one
-        # sub-layer (nemotron-h: a Mamba-2 mixer or an attention alone); else a leading dense
+        # sub-layer (registry recurrent_rule "mixer", nemotron-h: a Mamba-2 mixer or an attention alone); else a leading dense
         # block: ~16 attention nodes, the ffn norm, gate, up, activation, down and the residual ADD
-        if row is not None and model.arch in SUBLAYER_BLOCK_ARCHS:
+        if row is not None and model.arch in registry.ARCHS and registry.get(model.arch).recurrent_rule == "mixer":
             return row[0]
         return DENSE_LEAD_BARRIERS.get((model.arch, layer.attention), DENSE_BLOCK)
     n, fixture_used, _ = row or DEFAULT_BLOCK

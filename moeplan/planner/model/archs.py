@@ -11,17 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from moeplan.planner.model import registry
-from moeplan.planner.model.spec import KvComponent, kv_head_dims
+from moeplan.planner.model.spec import KvComponent, hp_at, kv_head_dims
 
 SUPPORTED_ARCHS = registry.supported()
-
-
-def hp_at(hp: dict[str, Any], key: str, il: int, default: Any = None) -> Any:
-    """A key that may be a scalar or a per-layer array (llama.cpp get_key_or_arr)."""
-    v = hp.get(key, default)
-    if isinstance(v, (list, tuple)):
-        return v[il] if il < len(v) else default
-    return v
 
 
 def n_nextn(hp: dict[str, Any]) -> int:

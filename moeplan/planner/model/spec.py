@@ -28,6 +28,14 @@ _BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 _EXPS_RE = re.compile(r"^ffn_(gate_up|gate|up|down)_(ch)?exps\.(.+)$")
 
 
+def hp_at(hp: dict, key: str, il: int, default=None):
+    """A key that may be a scalar or a per-layer array (llama.cpp get_key_or_arr)."""
+    v = hp.get(key, default)
+    if isinstance(v, (list, tuple)):
+        return v[il] if il < len(v) else default
+    return v
+
+
 def kv_head_dims(hp: dict, n_head: int) -> tuple[int, int]:
     """(d_k, d_v) as llama.cpp's hparams resolve them: attention.key_length / value_length,
     else n_embd / n_head (llama-model.cpp: n_embd_head_k = n_embd / n_head by default)."""

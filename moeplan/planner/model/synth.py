@@ -372,12 +372,14 @@ def _hp_gemma4(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
     hp["embedding_length_per_layer_input"] = cfg.get("hidden_size_per_layer_input") or 0
     swa = [t == "sliding_attention" for t in cfg["layer_types"]]
     hp["attention.sliding_window_pattern"] = swa
+    def full_layer(key: str) -> Any:
+        """per_layer_config's value of the first full-attention layer that says it."""
+        return next((lc[key] for il, lc in (cfg.get("per_layer_config") or {}).items()
+                     if int(il) < len(swa) and not swa[int(il)] and key in lc), None)
+
     head_full = cfg.get("global_head_dim")
-    if head_full is None:  # per_layer_config of the first full-attention layer that says
-        for il, lc in (cfg.get("per_layer_config") or {}).items():
-            if int(il) < len(swa) and not swa[int(il)] and "head_dim" in lc:
-                head_full = lc["head_dim"]
-                break
+    if head_full is None:
+        head_full = full_layer("head_dim")
     hp["attention.key_length"] = hp["attention.value_length"] = head_full
     hp["attention.key_length_swa"] = hp["attention.value_length_swa"] = cfg["head_dim"]
     n_ff_exp = _first(cfg, "expert_intermediate_size", "moe_intermediate_size")
@@ -388,10 +390,7 @@ def _hp_gemma4(cfg: dict[str, Any], hp: dict[str, Any]) -> None:
         hp["feed_forward_length"] = [n_ff if il < first_shared else 2 * n_ff for il in range(hp["block_count"])]
     kv_full = cfg.get("num_global_key_value_heads")
     if kv_full is None:
-        for il, lc in (cfg.get("per_layer_config") or {}).items():
-            if int(il) < len(swa) and not swa[int(il)] and "num_key_value_heads" in lc:
-                kv_full = lc["num_key_value_heads"]
-                break
+        kv_full = full_layer("num_key_value_heads")
     kv_swa = cfg.get("num_key_value_heads")
     if kv_full is not None and kv_swa is not None:
         hp["attention.head_count_kv"] = [kv_swa if s else kv_full for s in swa]

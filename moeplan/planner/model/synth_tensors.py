@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moeplan.planner.model.spec import kv_head_dims
+from moeplan.planner.model.spec import hp_at, kv_head_dims
 from moeplan.planner.model.synth import TensorSpec
 
 
@@ -347,8 +347,6 @@ def _build_nemotron_h(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab
     ffn_latent_down / ffn_latent_up). The conv1d bias is written (use_conv_bias in the
     released configs); ssm_norm is grouped (d_inner / n_group, n_group). The MTP block folds
     an attention and a MoE sub-layer with the nextn extras and a post-attention norm."""
-    from moeplan.planner.model.archs import hp_at
-
     n_embd, d_k = d["n_embd"], d["d_k"]
     d_conv, d_inner = _i(hp, "ssm.conv_kernel"), _i(hp, "ssm.inner_size")
     d_state, n_ssm_head, n_group = _i(hp, "ssm.state_size"), _i(hp, "ssm.time_step_rank"), _i(hp, "ssm.group_count")
@@ -417,7 +415,6 @@ def _build_kimi_k3(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: i
     latent = _i(hp, "expert_latent_length") or n_embd
     n_ff_exp, n_expert = d["n_ff_exp"], d["n_expert"]
     res = _i(hp, "attn_res.block_size") > 0
-    heads_kv = hp.get("attention.head_count_kv")
     _globals(ix, n_embd, n_vocab)
     if res:
         ix.g("output_res_score.weight", (n_embd,), "vector")
@@ -427,8 +424,7 @@ def _build_kimi_k3(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: i
         if res:
             ix.b(il, "attn_res_score.weight", (n_embd,), "vector")
             ix.b(il, "ffn_res_score.weight", (n_embd,), "vector")
-        n_head_kv = int(heads_kv[il] if isinstance(heads_kv, (list, tuple)) else heads_kv or 0)
-        if n_head_kv == 0:
+        if not int(hp_at(hp, "attention.head_count_kv", il, 0) or 0):
             for qkv in ("q", "k", "v"):
                 ix.b(il, f"ssm_conv1d_{qkv}.weight", (d_conv, 1, d_inner, 1), "ssm_conv")
             _qkv(ix, il, n_embd, d_inner, d_inner, d_inner)
@@ -539,9 +535,6 @@ def _build_gemma4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: in
     embedding_length_per_layer_input > 0."""
     n_embd, n_head, n_expert, n_ff_exp = d["n_embd"], d["n_head"], d["n_expert"], d["n_ff_exp"]
     n_layer = d["n_layer"]
-    swa = hp.get("attention.sliding_window_pattern") or []
-    kv = hp.get("attention.head_count_kv")
-    n_ff = hp.get("feed_forward_length")
     d_full = _i(hp, "attention.key_length")
     d_swa = _i(hp, "attention.key_length_swa", d_full)
     n_pl = _i(hp, "embedding_length_per_layer_input")
@@ -552,10 +545,10 @@ def _build_gemma4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: in
         ix.g("per_layer_model_proj.weight", (n_embd, n_pl * n_layer), "attn")
         ix.g("per_layer_proj_norm.weight", (n_pl,), "vector")
     for il in range(d["n_blocks"]):
-        is_swa = bool(swa[il]) if il < len(swa) else False
+        is_swa = bool(hp_at(hp, "attention.sliding_window_pattern", il, False))
         hd = d_swa if is_swa else d_full
-        n_kv = int(kv[il]) if isinstance(kv, (list, tuple)) else int(kv if kv is not None else n_head)
-        ff = int(n_ff[il]) if isinstance(n_ff, (list, tuple)) else int(n_ff or 0)
+        n_kv = int(hp_at(hp, "attention.head_count_kv", il, n_head))
+        ff = int(hp_at(hp, "feed_forward_length", il, 0) or 0)
         ix.b(il, "attn_norm.weight", (n_embd,), "vector")
         ix.b(il, "attn_q.weight", (n_embd, hd * n_head), "attn")
         ix.b(il, "attn_k.weight", (n_embd, hd * n_kv), "attn")
@@ -599,8 +592,6 @@ def _build_step35(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: in
     extras the checkpoint carries."""
     n_embd, n_expert, n_ff_exp = d["n_embd"], d["n_expert"], d["n_ff_exp"]
     d_k, d_v = d["d_k"], d["d_v"]
-    heads = hp.get("attention.head_count")
-    kv = hp.get("attention.head_count_kv")
     n_ff = d["n_ff"]
     n_shexp = _i(hp, "expert_shared_feed_forward_length")
     leading = _i(hp, "leading_dense_block_count")
@@ -608,8 +599,8 @@ def _build_step35(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: in
     if rope_freqs:
         ix.g("rope_freqs.weight", (d_k // 2,), "vector")
     for il in range(d["n_blocks"]):
-        n_head = int(heads[il]) if isinstance(heads, (list, tuple)) else int(heads)
-        n_kv = int(kv[il]) if isinstance(kv, (list, tuple)) else int(kv if kv is not None else n_head)
+        n_head = int(hp_at(hp, "attention.head_count", il))
+        n_kv = int(hp_at(hp, "attention.head_count_kv", il, n_head))
         ix.b(il, "attn_norm.weight", (n_embd,), "vector")
         ix.b(il, "attn_q_norm.weight", (d_k,), "vector")
         ix.b(il, "attn_k_norm.weight", (d_k,), "vector")
