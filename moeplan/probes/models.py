@@ -34,6 +34,7 @@ def resolve_model(arg: str, quant: str | None = None, size: str | None = None) -
         from moeplan.probes.gguf_model import read_gguf_model
 
         return read_gguf_model(p)
+    from moeplan.planner.model.quants import FP8_NAMES
     from moeplan.profiles.model_profiles import load_profile
 
     if arg.endswith(".gguf") or os.sep in arg:
@@ -44,7 +45,7 @@ def resolve_model(arg: str, quant: str | None = None, size: str | None = None) -
             if not stem or not _is_profile(stem):
                 raise ModelFormatError(f"{arg}: no such file", "check the path (for a split model give any shard), "
                                        "or name a bundled profile (`moeplan models`)")
-            if quant and quant.strip().upper() not in ("FP8", "F8_E4M3"):
+            if quant and quant.strip().upper() not in FP8_NAMES:
                 raise InputError(f"{arg} is the FP8 checkpoint; --quant {quant} names another file",
                                  f"drop --quant, or name the model {stem}")
             arg, quant = stem, "FP8"

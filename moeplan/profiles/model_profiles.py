@@ -59,17 +59,26 @@ def profile_config(profile: dict[str, Any]) -> dict[str, Any]:
     return dict(profile["config"])
 
 
+def _count(cfg: dict[str, Any], *keys: str) -> int:
+    """The first of `keys` the config sets (a per-layer list: its first entry, uniform as the
+    converters require)."""
+    for k in keys:
+        v = cfg.get(k)
+        if isinstance(v, list):
+            v = v[0] if v else None
+        if v:
+            return int(v)
+    return 0
+
+
 def _n_params(profile: dict[str, Any]) -> tuple[int, int, int]:
     cfg = merged_config(profile_config(profile))
-    n_exp = cfg.get("num_local_experts", cfg.get("num_experts", cfg.get("n_routed_experts", cfg.get("moe_num_experts", 0))))
-    # moe_top_k: Step-3.5's config, top_k_experts: Gemma 4's, num_experts_per_token: Kimi-K3's,
-    # moe_k: ERNIE 4.5's
-    n_used = next((cfg[k] for k in ("num_experts_per_tok", "moe_top_k", "top_k_experts", "num_experts_per_token",
-                                    "moe_k")
-                   if cfg.get(k)), 0)
-    if not n_used and cfg.get("moe_topk"):  # Hunyuan-A13B: a per-layer list (uniform: the converter asserts it)
-        n_used = cfg["moe_topk"][0] if isinstance(cfg["moe_topk"], list) else cfg["moe_topk"]
-    return int(n_exp or 0), int(n_used or 0), int(cfg.get("num_hidden_layers", 0))
+    # the configs' own names: moe_num_experts / moe_k ERNIE 4.5, moe_top_k Step-3.5, top_k_experts
+    # Gemma 4, num_experts_per_token Kimi-K3, moe_topk Hunyuan-A13B (a per-layer list)
+    n_exp = _count(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+    n_used = _count(cfg, "num_experts_per_tok", "moe_top_k", "top_k_experts", "num_experts_per_token", "moe_k",
+                    "moe_topk")
+    return n_exp, n_used, int(cfg.get("num_hidden_layers", 0))
 
 
 def list_profiles(root: str = str(PROFILE_DIR)) -> list[dict[str, Any]]:
@@ -141,12 +150,9 @@ def spec_from_profile(profile: dict[str, Any], quant: str, size_bytes: int | Non
     notes = [f"profile {profile['name']} ({profile.get('status', '?')}): tensor index synthesised from the "
              f"published config; types from the {quant} recipe"]
     notes += list(profile.get("notes", []))
-    if not native and resolve_quant(quant).note:
+    if quant != "native" and resolve_quant(quant).note:
         notes.append(QUANT_NOTE + resolve_quant(quant).note)
-    label = (quant if not native else f"native ({profile.get('native_format', '')})" if quant == "native"
-             else "FP8 (block-128 checkpoint)")
-    if quant == "FP8":
-        notes.append(QUANT_NOTE + resolve_quant("FP8").note)
+    label = {"native": f"native ({profile.get('native_format', '')})", "FP8": "FP8 (block-128 checkpoint)"}.get(quant, quant)
     result = scale_to_size(typed, n_vocab, size_bytes, native=native,
                            scales=profile.get("size", {}).get("scales", "experts"))
     notes += [QUANT_NOTE + n if size_bytes is not None else n for n in result.notes]

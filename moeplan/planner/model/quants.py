@@ -54,6 +54,7 @@ IK_FTYPES: tuple[str, ...] = (
     "IQ2_K_R4", "IQ3_K_R4", "IQ4_K_R4", "IQ5_K_R4", "IQ4_KS_R4", "IQ5_KS_R4",
 )
 QUANTS = tuple(FTYPE_DEFAULT) + ("BF16", "native", "FP8")
+FP8_NAMES = ("FP8", "F8_E4M3")  # --quant spellings of a BF16 model's -FP8 checkpoint
 # QUANT_OPTIONS aliases ("Q4_K" = Q4_K_M ...) and moeplan's own names
 ALIASES = {"MXFP4_MOE": "MXFP4", "NATIVE": "native", "BF16": "BF16", "Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M",
            "Q5_K": "Q5_K_M", "FP16": "F16", "FP32": "F32"}
@@ -99,7 +100,7 @@ def resolve_quant(name: str) -> QuantName:
     up = raw.upper().replace("-", "_") if not raw.upper().startswith("UD-") else raw.upper()
     if raw.lower() == "native":
         return QuantName("native", "native", "moeplan")
-    if up in ("FP8", "F8_E4M3"):
+    if up in FP8_NAMES:
         return QuantName("FP8", "FP8", "moeplan",
                          note="FP8: the model's published -FP8 checkpoint (block-128 e4m3 linear layers, float32 "
                               "scales; embeddings, lm_head and routers bf16), what KTransformers, vLLM and SGLang load")
