@@ -250,7 +250,7 @@ def _mrdimm_speed(ram_type: str | None, cpu: str | None) -> int | None:
         return None
     from moeplan.profiles.catalog import find_cpu
 
-    return dict(find_cpu(cpu).ram_speeds_mts).get("mrdimm")
+    return find_cpu(cpu).rated_mts("mrdimm")
 
 
 def _ram_type_key(text: str) -> str:

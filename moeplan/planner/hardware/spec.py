@@ -76,6 +76,10 @@ class CpuPart:
     mobile: bool = False
     source: str = ""
 
+    def rated_mts(self, ram_type: str) -> int | None:
+        """The part's fastest rated MT/s for a memory type (None where it has no rating)."""
+        return dict(self.ram_speeds_mts).get(ram_type) or (self.ram_speed_mts if ram_type == self.ram_type else None)
+
 
 @dataclass(frozen=True)
 class Efficiency:
@@ -282,8 +286,7 @@ def _spec_cpu(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, sockets: i
     ram_type = (req.ram_type or (cpu.ram_type if cpu else "")).lower()
     # a part's rated speed for the memory type asked for (LGA1700 runs DDR4 at 3200, not its
     # DDR5 5600); a type the part has no rating for needs --ram-speed
-    rated = (dict(cpu.ram_speeds_mts).get(ram_type) or (cpu.ram_speed_mts if ram_type == cpu.ram_type else None)
-             if cpu else None)
+    rated = cpu.rated_mts(ram_type) if cpu else None
     speed = req.ram_speed_mts or rated
     mem_user = any(x is not None for x in (req.channels, req.ram_type, req.ram_speed_mts)) or cpu is None
     if cpu is not None and cpu.segment == "server":
