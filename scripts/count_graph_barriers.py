@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+
+from moeplan.io import write_text_atomic  # noqa: E402
 
 NODE = re.compile(r"node #\s*(\d+) \(\s*([^)]*)\): +(\S+)")
 BLOCK = (re.compile(r"-(\d+)$"), re.compile(r"_l(\d+)\b"))
@@ -69,16 +72,18 @@ def barriers_per_block(nodes: list[tuple[str, str]]) -> dict[int, int]:
     return out
 
 
+# llama-completion's arguments after -m FIXTURE. --no-repack: weights in the plain CPU buffer
+# (the graph is the same; a GGML_NATIVE build on an AMX host faults in its AMX kernels in decode)
+RUN_ARGS = ("-p", "hello world", "-n", "2", "-t", "2", "-fa", "on", "-no-cnv", "-c", "512", "-fit", "off",
+            "--no-warmup", "-v", "--no-repack")
+
+
 def count(bin_dir: Path, fixture: str, folder: Path) -> dict[int, int]:
     from llama_fixtures import write_fixture
 
     model = write_fixture(fixture, folder)
     env = dict(os.environ, GGML_SCHED_DEBUG="2")
-    # --no-repack: weights in the plain CPU buffer (the graph is the same; a GGML_NATIVE build
-    # on an AMX host faults in its AMX kernels during decode)
-    proc = subprocess.run([str(bin_dir / "llama-completion"), "-m", str(model), "-p", "hello world", "-n", "2",
-                           "-t", "2", "-fa", "on", "-no-cnv", "-c", "512", "-fit", "off", "--no-warmup", "-v",
-                           "--no-repack"],
+    proc = subprocess.run([str(bin_dir / "llama-completion"), "-m", str(model), *RUN_ARGS],
                           capture_output=True, text=True, env=env, timeout=300)
     # the fixtures' random vocabularies may end the run after the graphs are printed
     return barriers_per_block(decode_graph_nodes(proc.stderr))
@@ -99,8 +104,7 @@ def main() -> int:
     from llama_memlog import llama_build_info
 
     out = {"llama_build": llama_build_info(bin_dir), "date": dt.date.today().isoformat(),
-           "command": "GGML_SCHED_DEBUG=2 llama-completion -m FIXTURE -p 'hello world' -n 2 -t 2 -fa on "
-                      "-no-cnv -c 512 -fit off --no-warmup -v --no-repack", "blocks": {}}
+           "command": "GGML_SCHED_DEBUG=2 llama-completion -m FIXTURE " + shlex.join(RUN_ARGS), "blocks": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for fixture in FIXTURES:
             per = count(bin_dir, fixture, Path(tmp))
@@ -109,7 +113,7 @@ def main() -> int:
     if args.record:
         blocks = ",\n".join(f'  "{k}": {json.dumps(v)}' for k, v in out.pop("blocks").items())
         head = json.dumps(out, indent=1)[:-2]
-        args.record.write_text(f'{head},\n "blocks": {{\n{blocks}\n }}\n}}\n')
+        write_text_atomic(args.record, f'{head},\n "blocks": {{\n{blocks}\n }}\n}}\n')
     return 0
 
 
