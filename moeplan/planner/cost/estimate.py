@@ -50,6 +50,7 @@ import math
 from dataclasses import dataclass, replace
 
 from moeplan.errors import InputError
+from moeplan.planner import backends
 from moeplan.planner.cost import attention, graph, kernels, machine
 from moeplan.planner.cost import factors as F
 from moeplan.planner.cost.priors import BackendPriors
@@ -576,10 +577,6 @@ def _resident_share(model: ModelSpec, p: Placement, hw: HardwareProfile, mem_hos
     return max(0.0, min(1.0, avail / need))
 
 
-# backends that load a GGUF through llama.cpp's loader (src/llama-model-loader.cpp)
-MMAP_LOADERS = ("llama.cpp", "ik_llama.cpp")
-
-
 def page_cache_short_bytes(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
                            ram_anon_bytes: int) -> int:
     """Bytes by which the mapped file, the anonymous host memory and the OS reserve exceed RAM,
@@ -595,8 +592,9 @@ def page_cache_short_bytes(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     with 64 GB for the 63 GB gpt-oss-120b: 1.4-1.8 tok/s, the disk-bound figure), so it widens
     the range rather than moving the figure; --no-mmap holds the CPU weights in anonymous memory.
     """
-    if (pr.name not in MMAP_LOADERS or p.load_mode != "mmap" or p.n_gpus == 0
-            or not hw.system.ram_total_bytes):
+    # only llama.cpp's loader (src/llama-model-loader.cpp) maps the file: the GGUF runners
+    runs_gguf = pr.name in backends.BACKENDS and backends.get(pr.name).gguf_runner
+    if not runs_gguf or p.load_mode != "mmap" or p.n_gpus == 0 or not hw.system.ram_total_bytes:
         return 0
     return max(0, model.file_bytes + ram_anon_bytes + OS_RESERVE_BYTES - hw.ram_bytes)
 
