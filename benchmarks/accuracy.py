@@ -579,6 +579,16 @@ def print_table(title: str, summ: dict) -> None:
                   f"{_fmt(st, 'half_width'):>10}")
 
 
+def ships_fit(overall: dict) -> dict[str, bool]:
+    """Per metric, whether the fitted scales ship: only if they predict held-out sources better
+    than the mechanisms alone -- by more than SHIP_MARGIN of median error (on ~60 rows one row
+    moves the median by about a third of a point) -- with a held-out range no wider; else the
+    prior ships, with its own residuals' widths."""
+    return {m: (overall[m]["loso"]["median_err"] or 1.0) < (overall[m]["prior"]["median_err"] or 0.0) - SHIP_MARGIN
+            and (overall[m]["loso"].get("half_width") or 9.0) <= (overall[m]["prior"].get("half_width") or 0.0)
+            for m in ("decode", "prefill")}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -600,15 +610,9 @@ def main(argv: list[str] | None = None) -> int:
     by_backend = {b: summary(res, ev, lambda x, b=b: x.backend == b) for b in sorted({x.backend for x in res if x.groups})}
     by_class = {c: summary(res, ev, lambda x, c=c: x.machine == c) for c in sorted({x.machine for x in res if x.groups})}
     skipped = [(x.row["id"], m, why) for x in res for m, why in x.skip.items()]
+    use_fit = ships_fit(overall)
     if a.write_fit:
         from moeplan.io import write_text_atomic
-        # a metric's fitted scales ship only if they predict held-out sources better than the
-        # mechanisms alone -- by more than SHIP_MARGIN of median error (on ~60 rows one row moves
-        # the median by about a third of a point) and with a held-out range no wider; else the
-        # prior ships, with its own residuals' widths
-        use_fit = {m: (overall[m]["loso"]["median_err"] or 1.0) < (overall[m]["prior"]["median_err"] or 0.0) - SHIP_MARGIN
-                   and (overall[m]["loso"].get("half_width") or 9.0) <= (overall[m]["prior"].get("half_width") or 0.0)
-                   for m in ("decode", "prefill")}
         fit_data = {"about": "term-group time scales fitted on benchmarks/data/measurements.jsonl by "
                              "benchmarks/accuracy.py --write-fit, kept only where they beat the unfitted model on "
                              "held-out sources; range_log_half_width = 80th percentile of the |log residual| (held "
@@ -651,8 +655,7 @@ def main(argv: list[str] | None = None) -> int:
               ", ".join(f"{k}={v:.2f}" for k, v in ev[m]["_widths"].items()) + "; of the prior: " +
               ", ".join(f"{k}={v:.2f}" for k, v in ev[m]["_prior_widths"].items()))
     # the figure that ships (see --write-fit): the fitted scales where they beat the prior held out
-    ship = {m: "loso" if (overall[m]["loso"]["median_err"] or 1.0) < (overall[m]["prior"]["median_err"] or 0.0)
-            else "prior" for m in TARGETS}
+    ship = {m: "loso" if use_fit[m] else "prior" for m in TARGETS}
     print("\ntargets, held out (" + ", ".join(f"{m}: {f}" for m, f in ship.items()) + " ships): " + ", ".join(
         f"{m} median err {overall[m][ship[m]]['median_err'] or float('nan'):.0%} (<= {t:.0%})" for m, t in TARGETS.items())
         + f", decode coverage {overall['decode'][ship['decode']].get('coverage') or 0:.0%} (>= {COVERAGE_TARGET:.0%}) "
