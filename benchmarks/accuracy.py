@@ -322,7 +322,9 @@ def _baselines(d: dict, hw: dict, r: dict) -> dict:
     k_over_n = model["n_experts_used"] / max(1, model["n_experts"])
     if r.get("n_experts_used") and model["n_experts"]:
         k_over_n = int(r["n_experts_used"]) / model["n_experts"]
-    dense = {dev: items.get(("weights_dense", dev), 0) for dev in ("gpu", "host")}
+    # the blocks -ngl leaves on the CPU count their weights as weights_dense_cpu
+    dense = {"gpu": items.get(("weights_dense", "gpu"), 0),
+             "host": items.get(("weights_dense", "host"), 0) + items.get(("weights_dense_cpu", "host"), 0)}
     experts = {"gpu": items.get(("weights_experts", "gpu"), 0), "host": items.get(("weights_experts_cpu", "host"), 0)}
     cpu_only = d["factors"]["cpu_only"]
     if cpu_only:
@@ -395,6 +397,12 @@ def run_row(r: dict, runner: CliRunner, tmp: Path) -> Row:
     if "decode" in res.measured and not res.groups["decode"].get("cpu") and not res.groups["decode"].get("gpu"):
         res.skip["decode"] = "no terms"
     res.baseline = _baselines(d, hw, r)
+    roof = res.baseline.get("active")
+    if "decode" in res.measured and "decode" not in res.skip and roof and res.measured["decode"] > roof:
+        # every byte a token reads, once, at the peak bandwidth of the device holding it is a
+        # physical bound: a figure above it contradicts the machine or the file the row states
+        res.skip["decode"] = (f"measured decode above the stated machine's roofline ({roof:.1f} tok/s: the "
+                              "active bytes at peak memory bandwidth): the hardware or file as stated cannot produce it")
     return res
 
 

@@ -104,3 +104,20 @@ def test_range_width_is_the_conformal_quantile_of_enough_sources():
     w = b.range_widths(many + one_source)
     assert "cpu" in w and "gpu" not in w and w["all"] == b._conformal([abs(e) for _, e, _ in many + one_source])
     assert w["cpu"] == pytest.approx(b._conformal([0.1 * i for i in range(1, 13)]))
+
+
+def test_a_figure_above_the_stated_machines_roofline_is_not_estimable(tmp_path):
+    """DeepSeek-V2-Lite Q6_K with -ngl 0 on dual-channel DDR4-2133 (34.1 GB/s peak) reads ~2.2 GB
+    a token (the -ngl 0 blocks' dense weights included): 20 tok/s cannot come from that machine."""
+    import json
+
+    from typer.testing import CliRunner
+
+    b = _bench()
+    rows = {json.loads(x)["id"]: json.loads(x) for x in b.DEFAULT_DATA.read_text().splitlines() if x.strip()}
+    row = rows["llamacpp12922-3070-5800x-ddr4-2133-dscv2lite-ngl0"]
+    ok = b.run_row(row, CliRunner(), tmp_path)
+    assert "decode" not in ok.skip
+    assert ok.baseline["active"] == pytest.approx(15.3, rel=0.05)
+    fast = b.run_row({**row, "tg_tps": 20.13}, CliRunner(), tmp_path)
+    assert "roofline" in fast.skip["decode"] and "prefill" not in fast.skip
