@@ -127,6 +127,21 @@ def test_ik_bytes_follow_its_type_table_with_row_scales():
     assert types_of(gen, "blk.0.attn_v.weight") == types_of(gen, "blk.0.attn_k.weight") == "Q8_0"
 
 
+@pytest.mark.parametrize("name", ["mix-IQ3_K", "IQ3_K-mix", "MIX-IQ3_K", "iq3_k_mix"])
+def test_ik_custom_mixes_are_their_experts_type_with_six_bit_floors(name):
+    q = resolve_quant(name)
+    assert q.label == "mix-IQ3_K" and q.base == "IQ3_K" and q.family == "mix" and "--size" in q.note
+    m = load_profile("qwen3-235b-a22b", name)
+    plain = load_profile("qwen3-235b-a22b", "IQ3_K")
+    assert types_of(m, "blk.30.ffn_up_exps.weight") == "IQ3_K"
+    for t in ("blk.30.attn_q.weight", "output.weight", "token_embd.weight"):
+        assert row_bytes(types_of(m, t), 256) >= row_bytes("Q6_K", 256) and bytes_of(m, t) >= bytes_of(plain, t)
+    assert m.file_bytes > plain.file_bytes
+    for bad in ("mix-BF16", "mix-Q9_K", "mix"):
+        with pytest.raises(KeyError):
+            resolve_quant(bad)
+
+
 def test_unknown_names_list_the_families():
     for bad in ("Q9_K", "UD-Q9_K_XL", "Q4_K_XXL"):
         with pytest.raises(InputError, match="unknown quant") as err:

@@ -20,6 +20,8 @@ A recipe turns the synthesised tensor index (synth.py) into (type, bytes) per te
 * IQ2_KS ... ik_llama.cpp types: its type table (ggml.py) and an approximation of its rules.
 * UD-Q2_K_XL, Q4_K_XL, Q4_K_L ...: a base recipe with floors for the tensors such mixes keep at
            higher bits (resolve_quant; an approximation, said in the notes).
+* mix-IQ3_K, IQ4_KS-mix ...: ik_llama.cpp users' custom mixes (llama-quantize --custom-q),
+           named after the routed experts' type: that type, the other tensors floored at 6 bits.
 
 Counters follow llama-quantize: tensors are visited in llama_model_loader order (model-level
 tensors, then block by block, names sorted within a block); n_layer of the ffn_down rules is
@@ -27,6 +29,7 @@ block_count (NextN blocks included).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +72,11 @@ UNSLOTH_FLOOR = {"attn": "Q4_K", "ffn": "Q4_K", "shexp": "Q6_K", "embed": "Q4_K"
 # '_L' files (bartowski's Q3_K_XL ... naming, llama-quantize --output-tensor-type q8_0
 # --token-embedding-type q8_0): the base recipe with embedding and output in Q8_0
 LARGE_FLOOR = {"embed": "Q8_0", "output": "Q8_0"}
+
+# custom mixes named after their routed experts' type (the 'mix-IQ3_K' files of ik_llama.cpp
+# users, made with llama-quantize --custom-q): the rest of the model is kept at 6-8 bits by such
+# recipes; taken as at least Q6_K, an approximation that `--size` turns into the real bytes
+MIX_FLOOR = {"attn": "Q6_K", "ffn": "Q6_K", "shexp": "Q6_K", "embed": "Q6_K", "output": "Q6_K"}
 
 _IQ_LOW = ("IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ2_S", "IQ2_M", "IQ1_M")  # the IQ2/IQ1 branch of get_type_impl
 _IQ_OUT_Q5K = ("IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ2_S", "IQ2_M", "IQ1_M")
@@ -113,6 +121,16 @@ def resolve_quant(name: str) -> QuantName:
                     "after ik_llama.cpp's output / embedding / attention rules, the rest in the base type "
                     "(published ik_llama.cpp files are often custom mixes: give --size)")
         return QuantName(base, base, fam, note=note)
+    mix = re.fullmatch(r"MIX_(.+)|(.+)_MIX", up)
+    if mix:
+        cand = _plain(mix.group(1) or mix.group(2))
+        if cand is None or cand in ("BF16", "native"):
+            raise KeyError(name)
+        label = f"mix-{cand}"
+        return QuantName(label, cand, "mix", tuple(sorted(MIX_FLOOR.items())),
+                         f"{label}: a custom mix approximated as {cand} for the routed experts and at least Q6_K for "
+                         "every other tensor (such recipes keep attention, shared experts, dense layers and output "
+                         "at 6-8 bits): give --size for the real bytes")
     ud = up.startswith("UD-") or up.startswith("UD_")
     stem = up[3:] if ud else up
     xl = stem.endswith("_XL")
@@ -149,7 +167,7 @@ def quant_families() -> str:
     """The accepted names, for an error hint."""
     return ("llama-quantize types (" + ", ".join(n for n in FTYPE_DEFAULT if n != "MXFP4") + ", MXFP4_MOE), "
             "BF16, native, FP8 (a BF16 model's -FP8 checkpoint); "
-            "Unsloth UD-<type> and <type>_XL (UD-Q2_K_XL, UD-IQ1_S, Q4_K_XL); <type>_L; "
+            "Unsloth UD-<type> and <type>_XL (UD-Q2_K_XL, UD-IQ1_S, Q4_K_XL); <type>_L; mix-<type> (custom mixes); "
             "ik_llama.cpp types (" + ", ".join(IK_FTYPES[:15]) + ", ... _R4)")
 
 
