@@ -294,8 +294,30 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
     ub = str(r.get("batch_ubatch") or "").split("/")[-1].strip()
     if ub.isdigit():
         args += ["--ubatch", ub]
+    build = _llama_build(r) if backend == "llama.cpp" else None
+    if build:
+        args += ["--llama-build", str(build)]
     args += ["--prompt", str(_prompt_len(r) or 512)]
     return args, ""
+
+
+# the last llama.cpp release tag before a change the cost model follows by build
+# (cost/attention.py FA_SPLIT_KV_FROM_BUILD: PR #19209, merged 2026-01-30)
+LAST_BUILD_BEFORE, MERGED = 7845, "2026-01"
+
+
+def _llama_build(r: dict) -> int | None:
+    """The mainline build a row ran: its stated build number (b8125, 'build 7973', '(6263)'), or,
+    for a row dated before the month the split-KV change was merged, the last tag before it (a
+    build cannot hold a change made after the measurement); None when neither is known."""
+    said = str(r.get("software_version") or "")
+    m = re.search(r"\bb(\d{4,5})\b|build[: ]+(\d{4,5})\b|\((\d{4,5})\)", said)
+    if m:
+        return int(next(g for g in m.groups() if g))
+    date = str(r.get("date") or "")
+    if re.match(r"\d{4}-\d{2}", date) and date[:7] < MERGED:
+        return LAST_BUILD_BEFORE
+    return None
 
 
 def _error_line(output: str) -> str:

@@ -121,3 +121,13 @@ def test_a_figure_above_the_stated_machines_roofline_is_not_estimable(tmp_path):
     assert ok.baseline["active"] == pytest.approx(15.3, rel=0.05)
     fast = b.run_row({**row, "tg_tps": 20.13}, CliRunner(), tmp_path)
     assert "roofline" in fast.skip["decode"] and "prefill" not in fast.skip
+
+
+def test_the_llama_build_of_a_row():
+    b = _bench()
+    assert b._llama_build({"software_version": "b8125"}) == 8125
+    assert b._llama_build({"software_version": "llama.cpp build 7973 (39bf692af)"}) == 7973
+    assert b._llama_build({"software_version": "build: b730706a (6263)"}) == 6263
+    # no number: a row dated before the split-KV change cannot have run it
+    assert b._llama_build({"software_version": "early Aug 2025", "date": "2025-08-05"}) == b.LAST_BUILD_BEFORE
+    assert b._llama_build({"date": "2026-05-09"}) is None and b._llama_build({"date": "2026"}) is None

@@ -91,6 +91,29 @@ def test_split_kv_path_uses_every_thread_above_512_cells():
     assert "row-parallel" in short.path
 
 
+def test_builds_before_the_split_kv_change_run_f16_decode_row_parallel(hw, qwen):
+    """llama.cpp PR #19209 (between b7845 and b7921) split CPU flash-attention decode over the KV
+    cells; before it the 32 q heads of Qwen3-30B are the only parallel work of 64 threads."""
+    layers = _gqa(6000)
+    old = A.decode_attention(layers, _machine(64), "llama.cpp", "f16", "f16", split_kv=False)
+    new = A.decode_attention(layers, _machine(64), "llama.cpp", "f16", "f16")
+    assert "row-parallel (32 of 64 threads busy)" in old.path and new.path == "split-KV"
+    assert old.seconds > 1.5 * new.seconds
+    from moeplan.planner.cost.machine import LLAMA_BUILD_KEY
+
+    pr = read_priors("llama.cpp")
+    at = {b: estimate(qwen, _cpu_only(64, extra=((LLAMA_BUILD_KEY, str(b)),)), hw, pr, depth=6000, n_prompt=512)
+          for b in (A.FA_SPLIT_KV_FROM_BUILD - 1, A.FA_SPLIT_KV_FROM_BUILD)}
+    cur = estimate(qwen, _cpu_only(64), hw, pr, depth=6000, n_prompt=512)
+    assert at[A.FA_SPLIT_KV_FROM_BUILD].decode_tok_s == pytest.approx(cur.decode_tok_s)
+    assert at[A.FA_SPLIT_KV_FROM_BUILD - 1].decode_tok_s < 0.9 * cur.decode_tok_s
+    assert any("PR #19209" in n for n in at[A.FA_SPLIT_KV_FROM_BUILD - 1].notes)
+    assert not any("PR #19209" in n for n in cur.notes)
+    # with an empty cache there is no attention to run either way
+    empty = estimate(qwen, _cpu_only(64, extra=((LLAMA_BUILD_KEY, "6000"),)), hw, pr, depth=0, n_prompt=512)
+    assert empty.decode_tok_s == pytest.approx(estimate(qwen, _cpu_only(64), hw, pr, depth=0, n_prompt=512).decode_tok_s)
+
+
 def test_split_kv_rereads_a_chunk_that_overflows_l2():
     # MLA-like: one KV head of 576 + its q heads; 20000 cells over 4 threads = 5000 x 1152 B = 5.8 MB
     layers = [A.AttnLayer(20000, 20000, 20, 1, 576, 512, True)]

@@ -63,6 +63,14 @@ def test_kt_prefill_threshold_switches_the_layer_wise_gpu_prefill():
         assert out.exit_code != 0 and words in out.output
 
 
+def test_llama_build_costs_an_older_builds_cpu_attention():
+    base = ["estimate", "qwen3-30b-a3b", "--hw", "epyc-genoa-2s-4090", "--cpu-only", "--depth", "8192", "--json"]
+    cur, old = _json(base), _json(base + ["--llama-build", "6263"])
+    assert old["placement"]["extra"] == [["llama_build", "6263"]]
+    assert old["decode_tok_s"] < cur["decode_tok_s"]
+    assert "row-parallel" in next(t["formula"] for t in old["decode_terms"] if t["name"] == "cpu_attention")
+
+
 def test_tune_is_deterministic_and_fits():
     args = ["tune", "gpt-oss-120b", "--hw", "desktop-4090-ddr5", "--json"]
     a, b = RUN.invoke(app, args), RUN.invoke(app, args)
@@ -106,6 +114,9 @@ def test_infeasible_says_what_is_short():
     (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--cpu-moe-layers", "99"], 2, "out of range"),
     (["estimate", "qwen3-30b-a3b", "--hw", "no-such-machine"], 2, "no-such-machine"),
     (["tune", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--objective", "fast"], 2, "objective"),
+    (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--llama-build", "0"], 2, "not a build number"),
+    (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--backend", "ik_llama.cpp", "--llama-build", "6263"],
+     2, "llama.cpp build number"),
     # vLLM / SGLang are modelled as CUDA builds: without a GPU they used to divide by zero
     (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--backend", "vllm", "--cpu-only"], 2, "needs a GPU"),
 ])

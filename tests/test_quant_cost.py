@@ -138,6 +138,26 @@ def test_ik_prefill_below_conversion_threshold_is_slower():
     assert small.seconds > 1.3 * big.seconds
 
 
+def test_expert_columns_spread_the_work_binomially():
+    cols = kernels.expert_columns(512, 8, 128)  # Qwen3-30B at -ub 512: 32 tokens per expert on average
+    assert sum(s for _, s in cols) == pytest.approx(1.0)
+    # the work-weighted mean count is E[n^2] / E[n] = mean + variance / mean
+    q = 8 / 128
+    assert sum(n * s for n, s in cols) == pytest.approx(512 * q + (1 - q), rel=1e-3)
+    below = sum(s for n, s in cols if n < 32)
+    assert 0.3 < below < 0.6  # about half the expert work runs below iqk's conversion threshold
+    assert kernels.expert_columns(512, 128, 128) == ((512, 1.0),)
+    base = read_priors("ik_llama.cpp")
+    rates = kernels.CpuRates(fp_gemm_flop_per_s=1e12, peak_flop_per_s=1e12, dot_elem_per_s=2e11, isa="avx512_vnni",
+                             backend="ik_llama.cpp", peak_x=dict(base.gemm_peak_x), kernel_x={},
+                             native_frac=dict(base.gemm_native_frac), type_cost=dict(base.type_cost))
+    at_mean = kernels.matmul_time({"IQ4_XS": 1e9}, 512, 32.0, False, rates)
+    spread = kernels.matmul_time({"IQ4_XS": 1e9}, 512, cols, False, rates)
+    # the experts that got fewer than 32 tokens run IQ4_XS's own kernel: slower than all-converted
+    assert spread.seconds > 1.1 * at_mean.seconds and set(spread.shares) == {"iqk", "iqk_repack"}
+    assert spread.flops == at_mean.flops
+
+
 def test_prefill_output_matrix_is_not_per_token():
     pr = unit_priors()
     m = toy_model()

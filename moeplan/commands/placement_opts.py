@@ -41,6 +41,10 @@ KtThresholdOpt = Annotated[Optional[int], typer.Option(
     "the GPU layer by layer (0 = never, as KTransformers 0.2/0.3 and SGLang builds without the flag); default: "
     "the crossover moeplan computes.")]
 NoMmapOpt = Annotated[bool, typer.Option("--no-mmap", help="Load weights into anonymous memory (no page cache).")]
+LlamaBuildOpt = Annotated[Optional[int], typer.Option(
+    "--llama-build", help="The llama.cpp build you run (`llama-server --version`: version: 6263 ...): kernels that "
+    "changed are costed as that build runs them (before b7846 CPU flash-attention decode is not split over "
+    "the KV cells); default: a current build.")]
 
 
 def check_ngl(ngl: int | None, model: ModelSpec, backend: str) -> int | None:
@@ -91,7 +95,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                       no_op_offload: bool = False, gpu_expert_cache: str | None = None, draft: int = 0,
                       accept: float = 0.0, no_mmap: bool = False, experts_used: int | None = None,
                       logical_cpus: int | None = None, ngl: int | None = None,
-                      kt_prefill_threshold: int | None = None) -> Placement:
+                      kt_prefill_threshold: int | None = None, llama_build: int | None = None) -> Placement:
     """Turn the flags into a Placement; raises InputError with a hint on bad values.
 
     The ranges are planner/limits.py's, shared with tune and with plan files; `logical_cpus`
@@ -158,6 +162,15 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         from moeplan.planner.cost.machine import KT_THRESHOLD_KEY
 
         extra = ((KT_THRESHOLD_KEY, str(kt_prefill_threshold)),)
+    if llama_build is not None:
+        if backend != "llama.cpp":
+            raise InputError("--llama-build is a llama.cpp build number", "add --backend llama.cpp or drop it")
+        if llama_build <= 0:
+            raise InputError(f"--llama-build {llama_build} is not a build number",
+                             "give the number `llama-server --version` prints, e.g. 6263")
+        from moeplan.planner.cost.machine import LLAMA_BUILD_KEY
+
+        extra += ((LLAMA_BUILD_KEY, str(llama_build)),)
     n_threads = threads or default_threads
     n_ctx = check_ctx(parse_ctx(ctx), "--ctx", model.name, model.n_ctx_train)
     if threads is not None:

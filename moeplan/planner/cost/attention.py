@@ -42,6 +42,11 @@ from moeplan.planner.model.spec import ModelSpec
 
 # split-KV threshold and query tile (ops.cpp l. 9490; ggml-cpu/common.h GGML_FA_TILE_Q/KV)
 SPLIT_KV_MIN_CELLS = 512
+# the split-KV decode path came with llama.cpp PR #19209 ("ggml-cpu: FA split across kv for
+# faster TG", commit 9f682fb64, merged 2026-01-30), between release tags b7845 and b7921: a build
+# numbered below this one runs decode's flash attention row-parallel (each of the n_head rows
+# scans the whole cache on one thread). Builds 7846-7920 are taken as having it.
+FA_SPLIT_KV_FROM_BUILD = 7846
 FA_TILE_Q = 64
 FA_TILE_KV = 64
 # ik_llama.cpp: FlashAttn q_step rows share one K/V load (iqk_flash_impl.h; 8 on AVX2/AVX512)
@@ -178,8 +183,9 @@ def _reread_s(chunk_bytes: float, n_rereads: float, m: CpuMachine, per_thread_dr
 
 
 def decode_attention(layers: list[AttnLayer], m: CpuMachine, backend: str, type_k: str, type_v: str,
-                     flash_attn: bool = True, n_tokens: int = 1) -> CpuAttention:
-    """Seconds of the attention ops of one decode step (n_tokens query rows, > 1 with a draft)."""
+                     flash_attn: bool = True, n_tokens: int = 1, split_kv: bool = True) -> CpuAttention:
+    """Seconds of the attention ops of one decode step (n_tokens query rows, > 1 with a draft);
+    split_kv False: a mainline build from before FA_SPLIT_KV_FROM_BUILD (row-parallel only)."""
     if not layers:
         return CpuAttention(0.0, "", 0.0, "none")
     T = max(1, m.threads)
@@ -209,7 +215,7 @@ def decode_attention(layers: list[AttnLayer], m: CpuMachine, backend: str, type_
                 per = math.ceil(rows / T)
                 t = per * a.cells * cyc / m.clock_hz * (T / eff if rows >= T else 1.0)
                 paths.add(f"iqk per head ({min(rows, T)} of {T} threads busy)")
-        elif n_tokens == 1 and not _is_quant(type_k) and type_k.lower() == type_v.lower() \
+        elif split_kv and n_tokens == 1 and not _is_quant(type_k) and type_k.lower() == type_v.lower() \
                 and a.cache_cells >= SPLIT_KV_MIN_CELLS:
             # split-KV: each thread's chunk of cells, every q head in turn; the chunk of one KV
             # head is re-read by the rk2 q heads of its group (from L2 when it fits)

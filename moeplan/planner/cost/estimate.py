@@ -541,8 +541,10 @@ def cpu_attention_decode(model: ModelSpec, p: Placement, hw: HardwareProfile, pr
     """One decode step's attention on the CPU at `depth` cells (docs/cost-model.md, CPU attention);
     `blocks`: only those blocks' (a -ngl split's CPU blocks)."""
     layers = attention.attention_layers(model, depth + n_step - 1, p.n_ubatch, blocks)
+    build = machine.llama_build_of(p.extra) if pr.name == "llama.cpp" else None
     return attention.decode_attention(layers, _attention_machine(hw, p, f, p.n_threads), pr.name,
-                                      p.cache_type_k, p.cache_type_v, p.flash_attn, n_step)
+                                      p.cache_type_k, p.cache_type_v, p.flash_attn, n_step,
+                                      split_kv=build is None or build >= attention.FA_SPLIT_KV_FROM_BUILD)
 
 
 def cpu_attention_prefill(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors,
@@ -1090,12 +1092,14 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     rates = cpu_rates(hw, pr, f)
     # tokens each used expert's matrices multiply at once (iqk picks its kernel by this)
     ny_exp = u * k / max(1e-9, distinct_experts(n, k, u)) if n else float(u)
+    # and how they spread: ik_llama.cpp picks each expert's kernel by its own count
+    cols_exp = kernels.expert_columns(u, k, n) if n else ny_exp
     if f.cpu_only:
         # the output matrix multiplies the last token of the prompt only (llama_batch_get_one /
         # the server's prompt batches ask logits of the last token; llama-context.cpp selects the
         # output rows before the lm_head), so it is not in the per-ubatch work
         mm = kernels.add(kernels.matmul_time(dense_weights_by_type(model, output=False), u, u, True, rates),
-                         kernels.matmul_time(expert_weights_by_type(model.moe_layers, per_tok), u, ny_exp, False,
+                         kernels.matmul_time(expert_weights_by_type(model.moe_layers, per_tok), u, cols_exp, False,
                                              rates))
         # every weight a ubatch uses streams from DRAM once (all experts at large u x k / N)
         b = model.dense_bytes_read_per_token + sum(layer.expert_bytes for layer in model.moe_layers) * share
@@ -1150,7 +1154,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                                   f"{rate / 1e9:.1f} GB/s{rate_how}"))
                 errs["h2d_experts"] = rate_err
             else:
-                mm = kernels.matmul_time(expert_weights_by_type(moe_cpu, per_tok), u, ny_exp, False, rates)
+                mm = kernels.matmul_time(expert_weights_by_type(moe_cpu, per_tok), u, cols_exp, False, rates)
                 b = sum(layer.expert_bytes for layer in moe_cpu) * share
                 t_c = mm.seconds
                 t_r = b / max(1.0, f.bw_cpu_bytes_per_s.value)
@@ -1358,6 +1362,11 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
                      "with mmap the kernel may keep the pages of the tensors copied to the GPU and evict CPU expert "
                      f"pages, then decode falls towards {paging:.1f} tok/s (experts read from the disk, the range's "
                      "low end): --no-mmap keeps the CPU weights in RAM")
+    build = machine.llama_build_of(p.extra) if pr.name == "llama.cpp" else None
+    if build is not None and build < attention.FA_SPLIT_KV_FROM_BUILD \
+            and any(t.name in ("cpu_attention", "cpu_blocks_attention") for t in dterms):
+        notes.append(f"llama.cpp build {build}: CPU flash attention in decode runs one thread per q head over the "
+                     f"whole cache (split over the KV cells from b{attention.FA_SPLIT_KV_FROM_BUILD}, PR #19209)")
     if hw.cpu.source == "prior":
         notes.append(f"CPU not named: costed as {hw.cpu.model}, a stand-in {hw.cpu.segment or 'CPU'} (the range is wider); "
                      "describe the machine with `moeplan hardware --cpu NAME` for its own figures")

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 # ISA classes as estimate.cpu_isa_class names them
 _AVX2_UP = ("avx2", "avx512f", "avx512_vnni", "amx")
@@ -191,18 +192,48 @@ class MatmulTime:
         return f"{self.flops / 1e12:.2f} TFLOP / {rate / 1e12:.2f} TFLOP/s ({paths} of the time)"
 
 
-def matmul_time(weights: dict[str, float], tokens: float, ny: float, dense: bool, r: CpuRates) -> MatmulTime:
+@lru_cache(maxsize=256)
+def expert_columns(n_tokens: int, k: int, n_experts: int) -> tuple[tuple[int, float], ...]:
+    """How a ubatch's expert work spreads over the columns each expert multiplies: (n, share of
+    the token x expert products done by experts that got n tokens). With every token routing to k
+    of N experts uniformly, an expert's count is Binomial(n_tokens, k/N), and the products at
+    count n are P(n) n / (n_tokens k / N). Real routers are skewed, which only widens it."""
+    if n_experts <= 0 or k <= 0 or n_tokens <= 0:
+        return ((max(1, n_tokens), 1.0),)
+    q = min(1.0, k / n_experts)
+    if q >= 1.0:
+        return ((n_tokens, 1.0),)
+    mean = n_tokens * q
+    sd = math.sqrt(n_tokens * q * (1.0 - q))
+    lo, hi = max(1, int(mean - 8 * sd)), min(n_tokens, int(math.ceil(mean + 8 * sd)))
+    out = []
+    for n in range(lo, hi + 1):
+        log_p = (math.lgamma(n_tokens + 1) - math.lgamma(n + 1) - math.lgamma(n_tokens - n + 1)
+                 + n * math.log(q) + (n_tokens - n) * math.log1p(-q))
+        share = math.exp(log_p) * n / mean
+        if share > 1e-6:
+            out.append((n, share))
+    total = sum(s for _, s in out)
+    return tuple((n, s / total) for n, s in out)
+
+
+def matmul_time(weights: dict[str, float], tokens: float, ny: float | tuple[tuple[int, float], ...], dense: bool,
+                r: CpuRates) -> MatmulTime:
     """Time of multiplying `tokens` tokens through weights {ggml type: elements each token
-    meets}, each type by the path its backend takes at `ny` columns per matrix."""
+    meets}, each type by the path its backend takes at `ny` columns per matrix; `ny` may be the
+    spread of expert_columns, each count with its share of the work (ik_llama.cpp picks the
+    kernel of each expert's matrix by its own count)."""
+    spread = ny if isinstance(ny, tuple) else ((ny, 1.0),)
     total, flops, by_path = 0.0, 0.0, {}
     for t, n in weights.items():
         if n <= 0:
             continue
-        path = path_of(r.backend, t, r.isa, dense, ny)
-        s = tokens * n * r.seconds_per_weight_token(t, path, ny)
-        total += s
+        for cols, share in spread:
+            path = path_of(r.backend, t, r.isa, dense, cols)
+            s = share * tokens * n * r.seconds_per_weight_token(t, path, cols)
+            total += s
+            by_path[path] = by_path.get(path, 0.0) + s
         flops += 2.0 * tokens * n
-        by_path[path] = by_path.get(path, 0.0) + s
     shares = {p: s / total for p, s in by_path.items()} if total else {}
     return MatmulTime(total, flops, shares)
 

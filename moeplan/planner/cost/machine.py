@@ -374,6 +374,9 @@ def kt_pool_count(numa: str, n_nodes_used: int) -> int:
 # The planner sets the threshold to the prompt length where the layer-wise path gets faster
 # (estimate.kt_prefill_crossover_tokens); a plan carries it in Placement.extra under this key.
 KT_THRESHOLD_KEY = "kt_gpu_prefill_token_threshold"
+# the llama.cpp build a plan is costed for (`llama-server --version`: "version: 6263 (...)"):
+# kernels that changed between builds run as that build runs them; absent = the vendored build's
+LLAMA_BUILD_KEY = "llama_build"
 KT_CHUNKED_PREFILL_TOKENS = 4096
 
 
@@ -384,6 +387,17 @@ def kt_threshold_of(extra: tuple[tuple[str, str], ...]) -> int | None:
             if not str(v).strip().isdigit():
                 raise InputError(f"{KT_THRESHOLD_KEY} {v!r} is not a token count",
                                  "give a whole number of prompt tokens (0 turns the layer-wise GPU prefill off)")
+            return int(v)
+    return None
+
+
+def llama_build_of(extra: tuple[tuple[str, str], ...]) -> int | None:
+    """The plan's llama.cpp build number, None when the plan names none (the vendored build)."""
+    for k, v in extra:
+        if k == LLAMA_BUILD_KEY:
+            if not str(v).strip().isdigit() or int(v) <= 0:
+                raise InputError(f"{LLAMA_BUILD_KEY} {v!r} is not a build number",
+                                 "give the number `llama-server --version` prints, e.g. 6263")
             return int(v)
     return None
 
