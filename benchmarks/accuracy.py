@@ -271,7 +271,9 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
     if d:  # llama-bench -d N: the prompt follows N cached tokens
         args += ["--prompt-depth", d.group(1)]
     k = r.get("n_experts_used")
-    if isinstance(k, int) and profile == "deepseek-v3" and k != 8:
+    if isinstance(k, int):
+        # the model card's count, or a run with fewer (KTransformers' selective experts,
+        # ik_llama.cpp -ser 6,1): estimate checks it against the model
         args += ["--experts-used", str(k)]
     numa = (r.get("numa") or "").lower()
     if "interleave" in numa:
