@@ -149,17 +149,20 @@ def test_ik_says_what_its_threshold_means_for_the_plan(models):
     assert "offload-batch-size" in err.value.hint
 
 
-def test_ik_never_emits_ncmoe_and_rtr_replaces_mmap(models):
+def test_ik_never_emits_ncmoe_and_no_mmap_is_not_rtr(models):
     m = models["gpt-oss"]
     launch = emit_launch(make_plan(m, Placement(cpu_moe_layers=(4, 5), load_mode="no-mmap")), m, "ik_llama.cpp",
                          model_path="/m")
     argv = argv_of(launch)
     assert "-ncmoe" not in argv and "--n-cpu-moe" not in argv
     # ik 8337e4cd3: fused MoE is the default (only -no-fmoe exists), -fa takes a value
-    assert "-rtr" in argv and "-fmoe" not in argv and "-mla" not in argv  # gpt-oss is not MLA
+    # --no-mmap, not -rtr: repacked (interleaved) types lose ik's converted int8 GEMM in prefill
+    assert "--no-mmap" in argv and "-rtr" not in argv and value(argv_of(launch, "bench.sh"), "-rtr") == "0"
+    assert value(argv_of(launch, "bench.sh"), "-mmp") == "0"
+    assert "-fmoe" not in argv and "-mla" not in argv  # gpt-oss is not MLA
     assert value(argv, "-fa") == "on" and "-amb" not in argv
     assert value(argv_of(launch, "bench.sh"), "-fmoe") == "1"
-    assert any("turns mmap off" in n for n in launch.notes)
+    assert any("not -rtr" in n for n in launch.notes)
     mapped = emit_launch(make_plan(m, Placement(cpu_moe_layers=(4, 5))), m, "ik_llama.cpp", model_path="/m")
     assert "-rtr" not in argv_of(mapped) and value(argv_of(mapped, "bench.sh"), "-rtr") == "0"
     no_fa = emit_launch(make_plan(m, Placement(cpu_moe_layers=(4, 5), flash_attn=False)), m, "ik_llama.cpp",

@@ -37,7 +37,7 @@ CASES = {
                                          numa_nodes=(0,), load_mode="no-mmap", n_draft=2, draft_accept=0.8,
                                          extra=(("op_offload_min_batch", "512"),)),
                                ("llama.cpp", "ktransformers"), 1, 96 * GIB),
-    # ik_llama.cpp: MLA flags, -rtr, and a ubatch below its op-offload threshold (prefill on the CPU)
+    # ik_llama.cpp: MLA flags, --no-mmap, and a ubatch below its op-offload threshold (prefill on the CPU)
     "deepseek2-ik-below-threshold": ("deepseek2", "/models/deepseek/tiny-Q4_K_M-00001-of-00002.gguf",
                                      Placement(backend="ik_llama.cpp", cpu_moe_layers=(4, 5, 6, 7), n_ctx=32768,
                                                n_threads=32, n_ubatch=64, n_batch=2048, numa="bind",

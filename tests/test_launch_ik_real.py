@@ -39,7 +39,7 @@ pytestmark = pytest.mark.skipif(
 OVERRIDE_RE = re.compile(r"Tensor (\S+) \(size = [^)]*\) buffer type overridden to (\S+)")
 
 CASES = {
-    # GQA, every block MoE, non-contiguous CPU blocks, q8_0 KV, no mmap (-rtr)
+    # GQA, every block MoE, non-contiguous CPU blocks, q8_0 KV, no mmap (--no-mmap)
     "qwen3moe": (write_qwen3moe, {"n_layer": 6},
                  Placement(backend="ik_llama.cpp", cpu_moe_layers=(1, 2, 4), n_ctx=512, n_threads=2, n_batch=128,
                            n_ubatch=64, cache_type_k="q8_0", cache_type_v="q8_0", load_mode="no-mmap")),

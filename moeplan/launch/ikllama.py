@@ -23,9 +23,13 @@ What the source says, and what moeplan does with it:
   * -amb N (MiB, default 256 now, 0 before #863): splits the attention of MLA models into
     head groups so the K*Q matrix stays under N MiB; only used without flash attention
     (common.h). moeplan does not emit it (the default applies).
-  * -rtr: repacks tensors that have an interleaved variant at load time and sets
-    use_mmap = false (common.cpp), so it is also the no-mmap switch. Emitted when the plan
-    does not use mmap; with --mlock for mlock plans.
+  * -rtr: repacks the host tensors that have a row-interleaved variant at load time
+    (src/llama.cpp, iqk_repack_tensor) and sets use_mmap = false (common.cpp). Not emitted: an
+    interleaved type is not among the types iqk_mul_mat converts to its int8 GEMM
+    (MulMat::is_dequant_better), so prefill multiplies it with the type's own kernel, about a
+    third as fast (ik_llama.cpp PR 2474: IQ*_R4 146-162 t/s against 451-461 converted), while
+    decode runs at the base type's speed (PR 517). A plan without mmap gets --no-mmap, with
+    --mlock for mlock plans; llama-bench gets -rtr 0 -mmp 0.
   * -ser K,t (smart expert reduction) changes the experts used per token by a threshold;
     moeplan changes k only through --override-kv ARCH.expert_used_count, as for mainline.
   * -ot PATTERN=BUFT,...: std::regex_search over tensor names in command-line order, first
@@ -166,11 +170,11 @@ def _ik_parts(ctx: EmitContext, fs: FlagSet, bench: bool) -> list[tuple[str, ...
     if ctx.model.mla:
         parts.append(("-mla", str(MLA_MODE)))
     if bench:
-        parts.append(("-rtr", "0" if p.load_mode == "mmap" else "1"))
+        parts.append(("-rtr", "0"))
         parts.append(("-mmp", "1" if p.load_mode == "mmap" else "0"))
         return parts
     if p.load_mode != "mmap":
-        parts.append(("-rtr",))  # repacks CPU tensors at load and sets use_mmap = false
+        parts.append(("--no-mmap",))  # not -rtr: its interleaved types lose the converted GEMM
     if p.load_mode == "mlock":
         parts.append(("--mlock",))
     if _needs_op_offload_off(ctx):
@@ -265,7 +269,8 @@ def emit(ctx: EmitContext) -> Launch:
     if p.n_gpus > 1 and ctx.extra("tensor_split"):
         notes += device_notes(ctx)
     if p.load_mode != "mmap":
-        notes.append("-rtr repacks the CPU expert tensors at load time and turns mmap off")
+        notes.append("--no-mmap, not -rtr: -rtr would repack the CPU experts to row-interleaved types, which "
+                     "ik_llama.cpp's prefill multiplies about 3x slower (no int8 GEMM conversion for them)")
     fs_server, fs_once, fs_bench = ctx.flags["server"], ctx.flags["once"], ctx.flags["bench"]
     if ctx.model.mla and not any(".attn_kv_b." in t.name for t in ctx.model.tensors):
         notes.append(f"this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp "

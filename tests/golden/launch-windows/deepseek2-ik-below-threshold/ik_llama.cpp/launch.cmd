@@ -8,7 +8,7 @@ rem placement: routed experts of blocks 4-7 on the CPU (4 of 6 MoE layers), ever
 rem flags for: ik_llama.cpp commit 8337e4cd3 (2026-08-15, read from its source) (no ik_llama.cpp binary found: pass --bin)
 rem note: op offload: ik_llama.cpp copies CPU experts to the GPU when ubatch*k >= 32*n_experts, i.e. from -ub 128 for this model (8 experts, k=2); at -ub 64 prefill computes the CPU experts on the CPU
 rem note: Windows: launch.cmd binds with `start /NODE 1 /AFFINITY mask` (threads on node 1, memory preferred there: the CPU experts must fit in its RAM); launch.sh has no binding
-rem note: -rtr repacks the CPU expert tensors at load time and turns mmap off
+rem note: --no-mmap, not -rtr: -rtr would repack the CPU experts to row-interleaved types, which ik_llama.cpp's prefill multiplies about 3x slower (no int8 GEMM conversion for them)
 rem note: this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp logs 'missing wkv_b tensor(s)' and runs -mla 1 instead of -mla 3
 setlocal DisableDelayedExpansion
 start "" /B /WAIT /NODE 1 /AFFINITY 0xFFFFFFFF llama-server.exe ^
@@ -24,7 +24,7 @@ start "" /B /WAIT /NODE 1 /AFFINITY 0xFFFFFFFF llama-server.exe ^
     -b 2048 ^
     -ub 64 ^
     -mla 3 ^
-    -rtr ^
+    --no-mmap ^
     -np 1 ^
     %*
 exit /b %ERRORLEVEL%

@@ -6,7 +6,7 @@
 # flags for: ik_llama.cpp commit 8337e4cd3 (2026-08-15, read from its source) (no ik_llama.cpp binary found: pass --bin)
 # note: op offload: ik_llama.cpp copies CPU experts to the GPU when ubatch*k >= 32*n_experts, i.e. from -ub 128 for this model (8 experts, k=2); at -ub 64 prefill computes the CPU experts on the CPU
 # note: Windows: launch.cmd binds with `start /NODE 1 /AFFINITY mask` (threads on node 1, memory preferred there: the CPU experts must fit in its RAM); launch.sh has no binding
-# note: -rtr repacks the CPU expert tensors at load time and turns mmap off
+# note: --no-mmap, not -rtr: -rtr would repack the CPU experts to row-interleaved types, which ik_llama.cpp's prefill multiplies about 3x slower (no int8 GEMM conversion for them)
 # note: this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp logs 'missing wkv_b tensor(s)' and runs -mla 1 instead of -mla 3
 $ErrorActionPreference = 'Stop'
 # the plan binds NUMA node 1: PowerShell cannot give a new process a preferred node, so

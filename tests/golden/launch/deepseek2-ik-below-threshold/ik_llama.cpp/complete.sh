@@ -7,7 +7,7 @@
 # flags for: ik_llama.cpp commit 8337e4cd3 (2026-08-15, read from its source) (no ik_llama.cpp binary found: pass --bin)
 # note: op offload: ik_llama.cpp copies CPU experts to the GPU when ubatch*k >= 32*n_experts, i.e. from -ub 128 for this model (8 experts, k=2); at -ub 64 prefill computes the CPU experts on the CPU
 # note: numactl binds threads and memory to node(s) 1: the CPU experts must fit in those nodes' RAM
-# note: -rtr repacks the CPU expert tensors at load time and turns mmap off
+# note: --no-mmap, not -rtr: -rtr would repack the CPU experts to row-interleaved types, which ik_llama.cpp's prefill multiplies about 3x slower (no int8 GEMM conversion for them)
 # note: this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp logs 'missing wkv_b tensor(s)' and runs -mla 1 instead of -mla 3
 set -euo pipefail
 exec numactl --cpunodebind=1 --membind=1 \
@@ -25,7 +25,7 @@ exec numactl --cpunodebind=1 --membind=1 \
     -ub 64 \
     --numa numactl \
     -mla 3 \
-    -rtr \
+    --no-mmap \
     -p 'The capital of France is' \
     -n 32 \
     "$@"
