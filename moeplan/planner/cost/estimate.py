@@ -541,10 +541,16 @@ def cpu_attention_decode(model: ModelSpec, p: Placement, hw: HardwareProfile, pr
     """One decode step's attention on the CPU at `depth` cells (docs/cost-model.md, CPU attention);
     `blocks`: only those blocks' (a -ngl split's CPU blocks)."""
     layers = attention.attention_layers(model, depth + n_step - 1, p.n_ubatch, blocks)
-    build = machine.llama_build_of(p.extra) if pr.name == "llama.cpp" else None
     return attention.decode_attention(layers, _attention_machine(hw, p, f, p.n_threads), pr.name,
                                       p.cache_type_k, p.cache_type_v, p.flash_attn, n_step,
-                                      split_kv=build is None or build >= attention.FA_SPLIT_KV_FROM_BUILD)
+                                      split_kv=_pre_split_kv_build(p, pr) is None)
+
+
+def _pre_split_kv_build(p: Placement, pr: BackendPriors) -> int | None:
+    """The plan's llama.cpp build when it predates the split-KV decode attention (PR #19209),
+    else None (no build named: a current one)."""
+    build = machine.llama_build_of(p.extra) if pr.name == "llama.cpp" else None
+    return build if build is not None and build < attention.FA_SPLIT_KV_FROM_BUILD else None
 
 
 def cpu_attention_prefill(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors,
@@ -1362,9 +1368,8 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
                      "with mmap the kernel may keep the pages of the tensors copied to the GPU and evict CPU expert "
                      f"pages, then decode falls towards {paging:.1f} tok/s (experts read from the disk, the range's "
                      "low end): --no-mmap keeps the CPU weights in RAM")
-    build = machine.llama_build_of(p.extra) if pr.name == "llama.cpp" else None
-    if build is not None and build < attention.FA_SPLIT_KV_FROM_BUILD \
-            and any(t.name in ("cpu_attention", "cpu_blocks_attention") for t in dterms):
+    build = _pre_split_kv_build(p, pr)
+    if build is not None and any(t.name in ("cpu_attention", "cpu_blocks_attention") for t in dterms):
         notes.append(f"llama.cpp build {build}: CPU flash attention in decode runs one thread per q head over the "
                      f"whole cache (split over the KV cells from b{attention.FA_SPLIT_KV_FROM_BUILD}, PR #19209)")
     if hw.cpu.source == "prior":
