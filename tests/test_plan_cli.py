@@ -115,6 +115,10 @@ def test_infeasible_says_what_is_short():
     (["estimate", "qwen3-30b-a3b", "--hw", "no-such-machine"], 2, "no-such-machine"),
     (["tune", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--objective", "fast"], 2, "objective"),
     (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--llama-build", "0"], 2, "not a build number"),
+    # mainline cannot load ik_llama.cpp's own types
+    (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--quant", "IQ4_KS"], 2, "ik_llama.cpp's own types"),
+    (["tune", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--quant", "mix-IQ3_K", "--backend", "ktransformers"], 2,
+     "ik_llama.cpp's own types"),
     (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--backend", "ik_llama.cpp", "--llama-build", "6263"],
      2, "llama.cpp build number"),
     # vLLM / SGLang are modelled as CUDA builds: without a GPU they used to divide by zero

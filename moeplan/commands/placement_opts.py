@@ -66,14 +66,21 @@ def check_ngl(ngl: int | None, model: ModelSpec, backend: str) -> int | None:
 
 
 def check_backend_runs(model: ModelSpec, backend: str) -> None:
-    """A one-line error when the backend cannot run the model's architecture at all."""
+    """A one-line error when the backend cannot run the model's architecture at all, or cannot
+    load its tensor types (ik_llama.cpp's own types: type ids above mainline ggml's)."""
     from moeplan.planner import backends
+    from moeplan.planner.model.ggml import IK_TYPES
 
     why = backends.unsupported_reason(backend, model.arch)
     if why:
         able = [b for b in backends.NAMES if not backends.unsupported_reason(b, model.arch)]
         raise InputError(f"--backend {backend} cannot run {model.name} ({model.arch}): {why}",
                          "use --backend " + " or ".join(able))
+    ik_only = sorted({t.ggml_type for t in model.tensors if t.ggml_type in IK_TYPES})
+    if ik_only and backend != "ik_llama.cpp":
+        raise InputError(f"--backend {backend} cannot load {model.name}'s {', '.join(ik_only)} tensors: "
+                         "ik_llama.cpp's own types",
+                         "use --backend ik_llama.cpp, or a llama-quantize type (--quant Q4_K_M, IQ4_XS, UD-Q4_K_XL ...)")
 
 
 def check_backend_device(backend: str, n_gpus: int) -> None:
