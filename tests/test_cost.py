@@ -147,6 +147,29 @@ def test_interleave_waits_for_remote_lines_and_distribute_reads_locally():
     assert t["distribute"] == pytest.approx(4 * E_TOK / 160e9)
 
 
+def test_one_node_over_two_sockets_reads_like_interleaved_pages():
+    """NPS0 / node interleaving: one NUMA node spans both sockets and the memory controllers
+    interleave every page over both sockets' channels, so half of any thread's lines are remote
+    whatever the policy; the interleave policy over two socket nodes reads the same."""
+    from dataclasses import replace
+
+    m = toy_model()
+    pr = unit_priors(rho_remote=0.25)
+    cpu = (0, 1, 2, 3)
+    two = toy_hw(nodes=2, dram_bw=160e9, cores=32)
+    nps0 = replace(toy_hw(nodes=1, dram_bw=160e9, cores=32), cpu=replace(two.cpu, n_sockets=2))
+    def read(hw, **kw):
+        e = estimate(m, Placement(cpu_moe_layers=cpu, n_threads=32, **kw), hw, pr)
+        return {x.name: x.seconds for x in e.decode_terms}["cpu_experts_read"], e.factors
+    t0, f0 = read(nps0, numa="none")
+    assert t0 == pytest.approx(4 * E_TOK / 64e9)  # 160 / (0.5 + 0.5 / 0.25)
+    assert t0 == pytest.approx(read(two, numa="interleave", numa_nodes=(0, 1))[0])
+    assert "NPS0" in f0.bw_cpu_bytes_per_s.note
+    # one socket, one node: every read local
+    one = toy_hw(nodes=1, dram_bw=160e9, cores=32)
+    assert read(one, numa="none")[0] == pytest.approx(4 * E_TOK / 160e9)
+
+
 def test_expert_cache_hits_move_reads_to_the_gpu():
     m, hw = toy_model(), toy_hw()
     pr = unit_priors(zipf_s=0.0)  # uniform routing: hit rate = cached share

@@ -256,7 +256,16 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
     # KTransformers: per-node worker pools only under a 'distribute' / multi-node 'bind' plan
     # (machine.kt_pool_count); one pool on several nodes reads like llama.cpp without a policy
     pools = machine.kt_pool_count(p.numa, len(nodes)) if pr.numa_aware else 1
-    if pools > 1 or len(nodes) == 1:
+    sockets_all = max(1, hw.cpu.n_sockets)
+    if hw.cpu_nodes and n_nodes < sockets_all and pools == 1:
+        # one NUMA node over several sockets (AMD NPS0, node interleaving on Intel): the memory
+        # controllers interleave every page over all sockets' channels, so whatever the policy a
+        # share 1 - 1/sockets of each thread's reads crosses the socket links
+        mem_nodes_bw = sum(b[0] for b in bws)
+        f_remote = 1 - n_nodes / sockets_all
+        note = (f"{n_nodes} NUMA node over {sockets_all} sockets (NPS0 / node interleaving): pages interleaved over "
+                f"every socket's channels, {f_remote:.0%} of reads remote")
+    elif pools > 1 or len(nodes) == 1:
         mem_nodes_bw = sum(b[0] for b in bws)
         f_remote = 0.0
         note = (f"{pools} per-node pools (kt-kernel --kt-threadpool-count {pools}): each node's threads read "
