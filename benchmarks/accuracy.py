@@ -91,6 +91,9 @@ MODEL_MAP = [
     (r"nemotron[- ._]?(3|nano[- ._]?3)[- ._]?nano[- ._]?30b|nemotron[- ._]?nano[- ._]?3[- ._]?30b", "nemotron-3-nano-30b-a3b"),
     (r"nemotron[- ._]?3[- ._]?super[- ._]?120b", "nemotron-3-super-120b-a12b"),
     (r"hunyuan[- ._]?(80b[- ._]?)?a13b", "hunyuan-a13b"),
+    (r"minimax[- ._]?m2", "minimax-m2"),
+    (r"llama[- ._]?4[- ._]?maverick", "llama-4-maverick"),
+    (r"llama[- ._]?4[- ._]?scout", "llama-4-scout"),
 ]
 # the software as written -> backend; forks and wrappers are not the backend the priors describe
 BACKENDS = [(r"^ik_llama\.cpp", "ik_llama.cpp"), (r"^ktransformers", "ktransformers"),
@@ -215,6 +218,10 @@ def hardware_args(r: dict) -> tuple[list[str] | None, str]:
     args += ["--ram", f"{int(ram)}GB"]
     if "windows" in (r.get("os") or "").lower():
         args += ["--os", "windows"]
+    # the NUMA nodes the BIOS makes of the sockets: NPS0 one over all, NPSn / SNCn n per socket
+    nps = re.search(r"\b(?:NPS|SNC)\s*=?\s*(\d)\b", str(r.get("numa") or ""), re.I)
+    if nps and r.get("cpu_model"):
+        args += ["--numa-nodes", str(1 if nps.group(1) == "0" else sockets * int(nps.group(1)))]
     return args, ""
 
 
