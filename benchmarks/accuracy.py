@@ -303,6 +303,9 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
     ub = str(r.get("batch_ubatch") or "").split("/")[-1].strip()
     if ub.isdigit():
         args += ["--ubatch", ub]
+    if backend == "ik_llama.cpp" and re.search(r"(?:^|\s)(?:-rtr|--run-time-repack)(?!\s+0\b)(?:\s+1)?(?=\s|;|,|$)",
+                                                str(r.get("flags") or "")):
+        args += ["--rtr"]  # the CPU weights run as their row-interleaved types
     build = _llama_build(r) if backend == "llama.cpp" else None
     if build:
         args += ["--llama-build", str(build)]

@@ -131,3 +131,14 @@ def test_the_llama_build_of_a_row():
     # no number: a row dated before the split-KV change cannot have run it
     assert b._llama_build({"software_version": "early Aug 2025", "date": "2025-08-05"}) == b.LAST_BUILD_BEFORE
     assert b._llama_build({"date": "2026-05-09"}) is None and b._llama_build({"date": "2026"}) is None
+
+
+def test_rows_run_with_rtr_pass_it():
+    b = _bench()
+    row = {"id": "x", "model_name": "Qwen3-30B-A3B", "quant": "IQ4_XS", "offload_method": "cpu-only"}
+    for flags, want in (("-fa -rtr -fmoe", True), ("-rtr 1 -fmoe 1", True), ("--run-time-repack", True),
+                        ("-rtr 0 -mmp 0", False), ("-fa --no-mmap", False)):
+        args, _ = b.estimate_args({**row, "flags": flags}, "ik_llama.cpp", Path("/hw.json"))
+        assert ("--rtr" in args) == want, flags
+    args, _ = b.estimate_args({**row, "flags": "-fa -rtr"}, "llama.cpp", Path("/hw.json"))
+    assert "--rtr" not in args

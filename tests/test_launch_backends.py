@@ -170,6 +170,16 @@ def test_ik_never_emits_ncmoe_and_no_mmap_is_not_rtr(models):
     assert value(argv_of(no_fa), "-fa") == "off" and value(argv_of(no_fa, "bench.sh"), "-fa") == "0"
 
 
+def test_ik_emits_rtr_only_when_the_plan_asks_for_it(models):
+    m = models["gpt-oss"]
+    p = Placement(cpu_moe_layers=(4, 5), load_mode="no-mmap", extra=(("rtr", "1"),))
+    launch = emit_launch(make_plan(m, p), m, "ik_llama.cpp", model_path="/m")
+    argv = argv_of(launch)
+    assert "-rtr" in argv and "--no-mmap" not in argv
+    assert value(argv_of(launch, "bench.sh"), "-rtr") == "1" and value(argv_of(launch, "bench.sh"), "-mmp") == "0"
+    assert not any("not -rtr" in n for n in launch.notes)
+
+
 def test_ik_bench_joins_overrides_with_commas(models):
     """ik's llama-bench splits one -ot on ',' (mainline's on ';') and reports them in
     `override_tensor`, joined by ','."""

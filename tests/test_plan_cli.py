@@ -71,6 +71,17 @@ def test_llama_build_costs_an_older_builds_cpu_attention():
     assert "row-parallel" in next(t["formula"] for t in old["decode_terms"] if t["name"] == "cpu_attention")
 
 
+def test_rtr_costs_ik_prefill_on_the_interleaved_kernels():
+    base = ["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--backend", "ik_llama.cpp", "--cpu-only",
+            "--quant", "IQ4_XS", "--json"]
+    plain, rtr = _json(base), _json(base + ["--rtr"])
+    assert rtr["placement"]["extra"] == [["rtr", "1"]] and rtr["placement"]["load_mode"] == "no-mmap"
+    assert rtr["prefill_tok_s"] < 0.9 * plain["prefill_tok_s"]
+    assert rtr["decode_tok_s"] == pytest.approx(plain["decode_tok_s"])
+    out = RUN.invoke(app, ["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--rtr"])
+    assert out.exit_code == 2 and "ik_llama.cpp's run-time repacking" in out.output
+
+
 def test_tune_is_deterministic_and_fits():
     args = ["tune", "gpt-oss-120b", "--hw", "desktop-4090-ddr5", "--json"]
     a, b = RUN.invoke(app, args), RUN.invoke(app, args)

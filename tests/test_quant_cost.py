@@ -158,6 +158,25 @@ def test_expert_columns_spread_the_work_binomially():
     assert spread.flops == at_mean.flops
 
 
+def test_rtr_runs_the_interleaved_types_with_their_own_kernels():
+    # ik_llama.cpp -rtr repacks IQ4_XS to IQ4_XS_R8 at load; MulMat::is_dequant_better converts
+    # no interleaved type, so 512 columns run the type's own kernel instead of the int8 GEMM
+    assert kernels.repacked({"IQ4_XS": 5.0, "Q8_0": 1.0, "IQ2_KL": 2.0}) == {"IQ4_XS_R8": 5.0, "Q8_0_R8": 1.0,
+                                                                            "IQ2_KL": 2.0}
+    base = read_priors("ik_llama.cpp")
+    rates = kernels.CpuRates(fp_gemm_flop_per_s=1e12, peak_flop_per_s=1e12, dot_elem_per_s=2e11, isa="avx512_vnni",
+                             backend="ik_llama.cpp", peak_x=dict(base.gemm_peak_x), kernel_x={},
+                             native_frac=dict(base.gemm_native_frac), type_cost=dict(base.type_cost))
+    plain = kernels.matmul_time({"IQ4_XS": 1e9}, 512, 512.0, True, rates)
+    rtr = kernels.matmul_time({"IQ4_XS": 1e9}, 512, 512.0, True, replace(rates, repack=True))
+    assert set(plain.shares) == {"iqk_repack"} and set(rtr.shares) == {"iqk"}
+    assert rtr.seconds > 1.5 * plain.seconds
+    # Q8_0_R8 is the conversion target itself: -rtr costs it nothing
+    q8 = kernels.matmul_time({"Q8_0": 1e9}, 512, 512.0, True, rates)
+    assert kernels.matmul_time({"Q8_0": 1e9}, 512, 512.0, True, replace(rates, repack=True)).seconds == \
+        pytest.approx(q8.seconds)
+
+
 def test_prefill_output_matrix_is_not_per_token():
     pr = unit_priors()
     m = toy_model()

@@ -41,6 +41,9 @@ KtThresholdOpt = Annotated[Optional[int], typer.Option(
     "the GPU layer by layer (0 = never, as KTransformers 0.2/0.3 and SGLang builds without the flag); default: "
     "the crossover moeplan computes.")]
 NoMmapOpt = Annotated[bool, typer.Option("--no-mmap", help="Load weights into anonymous memory (no page cache).")]
+RtrOpt = Annotated[bool, typer.Option(
+    "--rtr", help="ik_llama.cpp -rtr: the CPU weights are repacked to row-interleaved types at load (mmap off); "
+    "prefill then multiplies them with those types' own kernels instead of the converted int8 GEMM.")]
 LlamaBuildOpt = Annotated[Optional[int], typer.Option(
     "--llama-build", help="The llama.cpp build you run (`llama-server --version`: version: 6263 ...): kernels that "
     "changed are costed as that build runs them (before b7846 CPU flash-attention decode is not split over "
@@ -102,7 +105,8 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                       no_op_offload: bool = False, gpu_expert_cache: str | None = None, draft: int = 0,
                       accept: float = 0.0, no_mmap: bool = False, experts_used: int | None = None,
                       logical_cpus: int | None = None, ngl: int | None = None,
-                      kt_prefill_threshold: int | None = None, llama_build: int | None = None) -> Placement:
+                      kt_prefill_threshold: int | None = None, llama_build: int | None = None,
+                      rtr: bool = False) -> Placement:
     """Turn the flags into a Placement; raises InputError with a hint on bad values.
 
     The ranges are planner/limits.py's, shared with tune and with plan files; `logical_cpus`
@@ -178,6 +182,13 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         from moeplan.planner.cost.machine import LLAMA_BUILD_KEY
 
         extra += ((LLAMA_BUILD_KEY, str(llama_build)),)
+    if rtr:
+        if backend != "ik_llama.cpp":
+            raise InputError("--rtr is ik_llama.cpp's run-time repacking", "add --backend ik_llama.cpp or drop it")
+        from moeplan.planner.cost.machine import RTR_KEY
+
+        extra += ((RTR_KEY, "1"),)
+        no_mmap = True  # -rtr sets use_mmap = false (common.cpp)
     n_threads = threads or default_threads
     n_ctx = check_ctx(parse_ctx(ctx), "--ctx", model.name, model.n_ctx_train)
     if threads is not None:

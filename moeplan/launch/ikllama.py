@@ -76,6 +76,7 @@ from moeplan.launch.llamacpp import (
 )
 from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
 from moeplan.launch.patterns import CPU_BUFFER, checked_expert_patterns, override_args
+from moeplan.planner.cost.machine import rtr_of
 
 IK_COMMIT = "8337e4cd3"
 IK_RELEASE = f"ik_llama.cpp commit {IK_COMMIT} (2026-08-15, read from its source)"
@@ -169,11 +170,14 @@ def _ik_parts(ctx: EmitContext, fs: FlagSet, bench: bool) -> list[tuple[str, ...
     parts: list[tuple[str, ...]] = fused_moe_parts(fs)
     if ctx.model.mla:
         parts.append(("-mla", str(MLA_MODE)))
+    rtr = rtr_of(p.extra)  # asked for (estimate --rtr): its slower prefill is costed
     if bench:
-        parts.append(("-rtr", "0"))
+        parts.append(("-rtr", "1" if rtr else "0"))
         parts.append(("-mmp", "1" if p.load_mode == "mmap" else "0"))
         return parts
-    if p.load_mode != "mmap":
+    if rtr:
+        parts.append(("-rtr",))
+    elif p.load_mode != "mmap":
         parts.append(("--no-mmap",))  # not -rtr: its interleaved types lose the converted GEMM
     if p.load_mode == "mlock":
         parts.append(("--mlock",))
@@ -268,7 +272,7 @@ def emit(ctx: EmitContext) -> Launch:
     notes = _op_offload_notes(ctx) + list(numa_notes(p, ctx.os))
     if p.n_gpus > 1 and ctx.extra("tensor_split"):
         notes += device_notes(ctx)
-    if p.load_mode != "mmap":
+    if p.load_mode != "mmap" and not rtr_of(p.extra):
         notes.append("--no-mmap, not -rtr: -rtr would repack the CPU experts to row-interleaved types, which "
                      "ik_llama.cpp's prefill multiplies about 3x slower (no int8 GEMM conversion for them)")
     fs_server, fs_once, fs_bench = ctx.flags["server"], ctx.flags["once"], ctx.flags["bench"]

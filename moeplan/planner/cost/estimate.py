@@ -1105,6 +1105,8 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     errs: dict[str, float] = {}
     scale = n_ub / n_prompt  # per-ubatch seconds -> seconds per prompt token
     rates = cpu_rates(hw, pr, f)
+    if pr.name == "ik_llama.cpp" and machine.rtr_of(p.extra):
+        rates = replace(rates, repack=True)
     # tokens each used expert's matrices multiply at once (iqk picks its kernel by this)
     ny_exp = u * k / max(1e-9, distinct_experts(n, k, u)) if n else float(u)
     # and how they spread: ik_llama.cpp picks each expert's kernel by its own count

@@ -77,6 +77,27 @@ IK_DEQUANT_MIN_NY: dict[str, int] = {
 }
 # iqk's own GEMM kernels process up to this many columns per pass over a block (mul_mat_NxM)
 IK_TILE_COLS = 8
+# ik_llama.cpp -rtr (iqk_quantize.cpp get_repack_info at 8337e4cd): the row-interleaved type each
+# host tensor of these types is repacked to at load. F16/BF16 -> BF16_R16 happens only on CPUs
+# with AVX512-BF16 and is left out here; the interleaved types are not among the types
+# MulMat::is_dequant_better converts, so prefill multiplies them with their own kernels.
+IK_REPACK: dict[str, str] = {
+    "IQ2_K": "IQ2_K_R4", "IQ3_K": "IQ3_K_R4", "IQ4_K": "IQ4_K_R4", "IQ5_K": "IQ5_K_R4",
+    "IQ4_XS": "IQ4_XS_R8", "IQ4_KS": "IQ4_KS_R4", "IQ5_KS": "IQ5_KS_R4", "IQ4_NL": "IQ4_NL_R4",
+    "IQ2_XXS": "IQ2_XXS_R4", "IQ2_XS": "IQ2_XS_R4", "IQ2_S": "IQ2_S_R4", "IQ3_XXS": "IQ3_XXS_R4",
+    "IQ3_S": "IQ3_S_R4", "Q2_K": "Q2_K_R4", "Q3_K": "Q3_K_R4", "Q4_K": "Q4_K_R4", "Q5_K": "Q5_K_R4",
+    "Q6_K": "Q6_K_R4", "Q4_0": "Q4_0_R8", "Q5_0": "Q5_0_R4", "Q6_0": "Q6_0_R4", "Q8_0": "Q8_0_R8",
+    "MXFP4": "MXFP4_R8",
+}
+
+
+def repacked(weights: dict[str, float]) -> dict[str, float]:
+    """{type: weights} after ik_llama.cpp -rtr: each type with an interleaved variant becomes it."""
+    out: dict[str, float] = {}
+    for t, n in weights.items():
+        r = IK_REPACK.get(t, t)
+        out[r] = out.get(r, 0.0) + n
+    return out
 
 _REPACKED = re.compile(r"^(.+)_R(4|8|16)$")
 
@@ -142,7 +163,8 @@ class CpuRates:
     kernel_x: {'vec_dot_batch': the dot kernels' rate on cache-resident weights in a batch /
         the decode dot prior, 'repack_gemv': the interleaved gemv's / vec_dot's};
     native_frac: {type: the type's own iqk GEMM rate / the repacked path's} (ik_llama.cpp);
-    type_cost: the backend's batch-1 dot costs."""
+    type_cost: the backend's batch-1 dot costs;
+    repack: ik_llama.cpp -rtr, the weights multiplied as their row-interleaved types."""
 
     fp_gemm_flop_per_s: float
     peak_flop_per_s: float
@@ -153,6 +175,7 @@ class CpuRates:
     kernel_x: dict[str, float]
     native_frac: dict[str, float]
     type_cost: dict[str, float]
+    repack: bool = False  # ik_llama.cpp -rtr: the weights run as their interleaved types (IK_REPACK)
 
     def gemm_flop_per_s(self, path: str) -> float:
         """FLOP/s of a GEMM path: its multiple of the FP32 peak, else the FP32 GEMM rate."""
@@ -224,6 +247,8 @@ def matmul_time(weights: dict[str, float], tokens: float, ny: float | tuple[tupl
     spread of expert_columns, each count with its share of the work (ik_llama.cpp picks the
     kernel of each expert's matrix by its own count)."""
     spread = ny if isinstance(ny, tuple) else ((ny, 1.0),)
+    if r.repack:
+        weights = repacked(weights)
     total, flops, by_path = 0.0, 0.0, {}
     for t, n in weights.items():
         if n <= 0:

@@ -391,6 +391,15 @@ def kt_threshold_of(extra: tuple[tuple[str, str], ...]) -> int | None:
     return None
 
 
+# ik_llama.cpp -rtr: the CPU weights repacked to row-interleaved types at load (launch/ikllama.py)
+RTR_KEY = "rtr"
+
+
+def rtr_of(extra: tuple[tuple[str, str], ...]) -> bool:
+    """Whether the plan runs ik_llama.cpp with -rtr."""
+    return any(k == RTR_KEY and str(v) == "1" for k, v in extra)
+
+
 def llama_build_of(extra: tuple[tuple[str, str], ...]) -> int | None:
     """The plan's llama.cpp build number, None when the plan names none (the vendored build)."""
     for k, v in extra:
