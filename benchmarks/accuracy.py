@@ -266,8 +266,15 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         pass
     else:
         return None, f"placement not expressible ({method or 'not stated'})"
+    kt_cli = backend == "ktransformers" and re.search(r"\bkt run\b", str(r.get("flags") or ""))
     if r.get("threads"):
         args += ["--threads", str(int(r["threads"]))]
+    elif kt_cli:
+        # `kt run` without --cpu-threads: 0.8 x the logical CPUs (kt-kernel/python/cli/commands/run.py)
+        hw = json.loads(hw_path.read_text()) if hw_path.exists() else {}
+        logical = (hw.get("cpu") or {}).get("n_threads")
+        if logical:
+            args += ["--threads", str(int(logical * 0.8))]
     if r.get("ctx_size"):
         args += ["--ctx", str(int(r["ctx_size"]))]
     if r.get("kv_cache_type"):
@@ -294,7 +301,9 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         # build of 0.2/0.3, --kt-threadpool-count N > 1): --numa distribute; else one pool
         said = f"{r.get('flags') or ''} {numa}".lower()
         pools = re.search(r"threadpool(?:[- ]count)?\s*(\d+)", said)
-        if re.search(r"use_numa=1", said) or (pools and int(pools.group(1)) > 1):
+        if re.search(r"use_numa=1", said) or (pools and int(pools.group(1)) > 1) \
+                or (kt_cli and not pools and int(r.get("cpu_sockets") or 1) > 1):
+            # `kt run` sets --kt-threadpool-count to the NUMA nodes it finds (run.py)
             args += ["--numa", "distribute"]
     if backend == "ktransformers" and not _kt_kernel_era(r):
         # KTransformers before kt-kernel (0.2/0.3 local_chat, balance_serve) prefills every prompt's

@@ -142,3 +142,19 @@ def test_rows_run_with_rtr_pass_it():
         assert ("--rtr" in args) == want, flags
     args, _ = b.estimate_args({**row, "flags": "-fa -rtr"}, "llama.cpp", Path("/hw.json"))
     assert "--rtr" not in args
+
+
+def test_kt_run_rows_take_the_cli_defaults(tmp_path):
+    """`kt run` without thread or pool flags: --kt-cpuinfer 0.8 x the logical CPUs and one pool per
+    NUMA node (kt-kernel/python/cli/commands/run.py)."""
+    import json
+
+    b = _bench()
+    hw = tmp_path / "hw.json"
+    hw.write_text(json.dumps({"cpu": {"n_threads": 128}}))
+    row = {"id": "x", "model_name": "MiniMax-M2.1", "quant": "FP8", "offload_method": "ktransformers",
+           "cpu_sockets": 2, "flags": "kt run m2.1 (CLI auto-config)", "software": "KTransformers (kt-kernel + SGLang)"}
+    args, _ = b.estimate_args(row, "ktransformers", hw)
+    assert args[args.index("--threads") + 1] == "102" and args[args.index("--numa") + 1] == "distribute"
+    args, _ = b.estimate_args({**row, "flags": "--kt-cpuinfer 60"}, "ktransformers", hw)
+    assert "--threads" not in args and "--numa" not in args
