@@ -136,6 +136,15 @@ def _experts_and_shared(w: GGUFWriter, written: list, b: str, *, n_embd: int, n_
     _add(w, written, b + "ffn_down_shexp.weight", (n_ff_shexp, n_embd), dense_type)
 
 
+def _gqa_projections(w: GGUFWriter, written: list, b: str, *, n_embd: int, n_head: int, n_head_kv: int,
+                     head_dim: int, dense_type) -> None:
+    """The q, k, v and output projections of a GQA block of prefix `b`."""
+    _add(w, written, b + "attn_q.weight", (n_embd, n_head * head_dim), dense_type)
+    _add(w, written, b + "attn_k.weight", (n_embd, n_head_kv * head_dim), dense_type)
+    _add(w, written, b + "attn_v.weight", (n_embd, n_head_kv * head_dim), dense_type)
+    _add(w, written, b + "attn_output.weight", (n_head * head_dim, n_embd), dense_type)
+
+
 def _nextn_projections(w: GGUFWriter, written: list, b: str, n_embd: int, dense_type) -> None:
     """The NextN/MTP block's own tensors (the embedding and head are shared with the trunk)."""
     _add(w, written, b + "nextn.eh_proj.weight", (2 * n_embd, n_embd), dense_type)
@@ -161,10 +170,8 @@ def write_qwen3moe_llama(path: Path, *, n_layer=6, n_embd=1024, n_head=16, n_hea
     for i in range(n_layer):
         b = f"blk.{i}."
         _add(w, written, b + "attn_norm.weight", (n_embd,))
-        _add(w, written, b + "attn_q.weight", (n_embd, n_head * head_dim), dense_type)
-        _add(w, written, b + "attn_k.weight", (n_embd, n_head_kv * head_dim), dense_type)
-        _add(w, written, b + "attn_v.weight", (n_embd, n_head_kv * head_dim), dense_type)
-        _add(w, written, b + "attn_output.weight", (n_head * head_dim, n_embd), dense_type)
+        _gqa_projections(w, written, b, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
+                         dense_type=dense_type)
         _add(w, written, b + "attn_q_norm.weight", (head_dim,))
         _add(w, written, b + "attn_k_norm.weight", (head_dim,))
         _add(w, written, b + "ffn_norm.weight", (n_embd,))
@@ -602,10 +609,8 @@ def write_nemotron_h_moe_llama(path: Path, *, pattern="MEM*EM*E", n_embd=1024, n
             _add(w, written, b + "ssm_norm.weight", (d_inner // n_group, n_group))
             _add(w, written, b + "ssm_out.weight", (d_inner, n_embd), dense_type)
         elif kind == "*":
-            _add(w, written, b + "attn_q.weight", (n_embd, n_head * head_dim), dense_type)
-            _add(w, written, b + "attn_k.weight", (n_embd, n_head_kv * head_dim), dense_type)
-            _add(w, written, b + "attn_v.weight", (n_embd, n_head_kv * head_dim), dense_type)
-            _add(w, written, b + "attn_output.weight", (n_head * head_dim, n_embd), dense_type)
+            _gqa_projections(w, written, b, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
+                             dense_type=dense_type)
         else:
             _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
             _add(w, written, b + "exp_probs_b.bias", (n_expert,))
@@ -795,10 +800,8 @@ def write_hunyuan_moe_llama(path: Path, *, n_layer=6, n_embd=1024, n_head=8, n_h
     for i in range(n_layer):
         b = f"blk.{i}."
         _add(w, written, b + "attn_norm.weight", (n_embd,))
-        _add(w, written, b + "attn_q.weight", (n_embd, n_head * head_dim), dense_type)
-        _add(w, written, b + "attn_k.weight", (n_embd, n_head_kv * head_dim), dense_type)
-        _add(w, written, b + "attn_v.weight", (n_embd, n_head_kv * head_dim), dense_type)
-        _add(w, written, b + "attn_output.weight", (n_head * head_dim, n_embd), dense_type)
+        _gqa_projections(w, written, b, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
+                         dense_type=dense_type)
         _add(w, written, b + "attn_k_norm.weight", (head_dim,))
         _add(w, written, b + "attn_q_norm.weight", (head_dim,))
         _add(w, written, b + "ffn_norm.weight", (n_embd,))
@@ -833,10 +836,8 @@ def write_dots1_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1024, n_head=8
     for i in range(n_layer):
         b = f"blk.{i}."
         _add(w, written, b + "attn_norm.weight", (n_embd,))
-        _add(w, written, b + "attn_q.weight", (n_embd, n_head * head_dim), dense_type)
-        _add(w, written, b + "attn_k.weight", (n_embd, n_head * head_dim), dense_type)
-        _add(w, written, b + "attn_v.weight", (n_embd, n_head * head_dim), dense_type)
-        _add(w, written, b + "attn_output.weight", (n_head * head_dim, n_embd), dense_type)
+        _gqa_projections(w, written, b, n_embd=n_embd, n_head=n_head, n_head_kv=n_head, head_dim=head_dim,
+                         dense_type=dense_type)
         _add(w, written, b + "attn_k_norm.weight", (head_dim,))
         _add(w, written, b + "attn_q_norm.weight", (head_dim,))
         _add(w, written, b + "ffn_norm.weight", (n_embd,))
@@ -881,10 +882,8 @@ def write_ernie4_5_moe_llama(path: Path, *, n_layer=6, n_dense=1, n_embd=1024, n
     for i in range(n_layer):
         b = f"blk.{i}."
         _add(w, written, b + "attn_norm.weight", (n_embd,))
-        _add(w, written, b + "attn_q.weight", (n_embd, n_head * head_dim), dense_type)
-        _add(w, written, b + "attn_k.weight", (n_embd, n_head_kv * head_dim), dense_type)
-        _add(w, written, b + "attn_v.weight", (n_embd, n_head_kv * head_dim), dense_type)
-        _add(w, written, b + "attn_output.weight", (n_head * head_dim, n_embd), dense_type)
+        _gqa_projections(w, written, b, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
+                         dense_type=dense_type)
         _add(w, written, b + "ffn_norm.weight", (n_embd,))
         if i >= n_dense:
             _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
