@@ -43,6 +43,7 @@ from typer.testing import CliRunner
 
 from moeplan.cli import app
 from moeplan.errors import InputError
+from moeplan.planner.cost.attention import FA_SPLIT_KV_FROM_BUILD
 from moeplan.profiles import backends as backends_mod
 from moeplan.profiles.catalog import find_cpu
 
@@ -322,9 +323,9 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
     return args, ""
 
 
-# the last llama.cpp release tag before a change the cost model follows by build
-# (cost/attention.py FA_SPLIT_KV_FROM_BUILD: PR #19209, merged 2026-01-30)
-LAST_BUILD_BEFORE, MERGED = 7845, "2026-01"
+# the last llama.cpp build before a change the cost model follows by build, and the month it
+# was merged (cost/attention.py FA_SPLIT_KV_FROM_BUILD: PR #19209, 2026-01-30)
+LAST_BUILD_BEFORE, MERGED = FA_SPLIT_KV_FROM_BUILD - 1, "2026-01"
 
 
 def _llama_build(r: dict) -> int | None:

@@ -98,6 +98,12 @@ def check_backend_device(backend: str, n_gpus: int) -> None:
                          "(--cpu-only or a profile without GPUs)", "use --backend " + ", ".join(able))
 
 
+def _only_for(backend: str, needed: str, what: str) -> None:
+    """A one-line error when a backend's own setting is given for another backend."""
+    if backend != needed:
+        raise InputError(what, f"add --backend {needed} or drop it")
+
+
 def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_layers: int | None = None,
                       cpu_layers: str | None = None, all_cpu_moe: bool = False, ctx: str = "4096",
                       kv_type: str = "f16", threads: int | None = None, default_threads: int = 1,
@@ -165,8 +171,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
     cache_bytes = parse_size(gpu_expert_cache, "--gpu-expert-cache") if gpu_expert_cache else 0
     extra: tuple[tuple[str, str], ...] = ()
     if kt_prefill_threshold is not None:
-        if backend != "ktransformers":
-            raise InputError("--kt-prefill-threshold is a KTransformers setting", "add --backend ktransformers or drop it")
+        _only_for(backend, "ktransformers", "--kt-prefill-threshold is a KTransformers setting")
         if kt_prefill_threshold < 0:
             raise InputError(f"--kt-prefill-threshold {kt_prefill_threshold} is negative",
                              "give a prompt length in tokens, or 0 for no layer-wise GPU prefill")
@@ -174,8 +179,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
 
         extra = ((KT_THRESHOLD_KEY, str(kt_prefill_threshold)),)
     if llama_build is not None:
-        if backend != "llama.cpp":
-            raise InputError("--llama-build is a llama.cpp build number", "add --backend llama.cpp or drop it")
+        _only_for(backend, "llama.cpp", "--llama-build is a llama.cpp build number")
         if llama_build <= 0:
             raise InputError(f"--llama-build {llama_build} is not a build number",
                              "give the number `llama-server --version` prints, e.g. 6263")
@@ -183,8 +187,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
 
         extra += ((LLAMA_BUILD_KEY, str(llama_build)),)
     if rtr:
-        if backend != "ik_llama.cpp":
-            raise InputError("--rtr is ik_llama.cpp's run-time repacking", "add --backend ik_llama.cpp or drop it")
+        _only_for(backend, "ik_llama.cpp", "--rtr is ik_llama.cpp's run-time repacking")
         from moeplan.planner.cost.machine import RTR_KEY
 
         extra += ((RTR_KEY, "1"),)

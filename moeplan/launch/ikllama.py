@@ -24,12 +24,13 @@ What the source says, and what moeplan does with it:
     head groups so the K*Q matrix stays under N MiB; only used without flash attention
     (common.h). moeplan does not emit it (the default applies).
   * -rtr: repacks the host tensors that have a row-interleaved variant at load time
-    (src/llama.cpp, iqk_repack_tensor) and sets use_mmap = false (common.cpp). Not emitted: an
-    interleaved type is not among the types iqk_mul_mat converts to its int8 GEMM
+    (src/llama.cpp, iqk_repack_tensor) and sets use_mmap = false (common.cpp). Emitted only for a
+    plan that asks for it (placement extra `rtr`, what `estimate --rtr` costs): an interleaved
+    type is not among the types iqk_mul_mat converts to its int8 GEMM
     (MulMat::is_dequant_better), so prefill multiplies it with the type's own kernel, about a
     third as fast (ik_llama.cpp PR 2474: IQ*_R4 146-162 t/s against 451-461 converted), while
-    decode runs at the base type's speed (PR 517). A plan without mmap gets --no-mmap, with
-    --mlock for mlock plans; llama-bench gets -rtr 0 -mmp 0.
+    decode runs at the base type's speed (PR 517). Any other plan without mmap gets --no-mmap,
+    with --mlock for mlock plans; llama-bench gets -rtr 0|1 and -mmp 0|1 to match.
   * -ser K,t (smart expert reduction) changes the experts used per token by a threshold;
     moeplan changes k only through --override-kv ARCH.expert_used_count, as for mainline.
   * -ot PATTERN=BUFT,...: std::regex_search over tensor names in command-line order, first

@@ -374,9 +374,6 @@ def kt_pool_count(numa: str, n_nodes_used: int) -> int:
 # The planner sets the threshold to the prompt length where the layer-wise path gets faster
 # (estimate.kt_prefill_crossover_tokens); a plan carries it in Placement.extra under this key.
 KT_THRESHOLD_KEY = "kt_gpu_prefill_token_threshold"
-# the llama.cpp build a plan is costed for (`llama-server --version`: "version: 6263 (...)"):
-# kernels that changed between builds run as that build runs them; absent = the vendored build's
-LLAMA_BUILD_KEY = "llama_build"
 KT_CHUNKED_PREFILL_TOKENS = 4096
 
 
@@ -393,6 +390,9 @@ def kt_threshold_of(extra: tuple[tuple[str, str], ...]) -> int | None:
 
 # ik_llama.cpp -rtr: the CPU weights repacked to row-interleaved types at load (launch/ikllama.py)
 RTR_KEY = "rtr"
+# the llama.cpp build a plan is costed for (`llama-server --version`: "version: 6263 (...)"):
+# kernels that changed between builds run as that build runs them; absent = the vendored build's
+LLAMA_BUILD_KEY = "llama_build"
 
 
 def rtr_of(extra: tuple[tuple[str, str], ...]) -> bool:
