@@ -519,30 +519,43 @@ def _conformal(v: list[float]) -> float:
     return sorted(v)[min(n, math.ceil((n + 1) * RANGE_QUANTILE)) - 1]
 
 
-def _score(pred: float, measured: float, floor: float) -> float:
-    """The log residual a range needs to cover `measured`: 0 when the estimate's floor (its
-    range reaches down to it whatever the width) already does (split conformal with nested
-    ranges [min(pred e^-w, floor), pred e^w])."""
-    if floor and floor <= measured <= pred:
-        return 0.0
-    return math.log(pred / measured)
+def _residual(pred: float, measured: float, floor: float) -> tuple[float, bool]:
+    """(log(pred/measured), whether the estimate's floor -- its range reaches down to it whatever
+    the width -- lies at or below the measured figure)."""
+    return math.log(pred / measured), bool(floor) and floor <= measured
 
 
-def _range(pred: float, w: float, floor: float) -> tuple[float, float]:
-    lo = pred * math.exp(-w)
-    return (min(lo, floor) if floor else lo), pred * math.exp(w)
+def _score(e: float, floor_ok: bool, center: float) -> float:
+    """The log half-width a range centred on prediction x exp(-center) needs to cover a row of
+    log residual e (split conformal prediction with nested ranges [min(p e^(-c-w), floor),
+    p e^(-c+w)]): only its upper end matters where the floor covers the low side."""
+    return max(0.0, center - e) if floor_ok else abs(e - center)
 
 
-def range_widths(residuals: list[tuple[str, float, str]]) -> dict[str, float]:
-    """Log half-width per dominant group: the conformal RANGE_QUANTILE of |held-out log residual|
-    of (group, residual, source) rows (at least MIN_GROUP_ROWS rows from MIN_GROUP_SOURCES sources,
-    else the pooled figure under 'all': one source's rows share its machine and say little about the next
+def _range(pred: float, cw: tuple[float, float], floor: float) -> tuple[float, float]:
+    c, w = cw
+    lo = pred * math.exp(-c - w)
+    return (min(lo, floor) if floor else lo), pred * math.exp(w - c)
+
+
+def _center_width(res: list[tuple[float, bool]]) -> tuple[float, float]:
+    """(c, w): c the median log residual of rows the floor does not cover (where the measured
+    figures sit against the model's), w the conformal quantile of the scores about it."""
+    free = [e for e, ok in res if not ok]
+    c = statistics.median(free) if free else 0.0
+    return c, _conformal([_score(e, ok, c) for e, ok in res])
+
+
+def range_widths(residuals: list[tuple[str, float, bool, str]]) -> dict[str, tuple[float, float]]:
+    """(log centre, log half-width) per dominant group from (group, log residual, floor covers,
+    source) rows held out: at least MIN_GROUP_ROWS rows from MIN_GROUP_SOURCES sources, else the
+    pooled figure under 'all' (one source's rows share its machine and say little about the next
     one's)."""
-    out = {"all": _conformal([abs(e) for _, e, _ in residuals])} if residuals else {}
-    for g in sorted({g for g, _, _ in residuals}):
-        v = [abs(e) for gg, e, _ in residuals if gg == g]
-        if len(v) >= MIN_GROUP_ROWS and len({src for gg, _, src in residuals if gg == g}) >= MIN_GROUP_SOURCES:
-            out[g] = _conformal(v)
+    out = {"all": _center_width([(e, ok) for _, e, ok, _ in residuals])} if residuals else {}
+    for g in sorted({r[0] for r in residuals}):
+        v = [(e, ok) for gg, e, ok, _ in residuals if gg == g]
+        if len(v) >= MIN_GROUP_ROWS and len({r[3] for r in residuals if r[0] == g}) >= MIN_GROUP_SOURCES:
+            out[g] = _center_width(v)
     return out
 
 
@@ -558,18 +571,18 @@ def evaluate(rows: list[Row]) -> dict:
             for x in est[m]:
                 if x.source == src:
                     cv[x.row["id"]] = predict(x, m, s)
-        resid = {x.row["id"]: (_dominant(x, m), _score(cv[x.row["id"]], x.measured[m], x.floor.get(m, 0.0)), x.source)
-                 for x in est[m]}
+        resid = {x.row["id"]: (_dominant(x, m), *_residual(cv[x.row["id"]], x.measured[m], x.floor.get(m, 0.0)),
+                               x.source) for x in est[m]}
         # the prior has no fitted factor: its residuals are held out already
-        resid_p = {x.row["id"]: (_dominant(x, m), _score(x.prior[m], x.measured[m], x.floor.get(m, 0.0)), x.source)
-                   for x in est[m]}
+        resid_p = {x.row["id"]: (_dominant(x, m), *_residual(x.prior[m], x.measured[m], x.floor.get(m, 0.0)),
+                                 x.source) for x in est[m]}
         for x in est[m]:
             rid = x.row["id"]
             # the range of a held-out row: other sources' held-out residuals only
             w = range_widths([v for y in est[m] if y.source != x.source for v in [resid[y.row["id"]]]])
-            wx = w.get(_dominant(x, m), w.get("all", 0.0))
+            wx = w.get(_dominant(x, m), w.get("all", (0.0, 0.0)))
             wp = range_widths([v for y in est[m] if y.source != x.source for v in [resid_p[y.row["id"]]]])
-            wpx = wp.get(_dominant(x, m), wp.get("all", 0.0))
+            wpx = wp.get(_dominant(x, m), wp.get("all", (0.0, 0.0)))
             fl = x.floor.get(m, 0.0)
             out[m][rid] = {"prior": x.prior[m], "prior_range": _range(x.prior[m], wpx, fl),
                            "in_sample": predict(x, m, full), "loso": cv[rid],
@@ -663,16 +676,23 @@ def main(argv: list[str] | None = None) -> int:
     by_class = {c: summary(res, ev, lambda x, c=c: x.machine == c) for c in sorted({x.machine for x in res if x.groups})}
     skipped = [(x.row["id"], m, why) for x in res for m, why in x.skip.items()]
     use_fit = ships_fit(overall)
+    def _w(m: str) -> str:
+        return "_widths" if use_fit[m] else "_prior_widths"
+
     if a.write_fit:
         from moeplan.io import write_text_atomic
         fit_data = {"about": "term-group time scales fitted on benchmarks/data/measurements.jsonl by "
                              "benchmarks/accuracy.py --write-fit, kept only where they beat the unfitted model on "
-                             "held-out sources; range_log_half_width = 80th percentile of the |log residual| (held "
-                             "out for fitted scales) by dominant group (docs/cost-model.md)",
+                             "held-out sources; range_log_center = median log(predicted/measured), "
+                             "range_log_half_width = 80th percentile of |log residual - centre| (held out for "
+                             "fitted scales), by dominant group: the range is prediction x exp(-centre -/+ "
+                             "half-width) (docs/cost-model.md)",
                     "n_rows": {m: len([i for i in ev[m] if not i.startswith('_')]) for m in ("decode", "prefill")},
                     "scales": {m: ev[m]["_fit"] if use_fit[m] else {} for m in ("decode", "prefill")},
-                    "range_log_half_width": {m: ev[m]["_widths" if use_fit[m] else "_prior_widths"]
-                                             for m in ("decode", "prefill")}}
+                    "range_log_half_width": {m: {g: cw[1] for g, cw in ev[m][_w(m)].items()}
+                                             for m in ("decode", "prefill")},
+                    "range_log_center": {m: {g: cw[0] for g, cw in ev[m][_w(m)].items()}
+                                         for m in ("decode", "prefill")}}
         write_text_atomic(FIT_PATH, json.dumps(fit_data, indent=1, sort_keys=True) + "\n")
         print(f"wrote {FIT_PATH}")
     if a.json:
@@ -703,9 +723,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\nfitted factors (all rows):")
     for m in ("decode", "prefill"):
         print(f"  {m}: " + ", ".join(f"{k.split('.', 1)[1]}={v:.2f}" for k, v in ev[m]["_fit"].items()))
-        print(f"  {m} range log half-width by dominant group: " +
-              ", ".join(f"{k}={v:.2f}" for k, v in ev[m]["_widths"].items()) + "; of the prior: " +
-              ", ".join(f"{k}={v:.2f}" for k, v in ev[m]["_prior_widths"].items()))
+        print(f"  {m} range log centre/half-width by dominant group: " +
+              ", ".join(f"{k}={c:+.2f}/{w:.2f}" for k, (c, w) in ev[m]["_widths"].items()) + "; of the prior: " +
+              ", ".join(f"{k}={c:+.2f}/{w:.2f}" for k, (c, w) in ev[m]["_prior_widths"].items()))
     # the figure that ships (see --write-fit): the fitted scales where they beat the prior held out
     ship = {m: "loso" if use_fit[m] else "prior" for m in TARGETS}
     print("\ntargets, held out (" + ", ".join(f"{m}: {f}" for m, f in ship.items()) + " ships): " + ", ".join(

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -41,6 +42,9 @@ def test_held_out_range_uses_the_dominant_group():
     assert lo == pytest.approx(10 / 1.5) and hi == pytest.approx(15.0)
     lo, hi = held_out_range(10.0, TERMS, {"gpu": 0.1, "all": math.log(2.0)})
     assert (lo, hi) == pytest.approx((5.0, 20.0))
+    # a centre c moves the range to value x exp(-c -/+ w): further down than up for c > 0
+    lo, hi = held_out_range(10.0, TERMS, {"cpu": 0.3}, centers={"cpu": 0.1})
+    assert (lo, hi) == pytest.approx((10 * math.exp(-0.4), 10 * math.exp(0.2)))
     assert held_out_range(10.0, TERMS, {}) is None
 
 
@@ -99,11 +103,32 @@ def test_range_width_is_the_conformal_quantile_of_enough_sources():
     assert b._conformal([float(i) for i in range(1, 11)]) == 9.0
     assert b._conformal([1.0, 2.0, 3.0, 4.0]) == 4.0
     # a group's own width needs MIN_GROUP_ROWS rows from MIN_GROUP_SOURCES sources
-    many = [("cpu", 0.1 * i, f"s{i % 6}") for i in range(1, 13)]
-    one_source = [("gpu", 0.05, "solo")] * 12
+    many = [("cpu", 0.1 * i, False, f"s{i % 6}") for i in range(1, 13)]
+    one_source = [("gpu", 0.05, False, "solo")] * 12
     w = b.range_widths(many + one_source)
-    assert "cpu" in w and "gpu" not in w and w["all"] == b._conformal([abs(e) for _, e, _ in many + one_source])
-    assert w["cpu"] == pytest.approx(b._conformal([0.1 * i for i in range(1, 13)]))
+    assert "cpu" in w and "gpu" not in w
+    # the centre is the median residual, the width the conformal quantile about it
+    c, hw = w["cpu"]
+    assert c == pytest.approx(0.65)
+    assert hw == pytest.approx(b._conformal([abs(0.1 * i - 0.65) for i in range(1, 13)]))
+    assert w["all"][0] == pytest.approx(statistics.median([e for _, e, _, _ in many + one_source]))
+
+
+def test_a_skewed_residual_set_gives_a_range_reaching_further_down():
+    b = _bench()
+    # rows spread +/-0.3 in log about 0.1 (the model mostly too fast): the range reaches further
+    # down than up, and is no wider in log terms than the spread needs
+    res = [("all", 0.1 + 0.05 * k, False, f"s{k}") for k in range(-6, 7)]
+    cw = b.range_widths(res)["all"]
+    assert cw[0] == pytest.approx(0.1) and cw[1] == pytest.approx(0.3)  # the 12th smallest of 13 |e - c|
+    lo, hi = b._range(10.0, cw, 0.0)
+    assert (lo, hi) == pytest.approx((10 * math.exp(-0.4), 10 * math.exp(0.2)))
+    assert 10.0 - lo > hi - 10.0 > 0
+    covered = [lo <= 10.0 / math.exp(e) <= hi for _, e, _, _ in res]
+    assert sum(covered) >= 8
+    # a row the estimate's floor covers scores only against the upper end
+    assert b._score(2.0, True, 0.1) == 0.0 and b._score(-0.3, True, 0.1) == pytest.approx(0.4)
+    assert b._score(2.0, False, 0.1) == pytest.approx(1.9)
 
 
 def test_a_figure_above_the_stated_machines_roofline_is_not_estimable(tmp_path):

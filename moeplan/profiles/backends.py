@@ -26,7 +26,8 @@ def _fit() -> dict:
 
 
 def fitted_terms(backend: str) -> dict:
-    """{'scales': {metric: {group: x}}, 'range_log_half_width': {metric: {group: w}}} for backend:
+    """{'scales': {metric: {group: x}}, 'range_log_half_width' / 'range_log_center': {metric:
+    {group: w / c}}} for backend:
     the CPU group's scale is per backend, the other groups' are shared."""
     d = _fit()
     if not d:
@@ -39,7 +40,8 @@ def fitted_terms(backend: str) -> dict:
             if len(parts) == 2 or parts[2] == backend:
                 out[parts[1]] = float(v)
         scales[metric] = out
-    return {"scales": scales, "range_log_half_width": d.get("range_log_half_width", {})}
+    return {"scales": scales, "range_log_half_width": d.get("range_log_half_width", {}),
+            "range_log_center": d.get("range_log_center", {})}
 
 
 @lru_cache(maxsize=1)
@@ -61,6 +63,7 @@ def read_priors(backend: str) -> BackendPriors:
     fit = fitted_terms(backend)
     d["term_scale"] = fit.get("scales", {})
     d["term_range_log"] = fit.get("range_log_half_width", {})
+    d["term_range_center"] = fit.get("range_log_center", {})
     known = set(BackendPriors.__dataclass_fields__)
     pr = BackendPriors(**{k: v for k, v in d.items() if k in known})
     problems = check_priors(pr)

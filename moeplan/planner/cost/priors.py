@@ -56,7 +56,9 @@ class BackendPriors:
         fixed) fitted on the public measurement set (profiles/fit.json, docs/cost-model.md);
         empty = the mechanism priors alone.
     term_range_log: {'decode'|'prefill': {group|'all': w}} log half-width of the range: the 80th
-        percentile of the held-out |log(predicted/measured)| of rows that group dominates.
+        percentile of the held-out |log(predicted/measured) - centre| of rows that group dominates.
+    term_range_center: {'decode'|'prefill': {group|'all': c}} the median held-out
+        log(predicted/measured) of those rows: the range is value x exp(-c -/+ w).
     """
 
     name: str
@@ -85,6 +87,7 @@ class BackendPriors:
     sources: tuple[str, ...] = ()
     term_scale: dict[str, dict[str, float]] = field(default_factory=dict)
     term_range_log: dict[str, dict[str, float]] = field(default_factory=dict)
+    term_range_center: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def err(self, name: str, default: float = 0.3) -> float:
         return self.rel_err.get(name, default)
