@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from model_builders import toy_hw, toy_model, unit_priors
 
-from moeplan.planner.cost.estimate import cache_hit_rate, distinct_experts, estimate
+from moeplan.planner.cost.estimate import DECODE_OVERLAP_P, cache_hit_rate, distinct_experts, estimate
 from moeplan.planner.placement import Placement
 
 # toy_model(): 8 MoE layers, 8 experts, k=2, n_embd=n_ff_exp=1024, F16 experts.
@@ -15,6 +15,12 @@ from moeplan.planner.placement import Placement
 #           = 109,385,728
 R_DENSE = 109_385_728
 E_TOK = 12_582_912
+
+
+def _overlap(read: float, dot: float) -> float:
+    """A CPU read and its dot products overlapped (estimate.DECODE_OVERLAP_P)."""
+    p = DECODE_OVERLAP_P
+    return (read**p + dot**p) ** (1 / p)
 
 
 def test_all_gpu_decode_is_bytes_over_bandwidth():
@@ -32,12 +38,15 @@ def test_cpu_layers_add_dram_time():
     m, hw, pr = toy_model(), toy_hw(), unit_priors()
     e = estimate(m, Placement(cpu_moe_layers=(0, 1, 2, 3), n_threads=16), hw, pr)
     # GPU: (R_dense + 4 * E_TOK) / 1e12 = 159.717 us; CPU: 4 * E_TOK / 80 GB/s = 629.146 us
-    # dot compute: 4 * 6,291,456 weights / (16 cores * 1e12) = 1.6 us < read time -> no excess
-    t = (R_DENSE + 4 * E_TOK) / 1e12 + 4 * E_TOK / 80e9
+    # dot compute: 4 * 6,291,456 weights / (16 threads * 1e12 x 0.75 AVX2) = 2.1 us, far below the
+    # read: the overlap (read^p + dot^p)^(1/p) adds next to nothing
+    read, dot = 4 * E_TOK / 80e9, 4 * 6_291_456 / (16 * 0.75e12)
+    t = (R_DENSE + 4 * E_TOK) / 1e12 + _overlap(read, dot)
     assert e.decode_tok_s == pytest.approx(1 / t, rel=1e-9)
     terms = {x.name: x.seconds for x in e.decode_terms}
-    assert terms["cpu_experts_read"] == pytest.approx(4 * E_TOK / 80e9)
-    assert terms["cpu_compute_excess"] == 0
+    assert terms["cpu_experts_read"] == pytest.approx(read)
+    assert terms["cpu_compute_excess"] == pytest.approx(_overlap(read, dot) - read)
+    assert 0 < terms["cpu_compute_excess"] < 1e-3 * read
     assert e.bottleneck == "cpu-mem"
 
 
@@ -45,11 +54,13 @@ def test_compute_bound_type_adds_excess():
     m, hw = toy_model(), toy_hw()
     # 1 core at 1e9 weights/s x 0.75 (mainline's AVX2 kernels without VNNI, machine.ISA_DOT_SCALE):
     # 4 layers * 6,291,456 weights = 25,165,824 -> 33.55 ms, more than the 0.629 ms read: the
-    # excess is the difference
+    # excess is what the overlapped time (read^p + dot^p)^(1/p) adds to the read
     pr = unit_priors(cpu_dot_weights_per_cycle=1.0)
     e = estimate(m, Placement(cpu_moe_layers=(0, 1, 2, 3), n_threads=1), hw, pr)
     terms = {x.name: x.seconds for x in e.decode_terms}
-    assert terms["cpu_compute_excess"] == pytest.approx(25_165_824 / 0.75e9 - 4 * E_TOK / 80e9)
+    read, dot = 4 * E_TOK / 80e9, 25_165_824 / 0.75e9
+    assert terms["cpu_compute_excess"] == pytest.approx(_overlap(read, dot) - read)
+    assert dot - read < terms["cpu_compute_excess"] < dot
     assert e.bottleneck == "cpu-compute"
 
 
@@ -198,7 +209,8 @@ def test_speculation_reads_the_union_of_experts():
     gpu_read = R_DENSE / 1e12
     kv_read = 4 * 8192 / 1e12  # attention of the 5 verified tokens reads 4 cells of KV
     tokens = (1 - 0.9 ** 5) / (1 - 0.9)
-    assert good.decode_tok_s == pytest.approx(tokens / (cpu_read + gpu_read + kv_read), rel=1e-9)
+    # the dot products (~0.3% of the CPU read) add ~(0.003)^2 / 2 of it under the overlap
+    assert good.decode_tok_s == pytest.approx(tokens / (cpu_read + gpu_read + kv_read), rel=1e-4)
 
 
 def test_mmap_spills_to_nvme_when_ram_is_short():
@@ -246,5 +258,37 @@ def test_cpu_only_machine():
     e = estimate(m, Placement(n_threads=16), hw, unit_priors())
     # everything read from DRAM: (R_dense + 8 * E_TOK) / 80 GB/s
     t = (R_DENSE + 8 * E_TOK) / 80e9
-    assert e.decode_tok_s == pytest.approx(1 / t, rel=1e-9)
+    assert e.decode_tok_s == pytest.approx(1 / t, rel=1e-4)  # the dot products overlap the read
     assert e.vram_bytes == 0
+
+
+def test_reads_and_dot_products_overlap_imperfectly():
+    from moeplan.planner.cost.estimate import compute_excess
+
+    # equal times cost 2^(1/p) of either; a dot time half the read adds (1.25^(1/2) - 1) at p = 2
+    assert compute_excess(1.0, 1.0) == pytest.approx(2 ** (1 / DECODE_OVERLAP_P) - 1)
+    assert compute_excess(0.5, 1.0) == pytest.approx((1 + 0.5**DECODE_OVERLAP_P) ** (1 / DECODE_OVERLAP_P) - 1)
+    # never below the roofline max(read, dot), never above their sum
+    for dot in (0.01, 0.3, 1.0, 3.0, 100.0):
+        total = 1.0 + compute_excess(dot, 1.0)
+        assert max(1.0, dot) < total < 1.0 + dot
+    assert compute_excess(0.0, 1.0) == 0.0 and compute_excess(2.0, 0.0) == 2.0
+
+
+def test_the_overlap_exponent_is_what_the_published_thread_sweeps_say():
+    """benchmarks/overlap_fit.py on benchmarks/data/thread-sweeps.json: DECODE_OVERLAP_P fits the
+    sweeps better than a quarter step either side (a rounder or a sharper knee)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("overlap_fit", root / "benchmarks" / "overlap_fit.py")
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    groups: dict[str, list[dict]] = {}
+    for s in json.loads((root / "benchmarks" / "data" / "thread-sweeps.json").read_text())["sweeps"]:
+        groups.setdefault(s["ceiling_group"], []).append(s)
+    err = {p: sum(fit.group_error(ss, p) for ss in groups.values())
+           for p in (DECODE_OVERLAP_P - 0.25, DECODE_OVERLAP_P, DECODE_OVERLAP_P + 0.25)}
+    assert err[DECODE_OVERLAP_P] < min(err[DECODE_OVERLAP_P - 0.25], err[DECODE_OVERLAP_P + 0.25])

@@ -11,8 +11,10 @@ Decode, seconds per token (docs/design.md §5):
   t_kv          = KV_read(depth) / BW_g
   t_launch      = n_layers * s_layer_gpu
   t_cpu_read    = sum_C k/N * E_l * (1 - h) / BW_c            (memory time of CPU experts)
-  t_cpu_compute_excess = max(0, sum_C k/N * W_l * c_type * (1 - h) / (T * r_dot) - t_cpu_read)
-                  (the roofline: CPU expert time is max(memory, dot-product compute))
+  t_cpu_compute_excess = (t_cpu_read^p + t_dot^p)^(1/p) - t_cpu_read,
+                  t_dot = sum_C k/N * W_l * c_type * (1 - h) / (T * r_dot)
+                  (a thread's loads and its dot products overlap imperfectly: p = DECODE_OVERLAP_P
+                  = 2 from published TG-vs-threads sweeps; p -> infinity would be the roofline max)
   t_sync        = |C| * (s_sync + B_split * T * L_handoff * x_sockets)   (B_split: barriers of the
                   CPU's split of a MoE block, cost/graph.py; L_handoff: machine.barrier_handoff_s)
   t_nvme        = m * sum_C k/N * E_l / BW_nvme    (m: share of CPU expert pages not resident)
@@ -711,9 +713,7 @@ def _cpu_block_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile,
                       f"{len(split.blocks)} CPU blocks / {f.bw_cpu_bytes_per_s.value / 1e9:.1f} GB/s"))
     errs["cpu_blocks_read"] = f.bw_cpu_bytes_per_s.rel_err
     dot = dense_dot_elements(model, pr.type_cost, split.blocks, output=not split.out_gpu) * n_step
-    t_dot = dot / max(1.0, f.cpu_dot_elem_per_s.value)
-    terms.append(Term("cpu_blocks_compute_excess", max(0.0, t_dot - t_read), "cpu-compute",
-                      f"max(0, {dot / 1e9:.2f} G weights / {f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read time)"))
+    terms.append(excess_term("cpu_blocks_compute_excess", dot, f.cpu_dot_elem_per_s.value, t_read))
     errs["cpu_blocks_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
     # as a CPU-only run's attention; the KV's read is in cpu_blocks_read
     _attention_beyond_kv("cpu_blocks_attention", cpu_attention_decode(model, p, hw, pr, f, depth, n_step, split.blocks),
@@ -810,12 +810,10 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
         all_dot = (dense_dot_elements(model, pr.type_cost) * n_step
                    + sum(dot_elements(layer, pr.type_cost) for layer in model.moe_layers) * per_tok * n_step)
         t_read = all_bytes / f.bw_cpu_bytes_per_s.value
-        t_dot = all_dot / max(1.0, f.cpu_dot_elem_per_s.value)
         terms.append(Term("cpu_weights_read", t_read, "cpu-mem",
                           f"{all_bytes / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.1f} GB/s"))
         errs["cpu_weights_read"] = f.bw_cpu_bytes_per_s.rel_err
-        terms.append(Term("cpu_compute_excess", max(0.0, t_dot - t_read), "cpu-compute",
-                          f"max(0, {all_dot / 1e9:.2f} G weights / {f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read)"))
+        terms.append(excess_term("cpu_compute_excess", all_dot, f.cpu_dot_elem_per_s.value, t_read))
         errs["cpu_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
         # the KV's first read from DRAM is in cpu_weights_read
         _attention_beyond_kv("cpu_attention", cpu_attention_decode(model, p, hw, pr, f, depth, n_step),
@@ -870,14 +868,11 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
             else:
                 miss = 1.0 - hit
                 t_read = cpu_bytes * miss / f.bw_cpu_bytes_per_s.value
-                t_dot = cpu_dot * miss / max(1.0, f.cpu_dot_elem_per_s.value)
                 terms.append(Term("cpu_experts_read", t_read, "cpu-mem",
                                   f"{cpu_bytes * miss / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.1f} GB/s "
                                   f"({f.numa_note})"))
                 errs["cpu_experts_read"] = f.bw_cpu_bytes_per_s.rel_err
-                terms.append(Term("cpu_compute_excess", max(0.0, t_dot - t_read), "cpu-compute",
-                                  f"max(0, {cpu_dot * miss / 1e9:.2f} G weights / "
-                                  f"{f.cpu_dot_elem_per_s.value / 1e9:.0f} G/s - read time)"))
+                terms.append(excess_term("cpu_compute_excess", cpu_dot * miss, f.cpu_dot_elem_per_s.value, t_read))
                 errs["cpu_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
                 # a GPU block whose experts are on the CPU hands over twice per layer; a whole CPU
                 # block does not (its barriers are in cpu_blocks_barriers)
@@ -904,6 +899,31 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
 # state into the next device (ggml_backend_tensor_copy_async: cudaMemcpyPeerAsync, staged
 # through host memory when the GPUs have no P2P). A prior: one small copy's latency plus the
 # event round trip, ~ two PCIe transactions and a driver call; rel. error 0.5.
+# How a decode thread's weight reads and its dequantise-and-dot overlap: the CPU time of a batch
+# of weights is (read^p + compute^p)^(1/p), not max(read, compute) (p -> infinity) -- a core
+# waits on loads it has not prefetched far enough while its SIMD pipes are busy, and the pipes
+# idle while it waits. p from published TG-vs-threads sweeps on one CPU (ik_llama.cpp discussion
+# 63, PRs 13/124/129/132/154/185/187/212: 7950X, 5975WX, M2 Max; benchmarks/overlap_fit.py):
+# the knee from compute-bound to bandwidth-bound is as round as p = 2-2.5 (DECODE_OVERLAP_P).
+DECODE_OVERLAP_P = 2.0
+
+
+def compute_excess(t_dot: float, t_read: float) -> float:
+    """Seconds the dot products add to a read of t_read seconds (DECODE_OVERLAP_P)."""
+    if t_dot <= 0 or t_read <= 0:
+        return max(0.0, t_dot - t_read)
+    q = DECODE_OVERLAP_P
+    return t_read * ((1.0 + (t_dot / t_read) ** q) ** (1.0 / q) - 1.0)
+
+
+def excess_term(name: str, dot_weights: float, rate: float, t_read: float) -> Term:
+    """The CPU's dequantise-and-dot time beyond the read of the same weights."""
+    t_dot = dot_weights / max(1.0, rate)
+    return Term(name, compute_excess(t_dot, t_read), "cpu-compute",
+                f"(read^{DECODE_OVERLAP_P:g} + dot^{DECODE_OVERLAP_P:g})^(1/{DECODE_OVERLAP_P:g}) - read, dot = "
+                f"{dot_weights / 1e9:.2f} G weights / {rate / 1e9:.0f} G/s = {t_dot * 1e3:.2f} ms")
+
+
 S_HOP_S = 20e-6
 S_HOP_REL_ERR = 0.5
 
