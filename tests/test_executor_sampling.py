@@ -54,24 +54,26 @@ def _run(model, placement, k):
 def test_sampled_run_predicts_the_full_run(tmp_path):
     """8 blocks, half on the CPU tier: running 2 of each class and scaling by 2 predicts the
     full run's bytes per token exactly and its decode time within a factor sqrt(2), halfway in
-    log terms to the 2x a wrong scale factor gives (the median of 5 pairs of CPU-time
-    measurements: in a full test session on a shared 2-core machine, caches shared with the
-    other tests' leftovers moved single pairs by up to 35% and the median by 17%). The model is small
+    log terms to the 2x a wrong scale factor gives (the fastest of 5 interleaved runs of each,
+    in CPU time: on a shared 2-core machine another tenant on the same core or memory only ever
+    slows a run down -- in a full test session single pairs moved by up to 2x, the median of
+    five pair ratios once to 0.60 -- so each side's fastest run is the one to compare). The model is small
     enough (13 MiB) that the full and the sampled run both stay in the CPU caches: a model
     straddling the last-level cache would be faster sampled (a real effect, which is why big
     sampled runs keep pools well over the cache size)."""
     m = read_gguf_model(write_qwen3moe(tmp_path / "q.gguf", n_layer=8, n_embd=128, n_head=4, n_head_kv=2,
                                        head_dim=32, n_expert=8, n_used=2, n_ff_exp=128, expert_type=Q.F16)[0])
     p = Placement(cpu_moe_layers=m.moe_layer_indices[::2], n_ctx=256, n_ubatch=32, n_threads=1)
-    ratios = []
-    for _ in range(5):  # adjacent pairs, median ratio: memory bandwidth still varies on a shared machine
+    full, samp = [], []
+    for _ in range(5):  # interleaved runs; each side's fastest is its least disturbed
         f, s = _run(m, p, None), _run(m, p, 2)
-        ratios.append(s["decode_s_per_token"] / f["decode_s_per_token"])
+        full.append(f["decode_s_per_token"])
+        samp.append(s["decode_s_per_token"])
     assert not f["extrapolated"] and s["extrapolated"] and s["sampled_layers"] == 2
     assert len(s["blocks_run"]) == 4 and len(f["blocks_run"]) == 8
     assert any("sampled" in n for n in s["notes"])
-    ratio = sorted(ratios)[len(ratios) // 2]
-    assert abs(math.log(ratio)) < math.log(2) / 2, ratios
+    ratio = min(samp) / min(full)
+    assert abs(math.log(ratio)) < math.log(2) / 2, (full, samp)
     for tier in ("gpu", "cpu", "kv", "activations"):
         assert s["bytes_per_token_by_tier"][tier] == pytest.approx(f["bytes_per_token_by_tier"][tier], rel=0.01)
     assert s["prefill_bytes_per_ubatch_by_tier"]["gpu"] == pytest.approx(
