@@ -688,8 +688,10 @@ def _attention_beyond_kv(name: str, ca: attention.CpuAttention, kv_bytes: float,
     if not ca.seconds:
         return
     t_kv = kv_bytes / f.bw_cpu_bytes_per_s.value
-    terms.append(Term(name, max(0.0, ca.seconds - t_kv), "cpu-compute",
-                      f"max(0, {ca.seconds * 1e3:.2f} ms - {t_kv * 1e3:.2f} ms KV read) at depth {depth}: " + ca.formula))
+    q = DECODE_OVERLAP_P
+    terms.append(Term(name, compute_excess(ca.seconds, t_kv), "cpu-compute",
+                      f"({t_kv * 1e3:.2f} ms KV read^{q:g} + {ca.seconds * 1e3:.2f} ms^{q:g})^(1/{q:g}) - KV read, "
+                      f"at depth {depth}: " + ca.formula))
     errs[name] = ca.rel_err
 
 
@@ -699,7 +701,7 @@ def _cpu_block_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile,
     """Decode of the blocks -ngl leaves on the CPU (their routed experts are in
     cpu_experts_read / cpu_compute_excess with the other CPU experts):
       cpu_blocks_read    = (R_dense_cpu + KV_read_cpu(depth)) / BW_c
-      cpu_blocks_compute_excess = max(0, P_dense_cpu * n_step / r_dot - cpu_blocks_read)
+      cpu_blocks_compute_excess = compute_excess(P_dense_cpu * n_step / r_dot, cpu_blocks_read)
       cpu_blocks_attention = the CPU blocks' attention as cost/attention.py runs it, beyond
                              their KV read
       cpu_blocks_barriers  = graph-node barriers of the CPU blocks (cost/graph.py) x one
