@@ -178,6 +178,12 @@ def _ngl0_with_gpu(r: dict) -> bool:
 RAM_SIZES_GB = (64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 
 
+def _as_typed(part: str) -> str:
+    """A part name as its owner would type it: the data set's ', as written' marks (the source's
+    own spelling, kept in the row) dropped."""
+    return re.sub(r"\s*\(\s*as written\s*\)|,?\s*as written", "", part).strip()
+
+
 def hardware_args(r: dict) -> tuple[list[str] | None, str]:
     """`moeplan hardware` arguments as a user would type them, or (None, reason)."""
     args = ["hardware", "--json", "--name", r["id"]]
@@ -185,18 +191,20 @@ def hardware_args(r: dict) -> tuple[list[str] | None, str]:
     vram = _num(r.get("gpu_vram_gb_each"))
     gpu_used = bool(r.get("gpu_model") or vram) and (not method.startswith("cpu-only") or _ngl0_with_gpu(r))
     if gpu_used and r.get("gpu_model"):
-        args += ["--gpu", r["gpu_model"], "--gpu-count", str(int(r.get("gpu_count") or 1))]
+        args += ["--gpu", _as_typed(r["gpu_model"]), "--gpu-count", str(int(r.get("gpu_count") or 1))]
     elif gpu_used:  # a GPU known by its VRAM alone: the class prior for its bandwidth
         args += ["--gpu-vram", f"{int(vram)}GB", "--gpu-count", str(int(r.get("gpu_count") or 1))]
     sockets = int(r.get("cpu_sockets") or 1)
+    cores = _num(r.get("cpu_cores_total"))
     if r.get("cpu_model"):
-        args += ["--cpu", r["cpu_model"], "--sockets", str(sockets)]
+        args += ["--cpu", _as_typed(r["cpu_model"]), "--sockets", str(sockets)]
+    elif cores:  # an unnamed CPU of a stated size: described by its numbers
+        args += ["--cores", str(int(cores) // sockets), "--sockets", str(sockets)]
     elif not gpu_used:
         return None, "CPU not stated"
-    cores = _num(r.get("cpu_cores_total"))
     if cores and r.get("cpu_model"):
         try:  # a VM or a part with cores disabled: the cores the source states
-            if find_cpu(r["cpu_model"]).cores * sockets != int(cores):
+            if find_cpu(_as_typed(r["cpu_model"])).cores * sockets != int(cores):
                 args += ["--cores", str(int(cores) // sockets)]
         except InputError:
             pass

@@ -95,6 +95,15 @@ def test_user_inputs_from_rows():
     assert bench._backend("KTransformers (kt-kernel + SGLang)") == "ktransformers"
     args, why = bench.hardware_args({"id": "x", "cpu_model": None, "gpu_model": None, "offload_method": "cpu-only"})
     assert args is None and why == "CPU not stated"
+    # the data set's "as written" marks are not what a user types; an unnamed CPU of stated size
+    # is described by its numbers
+    assert bench._as_typed("NVIDIA GeForce RTX 3070 (16 GB, as written)") == "NVIDIA GeForce RTX 3070 (16 GB)"
+    assert bench._as_typed("Intel Xeon Platinum 8480 (engineering sample QYFS, as written)") == \
+        "Intel Xeon Platinum 8480 (engineering sample QYFS)"
+    args, _ = bench.hardware_args({"id": "x", "cpu_model": None, "cpu_cores_total": 64, "cpu_sockets": 1,
+                                   "gpu_model": "NVIDIA GeForce RTX 3090", "gpu_count": 3, "offload_method": "ot",
+                                   "ram_total_gb": 256, "ram_channels_total": 8, "ram_type": "DDR4"})
+    assert args[args.index("--cores") + 1] == "64" and "--cpu" not in args
 
 
 def test_range_width_is_the_conformal_quantile_of_enough_sources():

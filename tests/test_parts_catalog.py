@@ -233,3 +233,27 @@ def test_the_modelled_part_says_so_in_the_profile_notes(tmp_path):
     doc = doc.get("profile", doc)
     assert any("modelled as a zen4 part" in n for n in doc["notes"])
     assert doc["cpu"]["n_cores"] == 96
+
+
+@pytest.mark.parametrize("query", ["RTX 4090 48GB", "RTX 4090 (48 GB)", "4090 48G", "NVIDIA GeForce RTX 4090 48GB"])
+def test_a_memory_modified_card_is_its_stock_part_with_the_vram_named(query):
+    stock = catalog.find_gpu("RTX 4090")
+    p = catalog.find_gpu(query)
+    assert p.vram_bytes == 48 * 2**30
+    assert (p.mem_bw_bytes_per_s, p.fp16_flop_per_s, p.pcie_gen) == (stock.mem_bw_bytes_per_s, stock.fp16_flop_per_s,
+                                                                     stock.pcie_gen)
+    assert p.source.startswith(catalog.VRAM_AS_NAMED)
+    prof = catalog.build_profile(SpecRequest(gpu=query, cpu="Ryzen 9 7950X", ram_bytes=128 * 2**30))
+    assert prof.gpus[0].vram_bytes == 48 * 2**30
+    assert any("memory-modified" in n for n in prof.notes)
+
+
+def test_a_named_size_that_is_stock_or_a_catalog_variant_is_that_part():
+    assert catalog.find_gpu("RTX 4090 24GB") == catalog.find_gpu("RTX 4090")
+    assert catalog.find_gpu("RTX 3080 12GB").vram_bytes == 12 * 2**30  # the catalog's own 12 GB variant
+    # smaller than the stock part: a cut-down card on a narrower bus, whose figures the stock part overstates
+    with pytest.raises(InputError, match="has 12 GiB") as e:
+        catalog.find_gpu("RTX 3060 8GB")
+    assert "--gpu-vram 8G" in e.value.hint
+    with pytest.raises(InputError, match="not in the parts catalog"):
+        catalog.find_gpu("Frobnicator 48GB")

@@ -156,14 +156,50 @@ _GPU_NUMBERS = "or describe it by numbers: --gpu-vram 24G --gpu-bw 1008GB/s --pc
 _CPU_NUMBERS = "or describe it by numbers: --cores 32 --channels 8 --ram-type ddr5 --ram-speed 5200 --cpu-ghz 2.5"
 
 
+# a GPU named with its memory size: "RTX 4090 48GB", "RTX 4090 (48 GB)", "2080 Ti 22G"
+_VRAM_IN_NAME = re.compile(r"^(.*?\S)[\s_-]*\(?\s*(\d+(?:\.\d+)?)\s*(?:gb|gib|g)\s*\)?$", re.IGNORECASE)
+VRAM_AS_NAMED = "VRAM as named"
+
+
 def find_gpu(name: str) -> GpuPart:
-    return _find(gpu_parts(), "GPU", name, _GPU_NUMBERS)
+    """The catalog part called `name`; a name the catalog lacks that ends in a memory size larger
+    than its base part's ("RTX 4090 48GB", "2080 Ti 22GB": the memory-modified cards sold with
+    larger chips on the same bus) is that part with the VRAM named."""
+    try:
+        return _find(gpu_parts(), "GPU", name, _GPU_NUMBERS)
+    except InputError as err:
+        m = _VRAM_IN_NAME.match(name.strip())
+        base = _match(gpu_parts(), m.group(1), strict=False)[0] if m else None
+        if base is None:
+            raise
+        vram = int(float(m.group(2)) * GIB)
+        if vram < base.vram_bytes:  # a cut-down variant: a narrower bus the stock figures overstate
+            raise InputError(f"unknown GPU {name!r}: not in the parts catalog ({base.name} has "
+                             f"{base.vram_bytes / GIB:g} GiB)",
+                             f"describe it by numbers: --gpu-vram {m.group(2)}G --gpu-bw ... --pcie ...") from err
+        if vram == base.vram_bytes:
+            return base
+        return replace(base, name=f"{base.name} {m.group(2)}GB", vram_bytes=vram, aliases=(),
+                       source=f"{VRAM_AS_NAMED}: {base.name} with {vram / GIB:g} GiB instead of its "
+                              f"{base.vram_bytes / GIB:g} (a memory-modified card); bandwidth, compute and link "
+                              "are the stock part's")
+
+
+# a pre-production sample: "EPYC 9334QS", "Xeon 8480 ES", "8480 (engineering sample QYFS)"
+_SAMPLE_IN_NAME = re.compile(r"^(.*?\d\S*?)\s*(?:\(?\s*(?:ES|QS|engineering sample|qualification sample)\b[^)]*\)?)$",
+                             re.IGNORECASE)
 
 
 def find_cpu(name: str) -> CpuPart:
     try:
         return _find(cpu_parts(), "CPU", name, _CPU_NUMBERS)
     except InputError:
+        m = _SAMPLE_IN_NAME.match(name.strip())
+        base = _match(cpu_parts(), m.group(1), strict=False)[0] if m else None
+        if base is not None:
+            return replace(base, name=name.strip(), aliases=(),
+                           source=f"not in the catalog: a pre-production sample of the {base.name}, costed as that "
+                                  "part (an engineering sample's clocks can be lower); " + base.source)
         part = generation_part(name)
         if part is None:
             raise
