@@ -314,10 +314,20 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
                 or (kt_cli and not pools and int(r.get("cpu_sockets") or 1) > 1):
             # `kt run` sets --kt-threadpool-count to the NUMA nodes it finds (run.py)
             args += ["--numa", "distribute"]
+    thr = re.search(r"--kt-gpu-prefill-token-threshold[ =](\d+)", str(r.get("flags") or ""))
     if backend == "ktransformers" and not _kt_kernel_era(r):
         # KTransformers before kt-kernel (0.2/0.3 local_chat, balance_serve) prefills every prompt's
         # CPU experts on the CPU: no layer-wise GPU prefill
         args += ["--kt-prefill-threshold", "0"]
+    elif thr:
+        args += ["--kt-prefill-threshold", thr.group(1)]
+    elif kt_cli:
+        # `kt run MODEL` without its parameters asks for them in a terminal, proposing a threshold
+        # of 500 and a 32768-token prefill chunk (kt-kernel/python/cli/utils/run_interactive.py:617-618)
+        args += ["--kt-prefill-threshold", "500"]
+    chunk = re.search(r"--chunked-prefill-size[ =](\d+)", str(r.get("flags") or ""))
+    if backend == "ktransformers" and (chunk or kt_cli):
+        args += ["--batch", chunk.group(1) if chunk else "32768"]
     ub = str(r.get("batch_ubatch") or "").split("/")[-1].strip()
     if ub.isdigit():
         args += ["--ubatch", ub]

@@ -192,3 +192,10 @@ def test_kt_run_rows_take_the_cli_defaults(tmp_path):
     assert args[args.index("--threads") + 1] == "102" and args[args.index("--numa") + 1] == "distribute"
     args, _ = b.estimate_args({**row, "flags": "--kt-cpuinfer 60"}, "ktransformers", hw)
     assert "--threads" not in args and "--numa" not in args
+    # asked for its prefill settings in a terminal, `kt run` proposes a threshold of 500 and a
+    # 32768-token chunk (kt-kernel/python/cli/utils/run_interactive.py); stated flags win
+    args, _ = b.estimate_args(row, "ktransformers", hw)
+    assert args[args.index("--kt-prefill-threshold") + 1] == "500" and args[args.index("--batch") + 1] == "32768"
+    args, _ = b.estimate_args({**row, "flags": "--kt-gpu-prefill-token-threshold 2048 --chunked-prefill-size 8192"},
+                              "ktransformers", hw)
+    assert args[args.index("--kt-prefill-threshold") + 1] == "2048" and args[args.index("--batch") + 1] == "8192"

@@ -139,6 +139,28 @@ def test_the_plans_threshold_selects_the_prefill_path():
         estimate(m, p.with_(extra=((KEY, "many"),)), hw, pr)
 
 
+def test_a_longer_prefill_chunk_uploads_the_experts_fewer_times():
+    """SGLang's --chunked-prefill-size (the plan's n_batch): every chunk uploads every CPU layer's
+    experts, so per prompt token the upload is the experts over the chunk."""
+    m, hw, pr, p, _ = _kt_case(25e9)
+    on = ((KEY, "1"),)
+    est = {b: estimate(m, p.with_(n_batch=b, extra=on), hw, pr, n_prompt=16384) for b in (2048, 4096, 16384)}
+    h2d = {b: sum(t.seconds for t in e.prefill_terms if t.name == "h2d_experts") for b, e in est.items()}
+    assert h2d[2048] == pytest.approx(2 * h2d[4096]) and h2d[4096] == pytest.approx(4 * h2d[16384])
+    assert est[16384].prefill_tok_s > est[4096].prefill_tok_s > est[2048].prefill_tok_s
+    assert any("16384-token chunk" in n for n in est[16384].notes)
+
+
+def test_the_batch_flag_is_the_chunk_and_defaults_per_backend():
+    from moeplan.commands.placement_opts import resolve_placement
+
+    m = toy_model()
+    assert resolve_placement(m, backend="ktransformers").n_batch == machine.KT_CHUNKED_PREFILL_TOKENS
+    assert resolve_placement(m, backend="llama.cpp").n_batch == 2048
+    assert resolve_placement(m, backend="ktransformers", batch=32768).n_batch == 32768
+    assert resolve_placement(m, backend="llama.cpp", batch=256, ubatch=1024).n_batch == 1024  # -b >= -ub
+
+
 # ---- the emitter ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

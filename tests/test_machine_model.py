@@ -106,10 +106,12 @@ def test_more_threads_than_cores_read_no_faster():
 def test_ktransformers_uploads_all_cpu_experts_for_long_prompts():
     m, hw = toy_model(), toy_hw()
     pr = unit_priors(name="ktransformers", op_offload="never")
-    p = Placement(cpu_moe_layers=(0, 1, 2, 3), n_threads=16, extra=(("kt_gpu_prefill_token_threshold", "4096"),))
+    p = Placement(cpu_moe_layers=(0, 1, 2, 3), n_threads=16, n_batch=4096,
+                  extra=(("kt_gpu_prefill_token_threshold", "4096"),))
     long = estimate(m, p, hw, pr, n_prompt=8192)
     terms = {t.name: t for t in long.prefill_terms}
-    # 2 chunks of 4096 tokens, each uploads 4 layers x 50,331,648 B at 25 GB/s -> per token:
+    # 2 chunks of 4096 tokens (--chunked-prefill-size, the plan's n_batch), each uploads 4 layers
+    # x 50,331,648 B at 25 GB/s -> per token:
     # 4 * 50,331,648 / 25e9 * 2 / 8192
     assert terms["h2d_experts"].seconds == pytest.approx(4 * 50_331_648 / 25e9 * 2 / 8192)
     short = {t.name for t in estimate(m, p, hw, pr, n_prompt=1024).prefill_terms}

@@ -24,6 +24,9 @@ CtxOpt = Annotated[str, typer.Option("--ctx", help="Context size (4096, 32k).")]
 KvTypeOpt = Annotated[str, typer.Option("--kv-type", help="KV cache type for K and V: " + ", ".join(KV_CACHE_TYPES))]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (default: physical cores of the used nodes).")]
 UbatchOpt = Annotated[int, typer.Option("--ubatch", help="Physical batch (-ub) for prefill.")]
+BatchOpt = Annotated[Optional[int], typer.Option(
+    "--batch", help="Logical batch: llama.cpp -b (default 2048); KTransformers' SGLang --chunked-prefill-size, the "
+    "chunk its layer-wise GPU prefill uploads every CPU layer's experts for (default 4096, `kt run`'s).")]
 NumaOpt = Annotated[str, typer.Option("--numa", help="none | bind | interleave | distribute")]
 NoOpOffloadOpt = Annotated[bool, typer.Option("--no-op-offload", help="Keep CPU experts on the CPU in prefill too.")]
 CacheOpt = Annotated[Optional[str], typer.Option("--gpu-expert-cache", help="GPU cache of hot experts of CPU layers (e.g. 4G).")]
@@ -98,6 +101,14 @@ def check_backend_device(backend: str, n_gpus: int) -> None:
                          "(--cpu-only or a profile without GPUs)", "use --backend " + ", ".join(able))
 
 
+def default_batch(backend: str) -> int:
+    """The logical batch a backend runs without -b: llama.cpp's 2048; KTransformers' chunked
+    prefill size of `kt run` (cost/machine.py KT_CHUNKED_PREFILL_TOKENS)."""
+    from moeplan.planner.cost.machine import KT_CHUNKED_PREFILL_TOKENS
+
+    return KT_CHUNKED_PREFILL_TOKENS if backend == "ktransformers" else 2048
+
+
 def _only_for(backend: str, needed: str, what: str) -> None:
     """A one-line error when a backend's own setting is given for another backend."""
     if backend != needed:
@@ -112,7 +123,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                       accept: float = 0.0, no_mmap: bool = False, experts_used: int | None = None,
                       logical_cpus: int | None = None, ngl: int | None = None,
                       kt_prefill_threshold: int | None = None, llama_build: int | None = None,
-                      rtr: bool = False) -> Placement:
+                      rtr: bool = False, batch: int | None = None) -> Placement:
     """Turn the flags into a Placement; raises InputError with a hint on bad values.
 
     The ranges are planner/limits.py's, shared with tune and with plan files; `logical_cpus`
@@ -200,7 +211,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         n_threads = min(n_threads, logical_cpus)  # a default never exceeds the machine
     p = Placement(
         backend=backend, cpu_moe_layers=tuple(cpu), n_ctx=n_ctx, cache_type_k=kv, cache_type_v=kv,
-        flash_attn=True, n_ubatch=ubatch, n_batch=max(2048, ubatch), n_threads=n_threads,
+        flash_attn=True, n_ubatch=ubatch, n_batch=max(batch or default_batch(backend), ubatch), n_threads=n_threads,
         numa=numa, numa_nodes=numa_nodes, op_offload=not no_op_offload,
         gpu_expert_cache_bytes=cache_bytes, load_mode="no-mmap" if no_mmap else "mmap",
         n_draft=draft, draft_accept=accept, n_experts_used=experts_used or 0, n_gpu_layers=n_gpu_layers,

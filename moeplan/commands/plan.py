@@ -12,6 +12,7 @@ from moeplan.commands.placement_opts import (
     AcceptOpt,
     AllCpuMoeOpt,
     BackendOpt,
+    BatchOpt,
     CacheOpt,
     CpuLayersOpt,
     CpuMoeLayersOpt,
@@ -128,7 +129,7 @@ def register(app: typer.Typer) -> None:
         hw: HwOpt = None, quant: QuantOpt = None, size: SizeOpt = None,
         cpu_moe_layers: CpuMoeLayersOpt = None, cpu_layers: CpuLayersOpt = None, all_cpu_moe: AllCpuMoeOpt = False,
         ctx: CtxOpt = "4096", depth: DepthOpt = 0, prompt: PromptOpt = 4096, kv_type: KvTypeOpt = "f16",
-        threads: ThreadsOpt = None, ubatch: UbatchOpt = 512, numa: NumaOpt = "none",
+        threads: ThreadsOpt = None, ubatch: UbatchOpt = 512, batch: BatchOpt = None, numa: NumaOpt = "none",
         no_op_offload: NoOpOffloadOpt = False, gpu_expert_cache: CacheOpt = None, draft: DraftOpt = 0,
         accept: AcceptOpt = 0.0, backend: BackendOpt = "llama.cpp", no_mmap: NoMmapOpt = False,
         experts_used: ExpertsUsedOpt = None, cpu_only: CpuOnlyOpt = False, vram: VramOpt = None, ram: RamOpt = None,
@@ -156,7 +157,8 @@ def register(app: typer.Typer) -> None:
                               no_op_offload=no_op_offload, gpu_expert_cache=gpu_expert_cache, draft=draft,
                               accept=accept, no_mmap=no_mmap, experts_used=experts_used,
                               logical_cpus=profile.cpu.n_threads, ngl=ngl,
-                              kt_prefill_threshold=kt_prefill_threshold, llama_build=llama_build, rtr=rtr)
+                              kt_prefill_threshold=kt_prefill_threshold, llama_build=llama_build, rtr=rtr,
+                              batch=batch)
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
         check_backend_device(backend, p.n_gpus)
         p = _device_split(spec, p, profile, tensor_split, gpus)

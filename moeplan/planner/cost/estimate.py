@@ -1052,11 +1052,17 @@ def kt_prefill_threshold(model: ModelSpec, p: Placement, hw: HardwareProfile, pr
     return kt_prefill_crossover_tokens(model, p, hw, pr, f, devices)
 
 
+def kt_chunk_tokens(p: Placement) -> int:
+    """The chunk KTransformers' layer-wise GPU prefill uploads every CPU layer's experts for:
+    SGLang's --chunked-prefill-size, the plan's logical batch (launch/sglang.py emits it)."""
+    return max(1, p.n_batch)
+
+
 def kt_prefill_crossover_tokens(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
                                 f: Factors, devices: tuple = ()) -> int:
     """Shortest prompt for which KTransformers' layer-wise GPU prefill (every CPU layer's experts
     uploaded per chunk + GPU compute) takes less time than the CPU experts; 0 (off) when even a
-    full chunk of KT_CHUNKED_PREFILL_TOKENS is faster on the CPU (longer prompts only repeat
+    full chunk (kt_chunk_tokens) is faster on the CPU (longer prompts only repeat
     chunks, so the layer-wise path never wins). The upload is a fixed cost per chunk and the
     CPU path grows with the prompt, so the difference changes sign once: bisection."""
     if pr.name != "ktransformers" or f.cpu_only or not p.cpu_moe_layers or not p.op_offload:
@@ -1067,7 +1073,7 @@ def kt_prefill_crossover_tokens(model: ModelSpec, p: Placement, hw: HardwareProf
         t_cpu = sum(t.seconds for t in estimate_prefill_terms(model, p, hw, pr, f, n, devices, layerwise=False)[0])
         return t_lw < t_cpu
 
-    hi = machine.KT_CHUNKED_PREFILL_TOKENS
+    hi = kt_chunk_tokens(p)
     if not faster_on_gpu(hi):
         return 0
     lo = 1
@@ -1096,7 +1102,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                                                             kt_prefill_threshold(model, p, hw, pr, f, devices))
     layerwise = bool(layerwise and kt_gpu)
     if layerwise:
-        u = min(n_prompt, machine.KT_CHUNKED_PREFILL_TOKENS)
+        u = min(n_prompt, kt_chunk_tokens(p))
     n_ub = math.ceil(n_prompt / u)
     split = ngl_split(model, p, f)
     cpu = set(p.cpu_moe_layers) | split.moe_on_cpu
@@ -1389,7 +1395,7 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
         thr = kt_prefill_threshold(model, p, hw, pr, f, devices)
         own = machine.kt_threshold_of(p.extra) is not None
         notes.append(f"prefill: layer-wise on the GPU (every CPU layer's experts uploaded per "
-                     f"{machine.KT_CHUNKED_PREFILL_TOKENS}-token chunk) for prompts of {thr} tokens or more, the CPU "
+                     f"{kt_chunk_tokens(p)}-token chunk, --chunked-prefill-size) for prompts of {thr} tokens or more, the CPU "
                      f"experts below (--kt-gpu-prefill-token-threshold {thr}, "
                      + ("the plan's)" if own else "where the layer-wise path gets faster)")
                      if thr else "prefill: the CPU experts for every prompt length (the layer-wise GPU path "

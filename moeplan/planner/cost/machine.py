@@ -368,13 +368,17 @@ def kt_pool_count(numa: str, n_nodes_used: int) -> int:
 # one MoE layer extra VRAM", kt-kernel README). Published recipes set it from 400 to 4096
 # (doc/en/kt-kernel/AVX2-Tutorial.md 400, Kimi-K2-Thinking-Native.md 400, MiniMax-M3 500,
 # GLM-5 1024, Qwen3-Coder-Next 2048, kt-kernel README 4096; `kt run` defaults to 4096,
-# kt-kernel/python/cli/commands/run.py resolve(..., 4096)). Prefill is chunked by
-# --chunked-prefill-size 4096, so every chunk uploads every CPU layer's experts once. Shorter
-# prompts run the CPU experts on the CPU pools. KTransformers 0.2/0.3 prefill on the CPU.
+# kt-kernel/python/cli/commands/run.py resolve(..., 4096)). Prefill is chunked by SGLang's
+# --chunked-prefill-size (the plan's n_batch, estimate.kt_chunk_tokens), so every chunk uploads
+# every CPU layer's experts once: a longer chunk uploads them fewer times per prompt. `kt run`
+# passes 4096 given its parameters (run.py resolve(..., 4096)); asked for them in a terminal it
+# proposes 32768 and a threshold of 500 (kt-kernel/python/cli/utils/run_interactive.py:617-618);
+# published recipes set 2048 to 65536. Shorter prompts than the threshold run the CPU experts
+# on the CPU pools. KTransformers 0.2/0.3 prefill on the CPU.
 # The planner sets the threshold to the prompt length where the layer-wise path gets faster
 # (estimate.kt_prefill_crossover_tokens); a plan carries it in Placement.extra under this key.
 KT_THRESHOLD_KEY = "kt_gpu_prefill_token_threshold"
-KT_CHUNKED_PREFILL_TOKENS = 4096
+KT_CHUNKED_PREFILL_TOKENS = 4096  # the plan's default n_batch for KTransformers
 
 
 def kt_threshold_of(extra: tuple[tuple[str, str], ...]) -> int | None:
