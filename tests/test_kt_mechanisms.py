@@ -161,6 +161,20 @@ def test_the_batch_flag_is_the_chunk_and_defaults_per_backend():
     assert resolve_placement(m, backend="llama.cpp", batch=256, ubatch=1024).n_batch == 1024  # -b >= -ub
 
 
+def test_layerwise_prefill_holds_one_cpu_layers_experts_in_vram():
+    """kt-kernel README: the layer-wise path "requires one MoE layer extra VRAM" (~3.6 GB for
+    MiniMax-M2.1: its 62 layers' 225 GB of FP8 experts / 62)."""
+    m = toy_model()
+    p = Placement(backend="ktransformers", cpu_moe_layers=(0, 1, 2, 3), n_threads=16)
+    gpu = lambda q: {i.name: i.n_bytes for i in estimate_memory(m, q).items if i.device == "gpu"}  # noqa: E731
+    layer = m.moe_layers[0].expert_bytes
+    assert gpu(p)["kt_prefill_layer"] == layer  # the planner's candidates reserve it
+    assert gpu(p.with_(extra=((KEY, "500"),)))["kt_prefill_layer"] == layer
+    assert "kt_prefill_layer" not in gpu(p.with_(extra=((KEY, "0"),)))  # the path is off
+    assert "kt_prefill_layer" not in gpu(p.with_(op_offload=False))
+    assert "kt_prefill_layer" not in gpu(p.with_(backend="llama.cpp"))
+
+
 # ---- the emitter ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -301,6 +301,19 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
 
 # ---- the breakdown ----------------------------------------------------------------------------
 
+def kt_prefill_layer_bytes(model: ModelSpec, p: Placement, cpu_layers: set[int]) -> int:
+    """VRAM of KTransformers' layer-wise GPU prefill: one full MoE layer's experts, the largest
+    of the CPU layers, held while prompts of at least the threshold prefill on the GPU
+    (kt-kernel README: "requires one MoE layer extra VRAM (e.g., ~9GB+ for Kimi-K2-Thinking and
+    ~3.6GB for MiniMax-M2.1)"); none when the plan's threshold is 0 (the path is off). A plan
+    without a threshold yet (the planner's candidates) reserves it."""
+    from moeplan.planner.cost.machine import kt_threshold_of
+
+    if p.backend != "ktransformers" or not p.op_offload or not cpu_layers or kt_threshold_of(p.extra) == 0:
+        return 0
+    return max((layer.expert_bytes for layer in model.moe_layers if layer.index in cpu_layers), default=0)
+
+
 def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | None = None,
                     repack_types: tuple[str, ...] = ()) -> MemoryBreakdown:
     with plan_cache():
@@ -353,6 +366,11 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
         if p.gpu_expert_cache_bytes:
             items.append(MemoryItem("expert_cache", "gpu", p.gpu_expert_cache_bytes,
                                     "GPU cache of hot experts of CPU layers (plan's cache size)"))
+        layer_buf = kt_prefill_layer_bytes(model, p, cpu_layers)
+        if layer_buf:
+            items.append(MemoryItem("kt_prefill_layer", "gpu", layer_buf,
+                                    "one CPU MoE layer's experts, the GPU copy KTransformers' layer-wise prefill "
+                                    "uploads each layer into (threshold > 0)"))
 
     n_ub = cb.reserve_shape(p).n_tokens  # llama.cpp's effective ubatch: min(n_ctx, n_batch, n_ubatch)
     v_width = v_trans_width(model, p.flash_attn)
