@@ -260,6 +260,9 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         args += ["--ngl", "0"]  # every layer on the CPU, the GPU there for op-offload prefill
     elif method.startswith("cpu-only"):
         args += ["--cpu-only"]
+    elif backend == "ktransformers" and on_cpu is None and (g := re.search(
+            r"--kt-num-gpu-experts[ =](\d+)", str(r.get("flags") or ""))):
+        args += ["--kt-gpu-experts", g.group(1)]  # G experts of every layer on the GPU
     elif on_cpu == "all" or method in ("cpu-moe", "ktransformers"):
         args += ["--all-cpu-moe"]
     elif method.startswith("ngl"):

@@ -199,3 +199,6 @@ def test_kt_run_rows_take_the_cli_defaults(tmp_path):
     args, _ = b.estimate_args({**row, "flags": "--kt-gpu-prefill-token-threshold 2048 --chunked-prefill-size 8192"},
                               "ktransformers", hw)
     assert args[args.index("--kt-prefill-threshold") + 1] == "2048" and args[args.index("--batch") + 1] == "8192"
+    # --kt-num-gpu-experts G: G experts of every layer on the GPU, not all experts on the CPU
+    args, _ = b.estimate_args({**row, "flags": "--kt-num-gpu-experts 28"}, "ktransformers", hw)
+    assert args[args.index("--kt-gpu-experts") + 1] == "28" and "--all-cpu-moe" not in args

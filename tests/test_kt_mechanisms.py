@@ -151,6 +151,21 @@ def test_a_longer_prefill_chunk_uploads_the_experts_fewer_times():
     assert any("16384-token chunk" in n for n in est[16384].notes)
 
 
+def test_gpu_experts_of_every_layer_cost_as_the_layers_of_the_same_bytes():
+    from moeplan.commands.placement_opts import resolve_placement
+    from moeplan.errors import InputError
+
+    m = toy_model()  # 8 MoE layers of 8 experts
+    cpu = lambda g: resolve_placement(m, backend="ktransformers", kt_gpu_experts=g).cpu_moe_layers  # noqa: E731
+    assert len(cpu(0)) == 8 and len(cpu(2)) == 6 and len(cpu(8)) == 0  # 2 of 8 experts: 2 of 8 layers' bytes
+    with pytest.raises(InputError, match="out of range"):
+        cpu(9)
+    with pytest.raises(InputError, match="KTransformers"):
+        resolve_placement(m, backend="llama.cpp", kt_gpu_experts=2)
+    with pytest.raises(InputError, match="only one of"):
+        resolve_placement(m, backend="ktransformers", kt_gpu_experts=2, all_cpu_moe=True)
+
+
 def test_the_batch_flag_is_the_chunk_and_defaults_per_backend():
     from moeplan.commands.placement_opts import resolve_placement
 

@@ -43,6 +43,9 @@ KtThresholdOpt = Annotated[Optional[int], typer.Option(
     "--kt-prefill-threshold", help="KTransformers --kt-gpu-prefill-token-threshold: prompts of N+ tokens prefill on "
     "the GPU layer by layer (0 = never, as KTransformers 0.2/0.3 and SGLang builds without the flag); default: "
     "the crossover moeplan computes.")]
+KtGpuExpertsOpt = Annotated[Optional[int], typer.Option(
+    "--kt-gpu-experts", help="KTransformers --kt-num-gpu-experts G: G experts of every MoE layer on the GPU, costed as "
+    "the whole layers of the same bytes (what `emit` turns a plan's GPU layers into).")]
 NoMmapOpt = Annotated[bool, typer.Option("--no-mmap", help="Load weights into anonymous memory (no page cache).")]
 RtrOpt = Annotated[bool, typer.Option(
     "--rtr", help="ik_llama.cpp -rtr: the CPU weights are repacked to row-interleaved types at load (mmap off); "
@@ -123,7 +126,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                       accept: float = 0.0, no_mmap: bool = False, experts_used: int | None = None,
                       logical_cpus: int | None = None, ngl: int | None = None,
                       kt_prefill_threshold: int | None = None, llama_build: int | None = None,
-                      rtr: bool = False, batch: int | None = None) -> Placement:
+                      rtr: bool = False, batch: int | None = None, kt_gpu_experts: int | None = None) -> Placement:
     """Turn the flags into a Placement; raises InputError with a hint on bad values.
 
     The ranges are planner/limits.py's, shared with tune and with plan files; `logical_cpus`
@@ -136,11 +139,20 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
     kv = kv_type.lower()
     if kv not in KV_CACHE_TYPES:
         raise InputError(f"unknown KV cache type {kv_type!r}", "use one of " + ", ".join(KV_CACHE_TYPES))
-    chosen = [x for x in (cpu_moe_layers is not None, cpu_layers is not None, all_cpu_moe) if x]
+    chosen = [x for x in (cpu_moe_layers is not None, cpu_layers is not None, all_cpu_moe, kt_gpu_experts is not None)
+              if x]
     if len(chosen) > 1:
-        raise InputError("give only one of --cpu-moe-layers, --cpu-layers, --all-cpu-moe",
-                         "they all say which layers keep their experts on the CPU")
+        raise InputError("give only one of --cpu-moe-layers, --cpu-layers, --all-cpu-moe, --kt-gpu-experts",
+                         "they all say which experts stay on the CPU")
     moe = model.moe_layer_indices
+    if kt_gpu_experts is not None:
+        _only_for(backend, "ktransformers", "--kt-gpu-experts is KTransformers' --kt-num-gpu-experts")
+        if not 0 <= kt_gpu_experts <= model.n_experts:
+            raise InputError(f"--kt-gpu-experts {kt_gpu_experts} is out of range",
+                             f"{model.name} has {model.n_experts} experts per MoE layer")
+        # G of N experts of every layer hold the bytes of G/N of the layers, and with routing
+        # spread over the experts they serve the same share of each token's expert reads
+        cpu_moe_layers = len(moe) - round(kt_gpu_experts * len(moe) / max(1, model.n_experts))
     n_gpu_layers = check_ngl(ngl, model, backend)
     if n_gpu_layers is not None:
         from moeplan.planner.memory.devices import layer_split

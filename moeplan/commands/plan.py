@@ -20,6 +20,7 @@ from moeplan.commands.placement_opts import (
     CtxOpt,
     DraftOpt,
     ExpertsUsedOpt,
+    KtGpuExpertsOpt,
     KtThresholdOpt,
     KvTypeOpt,
     LlamaBuildOpt,
@@ -135,7 +136,7 @@ def register(app: typer.Typer) -> None:
         experts_used: ExpertsUsedOpt = None, cpu_only: CpuOnlyOpt = False, vram: VramOpt = None, ram: RamOpt = None,
         tensor_split: TsOpt = None, gpus: GpusOpt = None, ngl: NglOpt = None, as_json: JsonOpt = False,
         prompt_depth: PromptDepthOpt = 0, kt_prefill_threshold: KtThresholdOpt = None,
-        llama_build: LlamaBuildOpt = None, rtr: RtrOpt = False,
+        llama_build: LlamaBuildOpt = None, rtr: RtrOpt = False, kt_gpu_experts: KtGpuExpertsOpt = None,
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
         from moeplan.planner.cost.estimate import estimate, physical_cores
@@ -158,7 +159,7 @@ def register(app: typer.Typer) -> None:
                               accept=accept, no_mmap=no_mmap, experts_used=experts_used,
                               logical_cpus=profile.cpu.n_threads, ngl=ngl,
                               kt_prefill_threshold=kt_prefill_threshold, llama_build=llama_build, rtr=rtr,
-                              batch=batch)
+                              batch=batch, kt_gpu_experts=kt_gpu_experts)
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
         check_backend_device(backend, p.n_gpus)
         p = _device_split(spec, p, profile, tensor_split, gpus)
