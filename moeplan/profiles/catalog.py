@@ -15,7 +15,7 @@ from typing import Any
 
 from moeplan.errors import InputError, ProbeError
 from moeplan.planner.hardware.profile import Figure, HardwareProfile
-from moeplan.planner.hardware.spec import CpuPart, Efficiency, GpuPart, SpecRequest, build_spec_profile
+from moeplan.planner.hardware.spec import VRAM_AS_NAMED, CpuPart, Efficiency, GpuPart, SpecRequest, build_spec_profile
 from moeplan.planner.serde import from_jsonable
 from moeplan.units import GIB, MIB
 
@@ -158,7 +158,6 @@ _CPU_NUMBERS = "or describe it by numbers: --cores 32 --channels 8 --ram-type dd
 
 # a GPU named with its memory size: "RTX 4090 48GB", "RTX 4090 (48 GB)", "2080 Ti 22G"
 _VRAM_IN_NAME = re.compile(r"^(.*?\S)[\s_-]*\(?\s*(\d+(?:\.\d+)?)\s*(?:gb|gib|g)\s*\)?$", re.IGNORECASE)
-VRAM_AS_NAMED = "VRAM as named"
 
 
 def find_gpu(name: str) -> GpuPart:

@@ -896,11 +896,6 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
     return terms, errs, tokens_per_step
 
 
-# one hop of the pipeline between two GPUs, per step: ggml_backend_sched_compute_splits
-# (ggml/src/ggml-backend.cpp) waits for the previous split's event and copies the hidden
-# state into the next device (ggml_backend_tensor_copy_async: cudaMemcpyPeerAsync, staged
-# through host memory when the GPUs have no P2P). A prior: one small copy's latency plus the
-# event round trip, ~ two PCIe transactions and a driver call; rel. error 0.5.
 # How a decode thread's weight reads and its dequantise-and-dot overlap: the CPU time of a batch
 # of weights is (read^p + compute^p)^(1/p), not max(read, compute) (p -> infinity) -- a core
 # waits on loads it has not prefetched far enough while its SIMD pipes are busy, and the pipes
@@ -926,6 +921,11 @@ def excess_term(name: str, dot_weights: float, rate: float, t_read: float) -> Te
                 f"{dot_weights / 1e9:.2f} G weights / {rate / 1e9:.0f} G/s = {t_dot * 1e3:.2f} ms")
 
 
+# one hop of the pipeline between two GPUs, per step: ggml_backend_sched_compute_splits
+# (ggml/src/ggml-backend.cpp) waits for the previous split's event and copies the hidden
+# state into the next device (ggml_backend_tensor_copy_async: cudaMemcpyPeerAsync, staged
+# through host memory when the GPUs have no P2P). A prior: one small copy's latency plus the
+# event round trip, ~ two PCIe transactions and a driver call; rel. error 0.5.
 S_HOP_S = 20e-6
 S_HOP_REL_ERR = 0.5
 
@@ -1255,9 +1255,10 @@ def held_out_range(value: float, terms: list[Term], widths: dict[str, float],
                    extra_log: float = 0.0, centers: dict[str, float] | None = None) -> tuple[float, float] | None:
     """value x exp(-c -/+ w) for the group dominating the terms: w its held-out 80% log
     half-width (with an independent extra log half-width added in quadrature), c the median
-    log(predicted/measured) of the public rows it dominates -- measured runs fall short of the
-    model's figure more often than they beat it, so the range reaches further down than up."""
-    g = dominant_group(terms) if dominant_group(terms) in widths else "all"
+    log(predicted/measured) of the public rows it dominates: the range is centred where
+    measured runs fall against the model's figure."""
+    g = dominant_group(terms)
+    g = g if g in widths else "all"
     w = widths.get(g)
     if w is None:
         return None

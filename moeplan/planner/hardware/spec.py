@@ -49,6 +49,10 @@ class GpuPart:
     mobile: bool = False
 
 
+# GpuPart.source of a catalog part given with more VRAM than it has (profiles/catalog.find_gpu)
+VRAM_AS_NAMED = "VRAM as named"
+
+
 @dataclass(frozen=True)
 class CpuPart:
     name: str
@@ -418,7 +422,7 @@ def _spec_gpu(req: SpecRequest, part: GpuPart | None, eff: Efficiency, nodes: tu
               link_gen: int | None, link_width: int | None) -> tuple[Gpu, list[str]]:
     """GPU `index` of a spec profile: its part's figures (or the numbers given), its link."""
     notes: list[str] = []
-    if part is not None and part.source.startswith("VRAM as named"):
+    if part is not None and part.source.startswith(VRAM_AS_NAMED):
         notes.append(f"GPU {part.name}: {part.source}")
     vram = req.gpu_vram_bytes or part.vram_bytes  # type: ignore[union-attr]
     bw = _peak(req.gpu_bw_bytes_per_s, part.mem_bw_bytes_per_s if part else None, "--gpu-bw", part,
