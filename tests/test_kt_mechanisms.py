@@ -174,6 +174,10 @@ def test_the_batch_flag_is_the_chunk_and_defaults_per_backend():
     assert resolve_placement(m, backend="llama.cpp").n_batch == 2048
     assert resolve_placement(m, backend="ktransformers", batch=32768).n_batch == 32768
     assert resolve_placement(m, backend="llama.cpp", batch=256, ubatch=1024).n_batch == 1024  # -b >= -ub
+    from moeplan.errors import InputError
+
+    with pytest.raises(InputError, match="--batch 0"):
+        resolve_placement(m, backend="ktransformers", batch=0)
 
 
 def test_layerwise_prefill_holds_one_cpu_layers_experts_in_vram():

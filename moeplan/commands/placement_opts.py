@@ -145,6 +145,8 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         raise InputError("give only one of --cpu-moe-layers, --cpu-layers, --all-cpu-moe, --kt-gpu-experts",
                          "they all say which experts stay on the CPU")
     moe = model.moe_layer_indices
+    if batch is not None and batch < 1:
+        raise InputError(f"--batch {batch} is not a batch size", "give tokens per logical batch, e.g. --batch 4096")
     if kt_gpu_experts is not None:
         _only_for(backend, "ktransformers", "--kt-gpu-experts is KTransformers' --kt-num-gpu-experts")
         if not 0 <= kt_gpu_experts <= model.n_experts:
