@@ -164,6 +164,17 @@ def test_gpu_experts_of_every_layer_cost_as_the_layers_of_the_same_bytes():
         resolve_placement(m, backend="llama.cpp", kt_gpu_experts=2)
     with pytest.raises(InputError, match="only one of"):
         resolve_placement(m, backend="ktransformers", kt_gpu_experts=2, all_cpu_moe=True)
+    # every layer keeps CPU experts and hands over to the pools; emit passes G as given
+    from types import SimpleNamespace
+
+    from moeplan.launch.ktransformers import gpu_experts_per_layer
+
+    p = resolve_placement(m, backend="ktransformers", kt_gpu_experts=3)
+    assert dict(p.extra)[machine.KT_GPU_EXPERTS_KEY] == "3"
+    hw, pr = toy_hw(), kt_priors()
+    syncs = lambda q: next(t for t in estimate(m, q, hw, pr).decode_terms if t.name == "sync").formula  # noqa: E731
+    assert syncs(p).startswith("8 ") and syncs(p.with_(extra=())).startswith(f"{len(p.cpu_moe_layers)} ")
+    assert gpu_experts_per_layer(SimpleNamespace(model=m, placement=p)) == (3, 24)
 
 
 def test_the_batch_flag_is_the_chunk_and_defaults_per_backend():

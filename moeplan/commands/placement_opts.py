@@ -155,6 +155,11 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         # G of N experts of every layer hold the bytes of G/N of the layers, and with routing
         # spread over the experts they serve the same share of each token's expert reads
         cpu_moe_layers = len(moe) - round(kt_gpu_experts * len(moe) / max(1, model.n_experts))
+        from moeplan.planner.cost.machine import KT_GPU_EXPERTS_KEY
+
+        kt_extra = ((KT_GPU_EXPERTS_KEY, str(kt_gpu_experts)),)
+    else:
+        kt_extra = ()
     n_gpu_layers = check_ngl(ngl, model, backend)
     if n_gpu_layers is not None:
         from moeplan.planner.memory.devices import layer_split
@@ -194,7 +199,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         raise InputError(f"--experts-used {experts_used} is out of range",
                          f"{model.name} has {model.n_experts} experts, {model.n_experts_used} used by default")
     cache_bytes = parse_size(gpu_expert_cache, "--gpu-expert-cache") if gpu_expert_cache else 0
-    extra: tuple[tuple[str, str], ...] = ()
+    extra: tuple[tuple[str, str], ...] = kt_extra
     if kt_prefill_threshold is not None:
         _only_for(backend, "ktransformers", "--kt-prefill-threshold is a KTransformers setting")
         if kt_prefill_threshold < 0:
@@ -202,7 +207,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                              "give a prompt length in tokens, or 0 for no layer-wise GPU prefill")
         from moeplan.planner.cost.machine import KT_THRESHOLD_KEY
 
-        extra = ((KT_THRESHOLD_KEY, str(kt_prefill_threshold)),)
+        extra += ((KT_THRESHOLD_KEY, str(kt_prefill_threshold)),)
     if llama_build is not None:
         _only_for(backend, "llama.cpp", "--llama-build is a llama.cpp build number")
         if llama_build <= 0:

@@ -43,7 +43,7 @@ from moeplan.launch.numa import numa_prefix
 from moeplan.launch.sglang import LAUNCHER, NO_SGLANG, PORT, bench_command, kv_dtype, limit_parts
 from moeplan.launch.sglang import release_flags as sg_flags
 from moeplan.launch.vllm import model_arg
-from moeplan.planner.cost.machine import kt_pool_count, kt_threshold_of
+from moeplan.planner.cost.machine import kt_gpu_experts_of, kt_pool_count, kt_threshold_of
 
 THRESHOLD_FLAG = "--kt-gpu-prefill-token-threshold"
 KT_RELEASE = "kt-kernel 0.7.2 with SGLang 0.5.23 (the --kt-* flags of its launch_server --help)"
@@ -66,6 +66,9 @@ def gpu_experts_per_layer(ctx: EmitContext) -> tuple[int, int]:
     """
     m, p = ctx.model, ctx.placement
     moe = m.moe_layers
+    given = kt_gpu_experts_of(p.extra)  # estimate --kt-gpu-experts G: G as given
+    if given is not None:
+        return given, given * len(moe)
     s_exp = m.expert_bytes_per_expert
     if not moe or not s_exp:
         return 0, 0

@@ -877,8 +877,11 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
                 terms.append(excess_term("cpu_compute_excess", cpu_dot * miss, f.cpu_dot_elem_per_s.value, t_read))
                 errs["cpu_compute_excess"] = f.cpu_dot_elem_per_s.rel_err
                 # a GPU block whose experts are on the CPU hands over twice per layer; a whole CPU
-                # block does not (its barriers are in cpu_blocks_barriers)
+                # block does not (its barriers are in cpu_blocks_barriers); KTransformers' G GPU
+                # experts of every layer leave CPU experts, and a hand-over, in every layer
                 n_sync = sum(1 for layer in cpu_exp if layer.index not in split.blocks)
+                if machine.kt_gpu_experts_of(p.extra) is not None:
+                    n_sync = len(model.moe_layers)
                 if n_sync or not split.blocks:
                     terms.append(Term("sync", n_sync * f.s_sync_s.value, "sync",
                                       f"{n_sync} CPU layers x {f.s_sync_s.value * 1e6:.0f} us"))

@@ -392,6 +392,22 @@ def kt_threshold_of(extra: tuple[tuple[str, str], ...]) -> int | None:
     return None
 
 
+# KTransformers --kt-num-gpu-experts G as the plan was given it (estimate --kt-gpu-experts): the
+# plan keeps the GPU layers of the same bytes; every MoE layer still has CPU experts and hands
+# over to the CPU pools, and `emit` passes G itself
+KT_GPU_EXPERTS_KEY = "kt_num_gpu_experts"
+
+
+def kt_gpu_experts_of(extra: tuple[tuple[str, str], ...]) -> int | None:
+    """The plan's --kt-num-gpu-experts when it was given as such, else None."""
+    v = dict(extra).get(KT_GPU_EXPERTS_KEY)
+    if v is None:
+        return None
+    if not str(v).strip().isdigit():
+        raise InputError(f"{KT_GPU_EXPERTS_KEY} {v!r} is not an expert count", "give a whole number of experts per layer")
+    return int(v)
+
+
 # ik_llama.cpp -rtr: the CPU weights repacked to row-interleaved types at load (launch/ikllama.py)
 RTR_KEY = "rtr"
 # the llama.cpp build a plan is costed for (`llama-server --version`: "version: 6263 (...)"):
