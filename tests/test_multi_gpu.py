@@ -191,3 +191,20 @@ def test_gpus_subset_emits_dev(tmp_path):
     assert len(d["vram_bytes_per_gpu"]) == 2 and dict(d["placement"]["extra"])["devices"] == "CUDA1,CUDA3"
     bad = RUN.invoke(app, ["estimate", "qwen3-30b-a3b", "--hw", str(hw), "--gpus", "5"])
     assert bad.exit_code == 2
+
+
+def test_ktransformers_prefills_tensor_parallel_not_one_device_after_another():
+    """SGLang --tp-size n (launch/ktransformers.py): each GPU computes 1/n of every layer at once,
+    where llama.cpp's layer split runs the devices one after another; the layer-wise upload of the
+    CPU experts is costed over one link either way."""
+    m, hw = toy_model(), multi_hw(vram_gib=(24.0, 24.0))
+    p = Placement(n_ctx=4096, n_gpus=2, cpu_moe_layers=(0, 1, 2, 3), n_threads=16, n_batch=4096,
+                  extra=(("tensor_split", "1,1"), ("kt_gpu_prefill_token_threshold", "1")))
+    terms = {}
+    for name in ("llama.cpp", "ktransformers"):
+        pr = unit_priors(name=name, op_offload="never" if name == "ktransformers" else "mainline")
+        e = estimate(m, p.with_(backend=name), hw, pr, n_prompt=4096)
+        terms[name] = {t.name: t for t in e.prefill_terms}
+    kt, lc = terms["ktransformers"], terms["llama.cpp"]
+    assert "tensor-parallel over 2 GPUs" in kt["gpu_matmul"].formula and "device_hops" not in kt
+    assert kt["gpu_matmul"].seconds == pytest.approx(lc["gpu_matmul"].seconds / 2, rel=0.05)

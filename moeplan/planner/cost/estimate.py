@@ -1167,8 +1167,14 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
         t_g, how, t_h = _multi_gpu_prefill(model, p, hw, f, u, share, per_tok, attn,
                                            (exp_params(moe_cpu) if offload else 0.0)
                                            + (split.params if dense_offload else 0.0), devices)
-        terms.append(Term("gpu_matmul", t_g * scale, "gpu-compute",
-                          f"per device, one after another, per ubatch of {u}: {how}"))
+        if pr.name == "ktransformers":
+            # SGLang --tp-size n (launch/ktransformers.py): every GPU computes its 1/n of every
+            # layer at once, not the layers one device after another
+            t_g, how, t_h = t_g / len(devices), f"tensor-parallel over {len(devices)} GPUs: ({how}) / {len(devices)}", 0.0
+            terms.append(Term("gpu_matmul", t_g * scale, "gpu-compute", f"per ubatch of {u}, {how}"))
+        else:
+            terms.append(Term("gpu_matmul", t_g * scale, "gpu-compute",
+                              f"per device, one after another, per ubatch of {u}: {how}"))
         errs["gpu_matmul"] = f.gpu_flop_per_s.rel_err
         if t_h:
             terms.append(Term("device_hops", t_h * scale, "pcie",
@@ -1191,6 +1197,10 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                 b = sum(layer.expert_bytes for layer in moe_cpu) * full
                 what = ("all experts of the CPU layers uploaded layer by layer (KTransformers GPU prefill)"
                         if layerwise else "used experts")
+                # one link's rate with several GPUs too: kt-kernel's pools write every expert's
+                # shards for all the GPUs (write_weights_to_buffer, an expert at a time), and
+                # KTransformers' Kimi-K2-Thinking table gains 1.6-2.5x, not 2-8x, on 2048-token
+                # prompts (upload-bound) from 2-8 GPUs
                 rate, rate_how, rate_err = f.h2d_bytes_per_s.value, "", f.h2d_bytes_per_s.rel_err
                 if layerwise and f.bw_cpu_bytes_per_s.value / 2 < rate:
                     # kt-kernel's pools memcpy each expert into the pinned buffer first
