@@ -104,14 +104,6 @@ def check_backend_device(backend: str, n_gpus: int) -> None:
                          "(--cpu-only or a profile without GPUs)", "use --backend " + ", ".join(able))
 
 
-def default_batch(backend: str) -> int:
-    """The logical batch a backend runs without -b: llama.cpp's 2048; KTransformers' chunked
-    prefill size of `kt run` (cost/machine.py KT_CHUNKED_PREFILL_TOKENS)."""
-    from moeplan.planner.cost.machine import KT_CHUNKED_PREFILL_TOKENS
-
-    return KT_CHUNKED_PREFILL_TOKENS if backend == "ktransformers" else 2048
-
-
 def _only_for(backend: str, needed: str, what: str) -> None:
     """A one-line error when a backend's own setting is given for another backend."""
     if backend != needed:
@@ -147,6 +139,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
     moe = model.moe_layer_indices
     if batch is not None and batch < 1:
         raise InputError(f"--batch {batch} is not a batch size", "give tokens per logical batch, e.g. --batch 4096")
+    extra: tuple[tuple[str, str], ...] = ()
     if kt_gpu_experts is not None:
         _only_for(backend, "ktransformers", "--kt-gpu-experts is KTransformers' --kt-num-gpu-experts")
         if not 0 <= kt_gpu_experts <= model.n_experts:
@@ -157,9 +150,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         cpu_moe_layers = len(moe) - round(kt_gpu_experts * len(moe) / max(1, model.n_experts))
         from moeplan.planner.cost.machine import KT_GPU_EXPERTS_KEY
 
-        kt_extra = ((KT_GPU_EXPERTS_KEY, str(kt_gpu_experts)),)
-    else:
-        kt_extra = ()
+        extra += ((KT_GPU_EXPERTS_KEY, str(kt_gpu_experts)),)
     n_gpu_layers = check_ngl(ngl, model, backend)
     if n_gpu_layers is not None:
         from moeplan.planner.memory.devices import layer_split
@@ -199,7 +190,6 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         raise InputError(f"--experts-used {experts_used} is out of range",
                          f"{model.name} has {model.n_experts} experts, {model.n_experts_used} used by default")
     cache_bytes = parse_size(gpu_expert_cache, "--gpu-expert-cache") if gpu_expert_cache else 0
-    extra: tuple[tuple[str, str], ...] = kt_extra
     if kt_prefill_threshold is not None:
         _only_for(backend, "ktransformers", "--kt-prefill-threshold is a KTransformers setting")
         if kt_prefill_threshold < 0:
@@ -228,6 +218,8 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         check_threads(threads, logical_cpus)
     if logical_cpus:
         n_threads = min(n_threads, logical_cpus)  # a default never exceeds the machine
+    from moeplan.planner.cost.machine import default_batch
+
     p = Placement(
         backend=backend, cpu_moe_layers=tuple(cpu), n_ctx=n_ctx, cache_type_k=kv, cache_type_v=kv,
         flash_attn=True, n_ubatch=ubatch, n_batch=max(batch or default_batch(backend), ubatch), n_threads=n_threads,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError
 from moeplan.planner.cost.estimate import cpu_nodes, dot_elements, estimate, kt_plan_threshold, physical_cores, used_nodes
-from moeplan.planner.cost.machine import KT_CHUNKED_PREFILL_TOKENS, KT_THRESHOLD_KEY
+from moeplan.planner.cost.machine import KT_THRESHOLD_KEY, default_batch
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
@@ -274,7 +274,7 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
             continue
         # KTransformers: SGLang's --chunked-prefill-size (the plan's n_batch) is the chunk the
         # layer-wise GPU prefill uploads the CPU experts for (cost/machine.py)
-        batch0 = KT_CHUNKED_PREFILL_TOKENS if pr.name == "ktransformers" else 2048
+        batch0 = default_batch(pr.name)
         for numa, nodes in _numa_options(hw, req, pr):
             for ub in req.ubatches:
                 for op in ((True, False) if has_gpu and pr.op_offload in ("mainline", "ik") else (True,)):

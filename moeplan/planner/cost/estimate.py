@@ -688,10 +688,9 @@ def _attention_beyond_kv(name: str, ca: attention.CpuAttention, kv_bytes: float,
     if not ca.seconds:
         return
     t_kv = kv_bytes / f.bw_cpu_bytes_per_s.value
-    q = DECODE_OVERLAP_P
     terms.append(Term(name, compute_excess(ca.seconds, t_kv), "cpu-compute",
-                      f"({t_kv * 1e3:.2f} ms KV read^{q:g} + {ca.seconds * 1e3:.2f} ms^{q:g})^(1/{q:g}) - KV read, "
-                      f"at depth {depth}: " + ca.formula))
+                      _overlap_text(f"{t_kv * 1e3:.2f} ms KV read", f"{ca.seconds * 1e3:.2f} ms")
+                      + f" at depth {depth}: " + ca.formula))
     errs[name] = ca.rel_err
 
 
@@ -916,12 +915,17 @@ def compute_excess(t_dot: float, t_read: float) -> float:
     return t_read * ((1.0 + (t_dot / t_read) ** q) ** (1.0 / q) - 1.0)
 
 
+def _overlap_text(read: str, dot: str) -> str:
+    q = DECODE_OVERLAP_P
+    return f"({read}^{q:g} + {dot}^{q:g})^(1/{q:g}) - {read}"
+
+
 def excess_term(name: str, dot_weights: float, rate: float, t_read: float) -> Term:
     """The CPU's dequantise-and-dot time beyond the read of the same weights."""
     t_dot = dot_weights / max(1.0, rate)
     return Term(name, compute_excess(t_dot, t_read), "cpu-compute",
-                f"(read^{DECODE_OVERLAP_P:g} + dot^{DECODE_OVERLAP_P:g})^(1/{DECODE_OVERLAP_P:g}) - read, dot = "
-                f"{dot_weights / 1e9:.2f} G weights / {rate / 1e9:.0f} G/s = {t_dot * 1e3:.2f} ms")
+                _overlap_text("read", "dot") + f", dot = {dot_weights / 1e9:.2f} G weights / {rate / 1e9:.0f} G/s = "
+                f"{t_dot * 1e3:.2f} ms")
 
 
 # one hop of the pipeline between two GPUs, per step: ggml_backend_sched_compute_splits

@@ -381,6 +381,12 @@ KT_THRESHOLD_KEY = "kt_gpu_prefill_token_threshold"
 KT_CHUNKED_PREFILL_TOKENS = 4096  # the plan's default n_batch for KTransformers
 
 
+def default_batch(backend: str) -> int:
+    """The logical batch a plan runs without -b: llama.cpp's 2048; for KTransformers SGLang's
+    --chunked-prefill-size as `kt run` passes it."""
+    return KT_CHUNKED_PREFILL_TOKENS if backend == "ktransformers" else 2048
+
+
 def kt_threshold_of(extra: tuple[tuple[str, str], ...]) -> int | None:
     """The plan's --kt-gpu-prefill-token-threshold (0 = off), None when the plan sets none."""
     for k, v in extra:
