@@ -48,6 +48,27 @@ def test_estimate_flags_change_what_they_should():
     assert e["decode_tok_s"] < a["decode_tok_s"]
 
 
+def test_k_and_v_cache_types_and_flash_attention_apart():
+    """llama.cpp -ctk q8_0 -ctv f16 -fa off (ik_llama.cpp discussion 357's mainline run): the K
+    cache shrinks alone, and without flash attention the KQ matrix of a ubatch joins the compute
+    buffer (n_kv x n_ubatch x n_head F32)."""
+    base = ["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--quant", "Q4_K_M", "--all-cpu-moe",
+            "--ctx", "32k", "--json"]
+    f16, k8, k8v16 = _json(base), _json(base + ["--kv-type", "q8_0"]), _json(base + ["--kv-type", "q8_0",
+                                                                                  "--kv-type-v", "f16"])
+    kv = {n: next(i["bytes"] for i in d["memory"]["items"] if i["name"] == "kv_cache")
+          for n, d in (("f16", f16), ("q8", k8), ("k8v16", k8v16))}
+    assert kv["q8"] < kv["k8v16"] < kv["f16"]
+    assert kv["k8v16"] - kv["q8"] == pytest.approx(kv["f16"] - kv["k8v16"], rel=0.15)  # K and V rows alike
+    assert (k8v16["placement"]["cache_type_k"], k8v16["placement"]["cache_type_v"]) == ("q8_0", "f16")
+    nofa = _json(base + ["--kv-type", "q8_0", "--kv-type-v", "f16", "--no-flash-attn"])
+    assert nofa["placement"]["flash_attn"] is False
+    gpu_cb = {n: next(i["bytes"] for i in d["memory"]["items"] if i["name"] == "compute")
+              for n, d in (("fa", k8v16), ("nofa", nofa))}
+    kq = 32 * 32768 * 512 * 4  # Qwen3-30B: 32 q heads x 32768 cells x ubatch 512, F32
+    assert gpu_cb["fa"] < kq < gpu_cb["nofa"]
+
+
 def test_kt_prefill_threshold_switches_the_layer_wise_gpu_prefill():
     base = ["estimate", "deepseek-v3", "--hw", "epyc-genoa-2s-4090", "--backend", "ktransformers", "--all-cpu-moe",
             "--prompt", "8000", "--json"]
@@ -122,6 +143,12 @@ def test_infeasible_says_what_is_short():
     (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--vram", "banana"], 2, "banana"),
     (["estimate", "qwen3-30b-a3bb", "--hw", "desktop-4090-ddr5"], 2, "qwen3-30b-a3b"),
     (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--kv-type", "q9"], 2, "q9"),
+    (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--kv-type-v", "q9"], 2, "q9"),
+    # llama.cpp refuses a quantized V cache without flash attention, and distinct K/V types for MLA
+    (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--kv-type", "q8_0", "--no-flash-attn"], 2,
+     "needs flash attention"),
+    (["estimate", "deepseek-v3", "--hw", "desktop-4090-ddr5", "--kv-type", "q8_0", "--kv-type-v", "f16"], 2,
+     "cannot differ"),
     (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--cpu-moe-layers", "99"], 2, "out of range"),
     (["estimate", "qwen3-30b-a3b", "--hw", "no-such-machine"], 2, "no-such-machine"),
     (["tune", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--objective", "fast"], 2, "objective"),

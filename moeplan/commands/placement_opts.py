@@ -22,6 +22,11 @@ CpuLayersOpt = Annotated[Optional[str], typer.Option(
 AllCpuMoeOpt = Annotated[bool, typer.Option("--all-cpu-moe", help="All routed experts on the CPU (--cpu-moe).")]
 CtxOpt = Annotated[str, typer.Option("--ctx", help="Context size (4096, 32k).")]
 KvTypeOpt = Annotated[str, typer.Option("--kv-type", help="KV cache type for K and V: " + ", ".join(KV_CACHE_TYPES))]
+KvTypeVOpt = Annotated[Optional[str], typer.Option(
+    "--kv-type-v", help="V cache type when it differs from K (llama.cpp -ctk q8_0 -ctv f16); default: --kv-type.")]
+NoFlashAttnOpt = Annotated[bool, typer.Option(
+    "--no-flash-attn", help="Flash attention off (llama.cpp -fa off): attention runs as KQ and KQV matrix products "
+    "with the KQ matrix in the compute buffer; a quantized V cache needs flash attention.")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (default: physical cores of the used nodes).")]
 UbatchOpt = Annotated[int, typer.Option("--ubatch", help="Physical batch (-ub) for prefill.")]
 BatchOpt = Annotated[Optional[int], typer.Option(
@@ -104,6 +109,24 @@ def check_backend_device(backend: str, n_gpus: int) -> None:
                          "(--cpu-only or a profile without GPUs)", "use --backend " + ", ".join(able))
 
 
+def check_kv_type_v(model: ModelSpec, kv_k: str, kv_type_v: str | None, flash_attn: bool) -> str:
+    """The V cache type: --kv-type-v, else the K type. llama.cpp's rules (llama-context.cpp
+    llama_init_from_model, vendored 0c1e570 l. 3835-3848): MLA and DeepSeek V4 caches hold V inside
+    K, so the types must match; a quantized V cache needs flash attention."""
+    kv_v = (kv_type_v or kv_k).lower()
+    if kv_v not in KV_CACHE_TYPES:
+        raise InputError(f"unknown V cache type {kv_type_v!r}", "use one of " + ", ".join(KV_CACHE_TYPES))
+    v_in_k = any(c.name == "k" for layer in model.trunk_layers for c in layer.kv) and \
+        not any(c.name == "v" for layer in model.trunk_layers for c in layer.kv)
+    if v_in_k and kv_v != kv_k:
+        raise InputError(f"{model.name} keeps V inside its K cache (MLA), so K and V cannot differ "
+                         f"(--kv-type {kv_k}, --kv-type-v {kv_v})", "drop --kv-type-v")
+    if not flash_attn and kv_v not in ("f16", "bf16", "f32"):
+        raise InputError(f"a {kv_v} V cache needs flash attention (llama.cpp refuses it with -fa off)",
+                         "drop --no-flash-attn, or give --kv-type-v f16")
+    return kv_v
+
+
 def _only_for(backend: str, needed: str, what: str) -> None:
     """A one-line error when a backend's own setting is given for another backend."""
     if backend != needed:
@@ -118,7 +141,8 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                       accept: float = 0.0, no_mmap: bool = False, experts_used: int | None = None,
                       logical_cpus: int | None = None, ngl: int | None = None,
                       kt_prefill_threshold: int | None = None, llama_build: int | None = None,
-                      rtr: bool = False, batch: int | None = None, kt_gpu_experts: int | None = None) -> Placement:
+                      rtr: bool = False, batch: int | None = None, kt_gpu_experts: int | None = None,
+                      kv_type_v: str | None = None, no_flash_attn: bool = False) -> Placement:
     """Turn the flags into a Placement; raises InputError with a hint on bad values.
 
     The ranges are planner/limits.py's, shared with tune and with plan files; `logical_cpus`
@@ -131,6 +155,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
     kv = kv_type.lower()
     if kv not in KV_CACHE_TYPES:
         raise InputError(f"unknown KV cache type {kv_type!r}", "use one of " + ", ".join(KV_CACHE_TYPES))
+    kv_v = check_kv_type_v(model, kv, kv_type_v, flash_attn=not no_flash_attn)
     chosen = [x for x in (cpu_moe_layers is not None, cpu_layers is not None, all_cpu_moe, kt_gpu_experts is not None)
               if x]
     if len(chosen) > 1:
@@ -221,8 +246,8 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
     from moeplan.planner.cost.machine import default_batch
 
     p = Placement(
-        backend=backend, cpu_moe_layers=tuple(cpu), n_ctx=n_ctx, cache_type_k=kv, cache_type_v=kv,
-        flash_attn=True, n_ubatch=ubatch, n_batch=max(batch or default_batch(backend), ubatch), n_threads=n_threads,
+        backend=backend, cpu_moe_layers=tuple(cpu), n_ctx=n_ctx, cache_type_k=kv, cache_type_v=kv_v,
+        flash_attn=not no_flash_attn, n_ubatch=ubatch, n_batch=max(batch or default_batch(backend), ubatch), n_threads=n_threads,
         numa=numa, numa_nodes=numa_nodes, op_offload=not no_op_offload,
         gpu_expert_cache_bytes=cache_bytes, load_mode="no-mmap" if no_mmap else "mmap",
         n_draft=draft, draft_accept=accept, n_experts_used=experts_used or 0, n_gpu_layers=n_gpu_layers,

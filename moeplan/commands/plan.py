@@ -23,8 +23,10 @@ from moeplan.commands.placement_opts import (
     KtGpuExpertsOpt,
     KtThresholdOpt,
     KvTypeOpt,
+    KvTypeVOpt,
     LlamaBuildOpt,
     NglOpt,
+    NoFlashAttnOpt,
     NoMmapOpt,
     NoOpOffloadOpt,
     NumaOpt,
@@ -137,6 +139,7 @@ def register(app: typer.Typer) -> None:
         tensor_split: TsOpt = None, gpus: GpusOpt = None, ngl: NglOpt = None, as_json: JsonOpt = False,
         prompt_depth: PromptDepthOpt = 0, kt_prefill_threshold: KtThresholdOpt = None,
         llama_build: LlamaBuildOpt = None, rtr: RtrOpt = False, kt_gpu_experts: KtGpuExpertsOpt = None,
+        kv_type_v: KvTypeVOpt = None, no_flash_attn: NoFlashAttnOpt = False,
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
         from moeplan.planner.cost.estimate import estimate, physical_cores
@@ -159,7 +162,8 @@ def register(app: typer.Typer) -> None:
                               accept=accept, no_mmap=no_mmap, experts_used=experts_used,
                               logical_cpus=profile.cpu.n_threads, ngl=ngl,
                               kt_prefill_threshold=kt_prefill_threshold, llama_build=llama_build, rtr=rtr,
-                              batch=batch, kt_gpu_experts=kt_gpu_experts)
+                              batch=batch, kt_gpu_experts=kt_gpu_experts, kv_type_v=kv_type_v,
+                              no_flash_attn=no_flash_attn)
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
         check_backend_device(backend, p.n_gpus)
         p = _device_split(spec, p, profile, tensor_split, gpus)
