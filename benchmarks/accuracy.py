@@ -84,6 +84,7 @@ MODEL_MAP = [
     (r"kimi-k2-instruct", "kimi-k2"),
     (r"glm[- ]4\.[567](?!-flash|-air)", "glm-4.5"),
     (r"deepseek-coder-v2-lite", "deepseek-coder-v2-lite"),
+    (r"deepseek-v2-lite", "deepseek-coder-v2-lite"),  # the profile is V2-Lite's config (its alias)
     (r"gemma[- ]?4[- ]26b[- ]a4b", "gemma-4-26b-a4b"),
     (r"step[- ]?3\.?5[- ]?flash", "step-3.5-flash"),
     (r"dots[- ._]?llm1", "dots.llm1"),
@@ -228,9 +229,12 @@ def hardware_args(r: dict) -> tuple[list[str] | None, str]:
     if "windows" in (r.get("os") or "").lower():
         args += ["--os", "windows"]
     # the NUMA nodes the BIOS makes of the sockets: NPS0 one over all, NPSn / SNCn n per socket
-    nps = re.search(r"\b(?:NPS|SNC)\s*=?\s*(\d)\b", str(r.get("numa") or ""), re.I)
+    numa = str(r.get("numa") or "")
+    nps = re.search(r"\b(?:NPS|SNC)\s*=?\s*(\d)\b", numa, re.I)
     if nps and r.get("cpu_model"):
         args += ["--numa-nodes", str(1 if nps.group(1) == "0" else sockets * int(nps.group(1)))]
+    elif re.search(r"\bSNC\s+(?:disabled|off)\b", numa, re.I) and r.get("cpu_model"):
+        args += ["--numa-nodes", str(sockets)]  # sub-NUMA clustering off: one node per socket
     return args, ""
 
 
@@ -289,8 +293,14 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
             args += ["--threads", str(int(logical * 0.8))]
     if r.get("ctx_size"):
         args += ["--ctx", str(int(r["ctx_size"]))]
-    if r.get("kv_cache_type"):
-        args += ["--kv-type", re.split(r"[/\s(]", str(r["kv_cache_type"]).strip())[0].lower()]
+    kv = str(r.get("kv_cache_type") or "").strip()
+    split = re.fullmatch(r"K\s+(\S+)\s*/\s*V\s+(\S+)", kv)
+    if split:  # -ctk and -ctv differ
+        args += ["--kv-type", split.group(1).lower(), "--kv-type-v", split.group(2).lower()]
+    elif kv:
+        args += ["--kv-type", re.split(r"[/\s(]", kv)[0].lower()]
+    if r.get("flash_attn") is False and backend in ("llama.cpp", "ik_llama.cpp"):
+        args += ["--no-flash-attn"]
     if r.get("kv_depth"):
         args += ["--depth", str(int(r["kv_depth"]))]
     d = re.search(r"@\s*d\s*(\d+)", r.get("pp_test") or "")

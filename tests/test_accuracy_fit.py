@@ -202,3 +202,20 @@ def test_kt_run_rows_take_the_cli_defaults(tmp_path):
     # --kt-num-gpu-experts G: G experts of every layer on the GPU, not all experts on the CPU
     args, _ = b.estimate_args({**row, "flags": "--kt-num-gpu-experts 28"}, "ktransformers", hw)
     assert args[args.index("--kt-gpu-experts") + 1] == "28" and "--all-cpu-moe" not in args
+
+
+def test_rows_pass_k_and_v_types_flash_attention_and_snc_off():
+    b = _bench()
+    row = {"id": "x", "model_name": "Qwen3-30B-A3B", "quant": "IQ4_XS", "offload_method": "cpu-only",
+           "kv_cache_type": "K q8_0 / V f16", "flash_attn": False}
+    args, _ = b.estimate_args(row, "llama.cpp", Path("/hw.json"))
+    assert args[args.index("--kv-type") + 1] == "q8_0" and args[args.index("--kv-type-v") + 1] == "f16"
+    assert "--no-flash-attn" in args
+    args, _ = b.estimate_args({**row, "kv_cache_type": "q8_0", "flash_attn": None}, "llama.cpp", Path("/hw.json"))
+    assert args[args.index("--kv-type") + 1] == "q8_0" and "--kv-type-v" not in args and "--no-flash-attn" not in args
+    # the BIOS's sub-NUMA clustering switched off: one node per socket, not the part's SNC default
+    hw_row = {"id": "x", "cpu_model": "Intel Xeon 6980P", "cpu_sockets": 1, "gpu_model": None,
+              "offload_method": "cpu-only", "ram_total_gb": 768}
+    for numa, nodes in (("numactl -N 0 -m 0 (SNC disabled per discussion)", "1"), ("SNC3", "3"), (None, None)):
+        args, _ = b.hardware_args({**hw_row, "numa": numa})
+        assert (args[args.index("--numa-nodes") + 1] if "--numa-nodes" in args else None) == nodes, numa
