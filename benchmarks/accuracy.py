@@ -185,13 +185,38 @@ def _as_typed(part: str) -> str:
     return re.sub(r"\s*\(\s*as written\s*\)|,?\s*as written", "", part).strip()
 
 
+def _mixed_gpus(model: str) -> list[tuple[str, int]]:
+    """'2x RTX 3090 + RTX A4500', '2x RTX 5090, 2x RTX 4090, 1x RTX A6000' -> [(name, count)]; []
+    for one kind of card."""
+    parts, depth, cur = [], 0, ""
+    for ch in model:  # split at '+' and ',' outside parentheses
+        depth += (ch == "(") - (ch == ")")
+        if ch in "+," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    parts = [x for x in parts + [cur.strip()] if x]
+    if len(parts) < 2:
+        return []
+    out = []
+    for x in parts:
+        m = re.match(r"(\d+)\s*x\s*(.+)", x)
+        out.append((m.group(2).strip(), int(m.group(1))) if m else (x, 1))
+    return out
+
+
 def hardware_args(r: dict) -> tuple[list[str] | None, str]:
     """`moeplan hardware` arguments as a user would type them, or (None, reason)."""
     args = ["hardware", "--json", "--name", r["id"]]
     method = r.get("offload_method") or ""
     vram = _num(r.get("gpu_vram_gb_each"))
     gpu_used = bool(r.get("gpu_model") or vram) and (not method.startswith("cpu-only") or _ngl0_with_gpu(r))
-    if gpu_used and r.get("gpu_model"):
+    mixed = _mixed_gpus(r.get("gpu_model") or "")
+    if gpu_used and mixed:  # cards of several kinds: --gpu once per kind, NAME:COUNT
+        for name, n in mixed:
+            args += ["--gpu", f"{_as_typed(name)}:{n}" if n > 1 else _as_typed(name)]
+    elif gpu_used and r.get("gpu_model"):
         args += ["--gpu", _as_typed(r["gpu_model"]), "--gpu-count", str(int(r.get("gpu_count") or 1))]
     elif gpu_used:  # a GPU known by its VRAM alone: the class prior for its bandwidth
         args += ["--gpu-vram", f"{int(vram)}GB", "--gpu-count", str(int(r.get("gpu_count") or 1))]

@@ -219,3 +219,17 @@ def test_rows_pass_k_and_v_types_flash_attention_and_snc_off():
     for numa, nodes in (("numactl -N 0 -m 0 (SNC disabled per discussion)", "1"), ("SNC3", "3"), (None, None)):
         args, _ = b.hardware_args({**hw_row, "numa": numa})
         assert (args[args.index("--numa-nodes") + 1] if "--numa-nodes" in args else None) == nodes, numa
+
+
+def test_mixed_gpus_are_typed_once_per_kind():
+    b = _bench()
+    assert b._mixed_gpus("2x NVIDIA GeForce RTX 3090 24GB + NVIDIA RTX A4500 20GB") == \
+        [("NVIDIA GeForce RTX 3090 24GB", 2), ("NVIDIA RTX A4500 20GB", 1)]
+    assert b._mixed_gpus("2x RTX 5090, 2x RTX 4090, 1x RTX A6000") == [("RTX 5090", 2), ("RTX 4090", 2),
+                                                                      ("RTX A6000", 1)]
+    # one kind, commas inside a parenthesis included
+    assert b._mixed_gpus("NVIDIA GeForce RTX 3070 (16 GB, as written)") == [] == b._mixed_gpus("RTX 3090")
+    args, _ = b.hardware_args({"id": "x", "cpu_model": "AMD Ryzen 7 7800X3D", "gpu_model": "2x RTX 3090 + RTX A4500",
+                               "gpu_count": 3, "offload_method": "ot", "ram_total_gb": 192})
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--gpu"] == ["RTX 3090:2", "RTX A4500"]
+    assert "--gpu-count" not in args
