@@ -246,3 +246,32 @@ def test_xeon_6900p_defaults_to_snc3_sub_numa_nodes():
     assert "pages on 2 nodes" in none.bw_cpu_bytes_per_s.note
     assert none.bw_cpu_bytes_per_s.value < 0.7 * dist.bw_cpu_bytes_per_s.value
     assert pr.rho_remote < RHO_SUB_NUMA
+
+
+def test_desktop_sockets_split_their_graphics_lanes():
+    """A desktop socket wires 16 CPU lanes to its graphics slots (Intel ark "1x16+4, 2x8+4", AM5
+    x16 or x8/x8): one card x16, two x8/x8, further cards on x4 chipset slots; the link runs at the
+    lower generation of card and slot. Servers keep each card's own x16."""
+    from moeplan.planner.hardware.spec import slot_links
+
+    assert slot_links((5, 16, 4), [(4, 16)]) == [(4, 16, "CPU")]
+    assert slot_links((4, 16, 4), [(5, 16)]) == [(4, 16, "CPU")]  # an RTX 5090 on AM4
+    assert slot_links((5, 16, 4), [(4, 16)] * 3) == [(4, 8, "CPU"), (4, 8, "CPU"), (4, 4, "chipset")]
+    assert slot_links((5, 16, 4), [(4, 8)]) == [(4, 8, "CPU")]  # an x8 card stays x8
+    assert slot_links((3, 48, 3), [(3, 16)] * 3) == [(3, 16, "CPU")] * 3  # X299's 48 lanes
+    assert slot_links((5, 16, 4), [(0, 0)]) == [(0, 16, "CPU")]  # unknown card: its link stays unknown
+
+    def links(cpu, gpus):
+        hw = build(cpu=cpu, gpu=gpus[0], more_gpus=tuple(gpus[1:]), ram_bytes=192 * GIB)
+        return [(g.pcie_gen, g.pcie_width) for g in hw.gpus], hw.notes
+
+    got, notes = links("Ryzen 7 7800X3D", ["RTX 3090"] * 3)
+    assert got == [(4, 8), (4, 8), (4, 4)]
+    assert any("chipset" in n and "--gpu NAME@GENxWIDTH" in n for n in notes)
+    assert links("Ryzen 7 7800X3D", ["RTX 3090"])[0] == [(4, 16)]
+    assert links("Ryzen 7 5800X", ["RTX 5090"])[0] == [(4, 16)]
+    assert links("EPYC 9355", ["RTX 3090"] * 3)[0] == [(4, 16)] * 3
+    # a link the user gives wins
+    hw = build(cpu="Ryzen 7 7800X3D", gpu="RTX 3090", more_gpus=("RTX 3090",), gpu_links=("4x16", ""),
+               ram_bytes=192 * GIB)
+    assert [(g.pcie_gen, g.pcie_width) for g in hw.gpus] == [(4, 16), (4, 8)]

@@ -65,7 +65,7 @@ def gpu_parts() -> tuple[GpuPart, ...]:
 @functools.lru_cache(maxsize=1)
 def cpu_parts() -> tuple[CpuPart, ...]:
     data = _read_toml("cpus.toml")
-    fams, fabric = data["families"], data.get("fabric", {})
+    fams, fabric, slots = data["families"], data.get("fabric", {}), data.get("desktop_pcie", {})
     out = []
     for c in data["cpu"]:
         fam = fams[c["family"]]
@@ -85,8 +85,13 @@ def cpu_parts() -> tuple[CpuPart, ...]:
             ccds=c.get("ccds"), cores_per_ccd=c.get("cores_per_ccd"),
             ram_speeds_mts=tuple(sorted((k, int(v)) for k, v in c.get("ram_speeds", {}).items())),
             snc_default=int(c.get("snc_default", 1)),
+            slot_pcie=_slot_pcie(slots.get(c["family"])) if c["segment"] == "desktop" and not c.get("mobile") else (),
             mobile=bool(c.get("mobile", False)), source=c.get("source", "")))
     return tuple(out)
+
+
+def _slot_pcie(d: dict | None) -> tuple[int, int, int]:
+    return (int(d["gen"]), int(d["lanes"]), int(d["chipset_gen"])) if d else ()
 
 
 @functools.lru_cache(maxsize=1)

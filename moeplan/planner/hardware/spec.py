@@ -77,6 +77,9 @@ class CpuPart:
     cores_per_ccd: int | None = None
     ram_speeds_mts: tuple[tuple[str, int], ...] = ()  # (ddr4 / ddr5 / mrdimm / lpddr5x, fastest rated MT/s)
     snc_default: int = 1  # NUMA nodes per socket in the firmware's default mode (Xeon 6900P: SNC3)
+    # desktop sockets: (CPU PCIe generation, CPU lanes wired to the graphics slots, chipset slots'
+    # generation); () = the slots are not the limit (servers, workstations, laptops)
+    slot_pcie: tuple[int, int, int] = ()
     mobile: bool = False
     source: str = ""
 
@@ -200,7 +203,7 @@ def build_spec_profile(req: SpecRequest, gpu: GpuPart | None, cpu: CpuPart | Non
     notes += core_notes
     nodes, node_notes = _spec_nodes(req, cpu, eff, spec_cpu, n_nodes)
     notes += node_notes
-    gpus, gpu_notes = _spec_gpus(req, gpu, eff, nodes, more_gpus)
+    gpus, gpu_notes = _spec_gpus(req, gpu, eff, nodes, more_gpus, cpu)
     notes += gpu_notes
     storage = _spec_storage(req, eff)
     profile = HardwareProfile(
@@ -392,8 +395,25 @@ def _spec_nodes(req: SpecRequest, cpu: CpuPart | None, eff: Efficiency, c: Cpu,
     return nodes, notes
 
 
+def slot_links(platform: tuple[int, int, int], cards: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
+    """(gen, width, where) of each card's link on a desktop socket: the CPU's graphics lanes
+    (platform[1]) split evenly into x16 or x8 slots as far as they go (one card x16, two x8/x8:
+    Intel ark's "1x16+4, 2x8+4", AM5's x16 or x8/x8), further cards in x4 chipset slots. A link
+    runs at the lower generation and width of the card (cards: (gen, width), 0 = unknown) and the
+    slot; a card of unknown generation keeps an unknown link (gen 0): the slot bounds it, no more."""
+    gen, lanes, chipset = platform
+    width = 16 if len(cards) * 16 <= lanes else 8
+    on_cpu = min(len(cards), lanes // width)
+    out = []
+    for i, (g, w) in enumerate(cards):
+        slot_gen, slot_width, where = (gen, width, "CPU") if i < on_cpu else (chipset, 4, "chipset")
+        out.append((min(g, slot_gen) if g else 0, min(w or slot_width, slot_width), where))
+    return out
+
+
 def _spec_gpus(req: SpecRequest, part: GpuPart | None, eff: Efficiency,
-               nodes: tuple[NumaNode, ...], more: tuple[GpuPart, ...] = ()) -> tuple[tuple[Gpu, ...], list[str]]:
+               nodes: tuple[NumaNode, ...], more: tuple[GpuPart, ...] = (),
+               cpu: CpuPart | None = None) -> tuple[tuple[Gpu, ...], list[str]]:
     given = part is not None or req.gpu_vram_bytes is not None
     count = req.gpu_count if req.gpu_count is not None else (1 if given else 0)
     if more:
@@ -409,17 +429,28 @@ def _spec_gpus(req: SpecRequest, part: GpuPart | None, eff: Efficiency,
     links = tuple(req.gpu_links) + ("",) * (count - len(req.gpu_links))
     parts = (part,) + tuple(more) if more else (part,) * count
     notes: list[str] = []
+    slots: list[tuple[int, int, str]] = []
+    if cpu is not None and cpu.slot_pcie and req.pcie_gen is None and not req.h2d_bytes_per_s:
+        slots = slot_links(cpu.slot_pcie, [(pt.pcie_gen, pt.pcie_width) if pt else (0, 0) for pt in parts])
+        told = [f"GPU {i} {g}x{w} ({where})" for i, (g, w, where) in enumerate(slots)
+                if g and not links[i] and parts[i] and (g, w) != (parts[i].pcie_gen, parts[i].pcie_width)]
+        if told:
+            notes.append(f"{cpu.name}'s desktop socket: {cpu.slot_pcie[1]} CPU lanes for the graphics slots (PCIe "
+                         f"{cpu.slot_pcie[0]}.0), chipset slots x4 PCIe {cpu.slot_pcie[2]}.0: " + ", ".join(told)
+                         + "; give a card's real slot as --gpu NAME@GENxWIDTH")
     gpus = []
     for i, pt in enumerate(parts):
         gen, width = (int(links[i].split("x")[0]), int(links[i].split("x")[1])) if links[i] else (None, None)
-        one, n = _spec_gpu(req, pt, eff, nodes, i, gen, width)
+        slot = slots[i] if slots and not links[i] and slots[i][0] else None
+        one, n = _spec_gpu(req, pt, eff, nodes, i, gen, width, slot)
         gpus.append(one)
         notes += [x for x in n if x not in notes]
     return tuple(gpus), notes
 
 
 def _spec_gpu(req: SpecRequest, part: GpuPart | None, eff: Efficiency, nodes: tuple[NumaNode, ...], index: int,
-              link_gen: int | None, link_width: int | None) -> tuple[Gpu, list[str]]:
+              link_gen: int | None, link_width: int | None,
+              slot: tuple[int, int, str] | None = None) -> tuple[Gpu, list[str]]:
     """GPU `index` of a spec profile: its part's figures (or the numbers given), its link."""
     notes: list[str] = []
     if part is not None and part.source.startswith(VRAM_AS_NAMED):
@@ -433,14 +464,15 @@ def _spec_gpu(req: SpecRequest, part: GpuPart | None, eff: Efficiency, nodes: tu
     fp16 = _peak(req.gpu_fp16_flop_per_s, part.fp16_flop_per_s if part else None, "--gpu-tflops", part,
                  "GPU FP16 rate", "dense FP16 tensor peak (FP16 accumulate); achievable: large cuBLAS GEMMs",
                  eff.gpu_fp16, notes)
-    gen = link_gen or req.pcie_gen or (part.pcie_gen if part else None)
-    width = link_width or req.pcie_width or (part.pcie_width if part else None)
+    gen = link_gen or req.pcie_gen or (slot[0] if slot else None) or (part.pcie_gen if part else None)
+    width = link_width or req.pcie_width or (slot[1] if slot else None) or (part.pcie_width if part else None)
     h2d = None
     if req.h2d_bytes_per_s and not link_gen:
         h2d = Figure(value=req.h2d_bytes_per_s, source="user", method="--h2d, used as given")
     elif pcie_bytes_per_s(gen, width):
+        where = f" ({slot[2]} slot of a desktop socket)" if slot else ""
         h2d = Figure(value=pcie_bytes_per_s(gen, width) or 0.0, source=_src(req.pcie_gen is not None or bool(link_gen)),
-                     method=f"PCIe gen {gen} x{width} peak, one direction; achievable: pinned cudaMemcpy",
+                     method=f"PCIe gen {gen} x{width} peak{where}, one direction; achievable: pinned cudaMemcpy",
                      achievable=eff.pcie_pinned)
     else:
         notes.append("PCIe link unknown (pass --pcie 4x16): no host-to-GPU figure")
