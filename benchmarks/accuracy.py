@@ -71,6 +71,7 @@ MODEL_MAP = [
     (r"deepseek[- ]?r1|deepseek-v3(?!\.2)", "deepseek-v3"),
     (r"qwen3\.[56]-35b", "qwen3.5-35b-a3b"),
     (r"qwen3-30b-a3b", "qwen3-30b-a3b"),
+    (r"qwen3-coder-30b-a3b", "qwen3-30b-a3b"),  # the profile's alias: the same config
     (r"qwen3-235b-a22b", "qwen3-235b-a22b"),
     (r"qwen3\.5-122b-a10b", "qwen3.5-122b-a10b"),
     (r"qwen3\.5-397b-a17b", "qwen3.5-397b-a17b"),
@@ -182,7 +183,7 @@ RAM_SIZES_GB = (64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 def _as_typed(part: str) -> str:
     """A part name as its owner would type it: the data set's ', as written' marks (the source's
     own spelling, kept in the row) dropped."""
-    return re.sub(r"\s*\(\s*as written\s*\)|,?\s*as written", "", part).strip()
+    return re.sub(r"\s*\(\s*as written\s*\)|[,;]?\s*as written", "", part).strip()
 
 
 def _mixed_gpus(model: str) -> list[tuple[str, int]]:

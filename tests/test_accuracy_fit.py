@@ -98,6 +98,7 @@ def test_user_inputs_from_rows():
     # the data set's "as written" marks are not what a user types; an unnamed CPU of stated size
     # is described by its numbers
     assert bench._as_typed("NVIDIA GeForce RTX 3070 (16 GB, as written)") == "NVIDIA GeForce RTX 3070 (16 GB)"
+    assert bench._as_typed("NVIDIA GeForce RTX 4060 (8 GB; as written)") == "NVIDIA GeForce RTX 4060 (8 GB)"
     assert bench._as_typed("Intel Xeon Platinum 8480 (engineering sample QYFS, as written)") == \
         "Intel Xeon Platinum 8480 (engineering sample QYFS)"
     args, _ = bench.hardware_args({"id": "x", "cpu_model": None, "cpu_cores_total": 64, "cpu_sockets": 1,
