@@ -441,7 +441,9 @@ def _spec_gpus(req: SpecRequest, part: GpuPart | None, eff: Efficiency,
     gpus = []
     for i, pt in enumerate(parts):
         gen, width = (int(links[i].split("x")[0]), int(links[i].split("x")[1])) if links[i] else (None, None)
-        slot = slots[i] if slots and not links[i] and slots[i][0] else None
+        # a slot that changes nothing (one card x16 at its own generation) is not mentioned
+        slot = slots[i] if slots and not links[i] and slots[i][0] and \
+            (pt is None or slots[i][:2] != (pt.pcie_gen, pt.pcie_width)) else None
         one, n = _spec_gpu(req, pt, eff, nodes, i, gen, width, slot)
         gpus.append(one)
         notes += [x for x in n if x not in notes]
