@@ -103,6 +103,23 @@ def test_rtr_costs_ik_prefill_on_the_interleaved_kernels():
     assert out.exit_code == 2 and "ik_llama.cpp's run-time repacking" in out.output
 
 
+def test_rtr_keeps_experts_cuda_cannot_multiply_on_the_cpu():
+    """ik_llama.cpp -rtr repacks every host tensor (src/llama.cpp: iqk_repack_tensor for each
+    tensor in a host buffer); its CUDA backend multiplies only IQ1_S/IQ1_M/IQ2_K..IQ5_KS _R4 among
+    the interleaved types (ggml-cuda.cu supports_op), so Q4_K experts turned Q4_K_R4 are not
+    offloaded at a large batch and run on the CPU, while IQ4_K ones (IQ4_K_R4) still are."""
+    base = ["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--backend", "ik_llama.cpp",
+            "--cpu-moe-layers", "30", "--ubatch", "2048", "--prompt", "2048", "--json"]
+
+    def terms(extra):
+        return {t["name"]: t["formula"] for t in _json(base + extra)["prefill_terms"]}
+
+    assert "h2d_experts" in terms(["--quant", "Q4_K_M"])
+    rtr = terms(["--quant", "Q4_K_M", "--rtr"])
+    assert "h2d_experts" not in rtr and "cpu_experts" in rtr
+    assert "h2d_experts" in terms(["--quant", "IQ4_K", "--rtr"])
+
+
 def test_tune_is_deterministic_and_fits():
     args = ["tune", "gpt-oss-120b", "--hw", "desktop-4090-ddr5", "--json"]
     a, b = RUN.invoke(app, args), RUN.invoke(app, args)

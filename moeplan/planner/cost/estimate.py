@@ -1131,6 +1131,20 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     else:
         offload = pr.op_offload == "weights"
     offload = offload or layerwise
+    rates = cpu_rates(hw, pr, f)
+    if pr.name == "ik_llama.cpp" and machine.rtr_of(p.extra):
+        rates = replace(rates, repack=True)
+    # ik_llama.cpp: experts of an interleaved type its CUDA backend does not multiply stay on the
+    # CPU whatever the batch (kernels.IK_CUDA_INTERLEAVED); `stay` is their share of the weights
+    stay_w: dict[str, float] = {}
+    stay = 0.0
+    if offload and not layerwise and pr.name == "ik_llama.cpp" and moe_cpu:
+        w = expert_weights_by_type(moe_cpu, per_tok)
+        w = kernels.repacked(w) if rates.repack else w
+        stay_w = {t: x for t, x in w.items() if not kernels.ik_cuda_multiplies(t)}
+        stay = sum(stay_w.values()) / max(1e-9, sum(w.values()))
+        if stay >= 1.0 - 1e-9:
+            offload, stay, stay_w = False, 0.0, {}
     # whole CPU blocks (-ngl): their dense weights are MUL_MAT srcs in host buffers, offloaded
     # at u >= 32 (ggml-cuda.cu ggml_backend_cuda_device_offload_op: ne[1] >= 32; ik_llama.cpp
     # has the same rule for MUL_MAT, its u*k rule is for MUL_MAT_ID)
@@ -1139,9 +1153,6 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     terms: list[Term] = []
     errs: dict[str, float] = {}
     scale = n_ub / n_prompt  # per-ubatch seconds -> seconds per prompt token
-    rates = cpu_rates(hw, pr, f)
-    if pr.name == "ik_llama.cpp" and machine.rtr_of(p.extra):
-        rates = replace(rates, repack=True)
     # tokens each used expert's matrices multiply at once (iqk picks its kernel by this)
     ny_exp = u * k / max(1e-9, distinct_experts(n, k, u)) if n else float(u)
     # and how they spread: ik_llama.cpp picks each expert's kernel by its own count
@@ -1169,7 +1180,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
             errs["cpu_attention"] = ca.rel_err
     elif devices:
         t_g, how, t_h = _multi_gpu_prefill(model, p, hw, f, u, share, per_tok, attn,
-                                           (exp_params(moe_cpu) if offload else 0.0)
+                                           (exp_params(moe_cpu) * (1 - stay) if offload else 0.0)
                                            + (split.params if dense_offload else 0.0), devices)
         if pr.name == "ktransformers":
             # SGLang --tp-size n (launch/ktransformers.py): every GPU computes its 1/n of every
@@ -1185,7 +1196,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                               f"hidden states of {u} tokens crossing {len(devices) - 1} GPU boundaries"))
             errs["device_hops"] = S_HOP_REL_ERR
     if not f.cpu_only and not devices:
-        gpu_params = p_dense_gpu + exp_params(moe_gpu) + (exp_params(moe_cpu) if offload else 0.0)
+        gpu_params = p_dense_gpu + exp_params(moe_gpu) + (exp_params(moe_cpu) * (1 - stay) if offload else 0.0)
         flops = u * (2 * gpu_params + attn)
         t_c = flops / max(1.0, f.gpu_flop_per_s.value)
         r = model.dense_bytes_read_per_token - split.dense_bytes + sum(layer.expert_bytes for layer in moe_gpu) * share
@@ -1198,7 +1209,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
         if moe_cpu:
             if offload:
                 full = 1.0 if pr.op_offload == "weights" or layerwise else share
-                b = sum(layer.expert_bytes for layer in moe_cpu) * full
+                b = sum(layer.expert_bytes for layer in moe_cpu) * full * (1 - stay)
                 what = ("all experts of the CPU layers uploaded layer by layer (KTransformers GPU prefill)"
                         if layerwise else "used experts")
                 # one link's rate with several GPUs too: kt-kernel's pools write every expert's
@@ -1215,7 +1226,18 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                                   f"{b / 1e9:.2f} GB of {what} per ubatch of {u} / "
                                   f"{rate / 1e9:.1f} GB/s{rate_how}"))
                 errs["h2d_experts"] = rate_err
-            else:
+            if stay_w:
+                mm = kernels.matmul_time(stay_w, u, cols_exp, False, rates)
+                b = sum(layer.expert_bytes for layer in moe_cpu) * share * stay
+                t_r = b / max(1.0, f.bw_cpu_bytes_per_s.value)
+                kinds = ", ".join(sorted(stay_w))
+                terms.append(Term("cpu_experts", max(mm.seconds, t_r) * scale,
+                                  "cpu-compute" if mm.seconds >= t_r else "cpu-mem",
+                                  f"{stay:.0%} of the CPU experts ({kinds}: ik_llama.cpp's CUDA backend does not "
+                                  f"multiply them) on the CPU: max({mm.how()}, {b / 1e9:.2f} GB / "
+                                  f"{f.bw_cpu_bytes_per_s.value / 1e9:.0f} GB/s) per ubatch of {u}"))
+                errs["cpu_experts"] = _matmul_err(mm, f) if mm.seconds >= t_r else f.bw_cpu_bytes_per_s.rel_err
+            if not offload:
                 mm = kernels.matmul_time(expert_weights_by_type(moe_cpu, per_tok), u, cols_exp, False, rates)
                 b = sum(layer.expert_bytes for layer in moe_cpu) * share
                 t_c = mm.seconds

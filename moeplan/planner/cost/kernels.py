@@ -91,6 +91,19 @@ IK_REPACK: dict[str, str] = {
 }
 
 
+# ik_llama.cpp's CUDA backend multiplies these row-interleaved types (ggml-cuda.cu
+# ggml_backend_cuda_supports_op, GGML_OP_MUL_MAT / MUL_MAT_ID at 8337e4cd) and no other: a CPU
+# expert tensor of another interleaved type (a Q4_K_R4 file, or Q4_K/Q5_K/Q6_K/IQ4_XS/Q8_0 after
+# -rtr) cannot be offloaded for a large batch and is multiplied on the CPU
+IK_CUDA_INTERLEAVED = frozenset({"IQ1_S_R4", "IQ1_M_R4", "IQ2_K_R4", "IQ3_K_R4", "IQ4_K_R4", "IQ4_KS_R4",
+                                 "IQ5_K_R4", "IQ5_KS_R4"})
+
+
+def ik_cuda_multiplies(ggml_type: str) -> bool:
+    """Whether ik_llama.cpp's CUDA backend takes a matrix product with weights of this type."""
+    return not _REPACKED.match(ggml_type) or ggml_type in IK_CUDA_INTERLEAVED
+
+
 def repacked(weights: dict[str, float]) -> dict[str, float]:
     """{type: weights} after ik_llama.cpp -rtr: each type with an interleaved variant becomes it."""
     out: dict[str, float] = {}
