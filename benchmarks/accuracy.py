@@ -309,14 +309,17 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
     else:
         return None, f"placement not expressible ({method or 'not stated'})"
     kt_cli = backend == "ktransformers" and re.search(r"\bkt run\b", str(r.get("flags") or ""))
+    py = "llama-cpp-python" in str(r.get("software") or "")
     if r.get("threads"):
         args += ["--threads", str(int(r["threads"]))]
-    elif kt_cli:
-        # `kt run` without --cpu-threads: 0.8 x the logical CPUs (kt-kernel/python/cli/commands/run.py)
+    elif kt_cli or py:
+        # the tool's own default: `kt run` without --cpu-threads 0.8 x the logical CPUs
+        # (kt-kernel/python/cli/commands/run.py); llama-cpp-python's Llama() half of them
+        # (llama_cpp/llama.py: n_threads or max(multiprocessing.cpu_count() // 2, 1))
         hw = json.loads(hw_path.read_text()) if hw_path.exists() else {}
         logical = (hw.get("cpu") or {}).get("n_threads")
         if logical:
-            args += ["--threads", str(int(logical * 0.8))]
+            args += ["--threads", str(int(logical * 0.8) if kt_cli else max(1, logical // 2))]
     if r.get("ctx_size"):
         args += ["--ctx", str(int(r["ctx_size"]))]
     kv = str(r.get("kv_cache_type") or "").strip()

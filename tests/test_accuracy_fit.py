@@ -234,3 +234,21 @@ def test_mixed_gpus_are_typed_once_per_kind():
                                "gpu_count": 3, "offload_method": "ot", "ram_total_gb": 192})
     assert [args[i + 1] for i, a in enumerate(args) if a == "--gpu"] == ["RTX 3090:2", "RTX A4500"]
     assert "--gpu-count" not in args
+
+
+def test_llama_cpp_python_rows_take_its_default_threads(tmp_path):
+    """llama-cpp-python's Llama() runs max(cpu_count() // 2, 1) threads unless told
+    (llama_cpp/llama.py); a row that names it and no thread count runs with that."""
+    import json
+
+    b = _bench()
+    hw = tmp_path / "hw.json"
+    hw.write_text(json.dumps({"cpu": {"n_threads": 24}}))
+    row = {"id": "x", "model_name": "gpt-oss-20b", "quant": "MXFP4", "offload_method": "cpu-only",
+           "software": "llama.cpp (via llama-cpp-python)"}
+    args, _ = b.estimate_args(row, "llama.cpp", hw)
+    assert args[args.index("--threads") + 1] == "12"
+    args, _ = b.estimate_args({**row, "threads": 8}, "llama.cpp", hw)
+    assert args[args.index("--threads") + 1] == "8"
+    args, _ = b.estimate_args({**row, "software": "llama.cpp (llama-bench)"}, "llama.cpp", hw)
+    assert "--threads" not in args
