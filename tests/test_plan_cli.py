@@ -166,6 +166,8 @@ def test_infeasible_says_what_is_short():
      "needs flash attention"),
     (["estimate", "deepseek-v3", "--hw", "desktop-4090-ddr5", "--kv-type", "q8_0", "--kv-type-v", "f16"], 2,
      "cannot differ"),
+    (["estimate", "deepseek-v4-flash", "--hw", "desktop-4090-ddr5", "--kv-type", "q8_0", "--kv-type-v", "f16"], 2,
+     "cannot differ"),
     (["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--cpu-moe-layers", "99"], 2, "out of range"),
     (["estimate", "qwen3-30b-a3b", "--hw", "no-such-machine"], 2, "no-such-machine"),
     (["tune", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--objective", "fast"], 2, "objective"),
