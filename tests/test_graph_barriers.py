@@ -98,6 +98,9 @@ def test_handoff_follows_the_core_complexes():
     assert ryzen == pytest.approx((20 / 2 + 80 / 2) * 1e-9)
     assert one_ccd == pytest.approx(20e-9)
     assert xeon == pytest.approx(55e-9) and "Intel server" in how
+    # a 12-core Ryzen 9 is two CCDs of 6 (the catalog gives the CCDs, not their size): not one
+    r12, how12 = machine.barrier_handoff_s(_hw("Ryzen 9 9900X", ram_type="ddr5", ram_speed_mts=5600), 12)
+    assert r12 == pytest.approx((20 / 2 + 100 / 2) * 1e-9) and "2 core complexes" in how12
 
 
 def test_cpu_only_decode_charges_the_graph_barriers():

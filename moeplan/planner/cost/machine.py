@@ -229,7 +229,10 @@ def barrier_handoff_s(hw: HardwareProfile, threads: int) -> tuple[float, str]:
     if c.vendor == "amd" or fam.startswith("zen"):
         base = fam.split("-")[0] if fam else "zen4"
         per_complex = 4 if base == "zen2" else 8
-        cores_per_ccd = c.cores_per_ccd or per_complex
+        # a part whose profile gives its CCD count but not their size (the desktop Ryzens): the
+        # socket's cores over its CCDs (a 12-core Ryzen 9 is two CCDs of 6)
+        per_socket = c.n_cores // max(1, c.n_sockets)
+        cores_per_ccd = c.cores_per_ccd or (per_socket // c.ccds_per_socket if c.ccds_per_socket else per_complex)
         complexes = max(1, c.n_cores // max(1, min(per_complex, cores_per_ccd)))
         if complexes <= 2:  # a desktop Ryzen's one or two CCDs
             cross = AMD_DESKTOP_CROSS_NS.get(base, AMD_CROSS_COMPLEX_NS.get(base, 100.0))
