@@ -736,9 +736,8 @@ def main(argv: list[str] | None = None) -> int:
     by_class = {c: summary(res, ev, lambda x, c=c: x.machine == c) for c in sorted({x.machine for x in res if x.groups})}
     skipped = [(x.row["id"], m, why) for x in res for m, why in x.skip.items()]
     use_fit = ships_fit(overall)
-    def _w(m: str) -> str:
-        return "_widths" if use_fit[m] else "_prior_widths"
-
+    # the range that ships: the refit's held-out widths where its scales ship, else the prior's
+    shipped = {m: ev[m]["_widths" if use_fit[m] else "_prior_widths"] for m in ("decode", "prefill")}
     if a.write_fit:
         from moeplan.io import write_text_atomic
         fit_data = {"about": "term-group time scales fitted on benchmarks/data/measurements.jsonl by "
@@ -749,10 +748,8 @@ def main(argv: list[str] | None = None) -> int:
                              "half-width) (docs/cost-model.md)",
                     "n_rows": {m: len([i for i in ev[m] if not i.startswith('_')]) for m in ("decode", "prefill")},
                     "scales": {m: ev[m]["_fit"] if use_fit[m] else {} for m in ("decode", "prefill")},
-                    "range_log_half_width": {m: {g: cw[1] for g, cw in ev[m][_w(m)].items()}
-                                             for m in ("decode", "prefill")},
-                    "range_log_center": {m: {g: cw[0] for g, cw in ev[m][_w(m)].items()}
-                                         for m in ("decode", "prefill")}}
+                    "range_log_half_width": {m: {g: cw[1] for g, cw in w.items()} for m, w in shipped.items()},
+                    "range_log_center": {m: {g: cw[0] for g, cw in w.items()} for m, w in shipped.items()}}
         write_text_atomic(FIT_PATH, json.dumps(fit_data, indent=1, sort_keys=True) + "\n")
         print(f"wrote {FIT_PATH}")
     if a.json:

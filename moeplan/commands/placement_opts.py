@@ -116,11 +116,7 @@ def check_kv_type_v(model: ModelSpec, kv_k: str, kv_type_v: str | None, flash_at
     kv_v = (kv_type_v or kv_k).lower()
     if kv_v not in KV_CACHE_TYPES:
         raise InputError(f"unknown V cache type {kv_type_v!r}", "use one of " + ", ".join(KV_CACHE_TYPES))
-    extra = dict(model.extra)
-    # hparams.is_mla(): both MLA head sizes in the GGUF; DeepSeek V4 by its arch
-    v_in_k = bool(extra.get("attention.key_length_mla") and extra.get("attention.value_length_mla")) \
-        or model.arch == "deepseek4"
-    if v_in_k and kv_v != kv_k:
+    if (model.mla or model.arch == "deepseek4") and kv_v != kv_k:
         raise InputError(f"{model.name}'s cache holds V inside K (an MLA or DeepSeek V4 cache), so K and V cannot "
                          f"differ (--kv-type {kv_k}, --kv-type-v {kv_v})", "drop --kv-type-v")
     if not flash_attn and kv_v not in ("f16", "bf16", "f32"):

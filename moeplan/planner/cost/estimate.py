@@ -1139,8 +1139,7 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     stay_w: dict[str, float] = {}
     stay = 0.0
     if offload and not layerwise and pr.name == "ik_llama.cpp" and moe_cpu:
-        w = expert_weights_by_type(moe_cpu, per_tok)
-        w = kernels.repacked(w) if rates.repack else w
+        w = rates.as_run(expert_weights_by_type(moe_cpu, per_tok))
         stay_w = {t: x for t, x in w.items() if not kernels.ik_cuda_multiplies(t)}
         stay = sum(stay_w.values()) / max(1e-9, sum(w.values()))
         if stay >= 1.0 - 1e-9:
@@ -1226,25 +1225,19 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
                                   f"{b / 1e9:.2f} GB of {what} per ubatch of {u} / "
                                   f"{rate / 1e9:.1f} GB/s{rate_how}"))
                 errs["h2d_experts"] = rate_err
-            if stay_w:
-                mm = kernels.matmul_time(stay_w, u, cols_exp, False, rates)
-                b = sum(layer.expert_bytes for layer in moe_cpu) * share * stay
-                t_r = b / max(1.0, f.bw_cpu_bytes_per_s.value)
-                kinds = ", ".join(sorted(stay_w))
-                terms.append(Term("cpu_experts", max(mm.seconds, t_r) * scale,
-                                  "cpu-compute" if mm.seconds >= t_r else "cpu-mem",
-                                  f"{stay:.0%} of the CPU experts ({kinds}: ik_llama.cpp's CUDA backend does not "
-                                  f"multiply them) on the CPU: max({mm.how()}, {b / 1e9:.2f} GB / "
-                                  f"{f.bw_cpu_bytes_per_s.value / 1e9:.0f} GB/s) per ubatch of {u}"))
-                errs["cpu_experts"] = _matmul_err(mm, f) if mm.seconds >= t_r else f.bw_cpu_bytes_per_s.rel_err
-            if not offload:
-                mm = kernels.matmul_time(expert_weights_by_type(moe_cpu, per_tok), u, cols_exp, False, rates)
-                b = sum(layer.expert_bytes for layer in moe_cpu) * share
+            # the experts multiplied on the CPU: all of them without offload, else those of types
+            # ik_llama.cpp's CUDA backend does not take
+            on_cpu, frac, why = ((expert_weights_by_type(moe_cpu, per_tok), 1.0, "") if not offload else
+                                 (stay_w, stay, f"{stay:.0%} of the CPU experts ({', '.join(sorted(stay_w))}: "
+                                                f"ik_llama.cpp's CUDA backend does not multiply them) on the CPU: "))
+            if on_cpu:
+                mm = kernels.matmul_time(on_cpu, u, cols_exp, False, rates)
+                b = sum(layer.expert_bytes for layer in moe_cpu) * share * frac
                 t_c = mm.seconds
                 t_r = b / max(1.0, f.bw_cpu_bytes_per_s.value)
                 terms.append(Term("cpu_experts", max(t_c, t_r) * scale, "cpu-compute" if t_c >= t_r else "cpu-mem",
-                                  f"max({mm.how()}, {b / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.0f} GB/s) "
-                                  f"per ubatch of {u} ({ny_exp:.0f} tokens per used expert)"))
+                                  f"{why}max({mm.how()}, {b / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.0f} "
+                                  f"GB/s) per ubatch of {u} ({ny_exp:.0f} tokens per used expert)"))
                 errs["cpu_experts"] = _matmul_err(mm, f) if t_c >= t_r else f.bw_cpu_bytes_per_s.rel_err
             n_sync = sum(1 for layer in moe_cpu if layer.index not in split.blocks)
             if n_sync or not split.blocks:

@@ -190,6 +190,10 @@ class CpuRates:
     type_cost: dict[str, float]
     repack: bool = False  # ik_llama.cpp -rtr: the weights run as their interleaved types (IK_REPACK)
 
+    def as_run(self, weights: dict[str, float]) -> dict[str, float]:
+        """{type: weights} as the kernels see them: after -rtr, the interleaved types."""
+        return repacked(weights) if self.repack else weights
+
     def gemm_flop_per_s(self, path: str) -> float:
         """FLOP/s of a GEMM path: its multiple of the FP32 peak, else the FP32 GEMM rate."""
         x = self.peak_x.get(path, {}).get(self.isa, 0.0)
@@ -260,8 +264,7 @@ def matmul_time(weights: dict[str, float], tokens: float, ny: float | tuple[tupl
     spread of expert_columns, each count with its share of the work (ik_llama.cpp picks the
     kernel of each expert's matrix by its own count)."""
     spread = ny if isinstance(ny, tuple) else ((ny, 1.0),)
-    if r.repack:
-        weights = repacked(weights)
+    weights = r.as_run(weights)
     total, flops, by_path = 0.0, 0.0, {}
     for t, n in weights.items():
         if n <= 0:

@@ -429,11 +429,14 @@ def _spec_gpus(req: SpecRequest, part: GpuPart | None, eff: Efficiency,
     links = tuple(req.gpu_links) + ("",) * (count - len(req.gpu_links))
     parts = (part,) + tuple(more) if more else (part,) * count
     notes: list[str] = []
-    slots: list[tuple[int, int, str]] = []
+    # a desktop socket's slot for each card without a link of its own, where it changes the
+    # card's link (one card x16 at its own generation is not mentioned)
+    slots: list[tuple[int, int, str] | None] = [None] * len(parts)
     if cpu is not None and cpu.slot_pcie and req.pcie_gen is None and not req.h2d_bytes_per_s:
-        slots = slot_links(cpu.slot_pcie, [(pt.pcie_gen, pt.pcie_width) if pt else (0, 0) for pt in parts])
-        told = [f"GPU {i} {g}x{w} ({where})" for i, (g, w, where) in enumerate(slots)
-                if g and not links[i] and parts[i] and (g, w) != (parts[i].pcie_gen, parts[i].pcie_width)]
+        fit = slot_links(cpu.slot_pcie, [(pt.pcie_gen, pt.pcie_width) if pt else (0, 0) for pt in parts])
+        slots = [sl if sl[0] and not links[i] and (pt is None or sl[:2] != (pt.pcie_gen, pt.pcie_width)) else None
+                 for i, (sl, pt) in enumerate(zip(fit, parts))]
+        told = [f"GPU {i} {sl[0]}x{sl[1]} ({sl[2]})" for i, sl in enumerate(slots) if sl and parts[i]]
         if told:
             notes.append(f"{cpu.name}'s desktop socket: {cpu.slot_pcie[1]} CPU lanes for the graphics slots (PCIe "
                          f"{cpu.slot_pcie[0]}.0), chipset slots x4 PCIe {cpu.slot_pcie[2]}.0: " + ", ".join(told)
@@ -441,10 +444,7 @@ def _spec_gpus(req: SpecRequest, part: GpuPart | None, eff: Efficiency,
     gpus = []
     for i, pt in enumerate(parts):
         gen, width = (int(links[i].split("x")[0]), int(links[i].split("x")[1])) if links[i] else (None, None)
-        # a slot that changes nothing (one card x16 at its own generation) is not mentioned
-        slot = slots[i] if slots and not links[i] and slots[i][0] and \
-            (pt is None or slots[i][:2] != (pt.pcie_gen, pt.pcie_width)) else None
-        one, n = _spec_gpu(req, pt, eff, nodes, i, gen, width, slot)
+        one, n = _spec_gpu(req, pt, eff, nodes, i, gen, width, slots[i])
         gpus.append(one)
         notes += [x for x in n if x not in notes]
     return tuple(gpus), notes
