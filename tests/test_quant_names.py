@@ -106,6 +106,43 @@ def test_large_names_keep_embedding_and_output_in_q8_0():
     assert canonical_quant("Q3_K_L") == "Q3_K_L" and resolve_quant("Q3_K_L").family == "llama.cpp"
 
 
+# ik_llama.cpp's examples/quantize/quantize.cpp QUANT_OPTIONS at 8337e4cd, less mainline's names
+# and its "MXFP4" (the name mainline gives MXFP4_MOE, read with mainline's rules)
+IK_QUANTIZE = ("BF16_R16", "IQ1_BN", "IQ1_KT", "IQ1_M_R4", "IQ1_S_R4", "IQ2_BN", "IQ2_BN_R4", "IQ2_K", "IQ2_KL",
+               "IQ2_KS", "IQ2_KT", "IQ2_K_R4", "IQ2_M_R4", "IQ2_XS_R4", "IQ2_XXS_R4", "IQ3_K", "IQ3_KL", "IQ3_KS",
+               "IQ3_KT", "IQ3_K_R4", "IQ3_S_R4", "IQ3_XXS_R4", "IQ4_K", "IQ4_KS", "IQ4_KSS", "IQ4_KS_R4", "IQ4_KT",
+               "IQ4_K_R4", "IQ4_NL_R4", "IQ4_XS_R8", "IQ5_K", "IQ5_KS", "IQ5_KS_R4", "IQ5_K_R4", "IQ6_K", "MXFP4_R8",
+               "Q2_K_R4", "Q3_K_R4", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "Q4_0_R8", "Q4_K_R4", "Q5_0_R4", "Q5_K_R4",
+               "Q6_0", "Q6_0_R4", "Q6_K_R4", "Q8_0_R8", "Q8_KV", "Q8_KV_R8", "Q8_K_R8")
+
+
+@pytest.mark.parametrize("q", IK_QUANTIZE)
+def test_every_ik_llama_quantize_type_is_accepted(q):
+    m = load_profile("qwen3-30b-a3b", q)
+    assert resolve_quant(q).family == "ik_llama.cpp" and m.file_bytes > 0
+    bits = 8 * m.file_bytes / sum(t.n_elements for t in m.tensors)
+    assert 1.5 < bits < 17
+
+
+def test_ik_mixes_whose_default_type_is_not_their_name():
+    """IQ3_KL: IQ3_K with IQ4_KS in the use_more_bits FFN layers; IQ2_M_R4: IQ2_S_R4 under the
+    IQ2_M rules of ik_llama.cpp (src/llama-quantize.cpp at 8337e4cd)."""
+    kl = load_profile("qwen3-30b-a3b", "IQ3_KL")  # 48 layers: use_more_bits for 0-5, 42-47, 8, 11 ...
+    assert [types_of(kl, f"blk.{i}.ffn_up_exps.weight") for i in (0, 7, 8, 9, 47)] == \
+        ["IQ4_KS", "IQ3_K", "IQ4_KS", "IQ3_K", "IQ4_KS"]
+    assert types_of(kl, "blk.9.attn_output.weight") == "Q5_K" and types_of(kl, "output.weight") == "Q6_K"
+    m4 = load_profile("qwen3-30b-a3b", "IQ2_M_R4")
+    assert types_of(m4, "blk.20.ffn_up_exps.weight") == "IQ2_S_R4"
+    assert types_of(m4, "blk.0.attn_v.weight") == "IQ4_K" and types_of(m4, "blk.0.attn_q.weight") == "Q4_K"
+    assert types_of(m4, "blk.0.ffn_down_exps.weight") == "IQ3_S" and types_of(m4, "token_embd.weight") == "IQ3_S"
+    kv = load_profile("qwen3-30b-a3b", "Q8_KV")  # 32 B per 32 weights + 8 B per row (ik ggml.c)
+    t = next(t for t in kv.tensors if t.name == "blk.3.ffn_up_exps.weight")
+    assert t.n_bytes == t.n_elements + 8 * (t.n_elements // t.shape[0])
+    out = CliRunner().invoke(app, ["estimate", "qwen3-30b-a3b", "--quant", "Q4_0_4_4", "--backend", "llama.cpp",
+                                   "--hw", "desktop-4090-ddr5"])
+    assert out.exit_code != 0 and "ik_llama.cpp's own types" in out.output  # mainline dropped Q4_0_4_4
+
+
 @pytest.mark.parametrize("q", ["IQ2_KS", "IQ2_K", "IQ2_KL", "IQ3_KS", "IQ3_K", "IQ4_KS", "IQ4_KSS", "IQ4_K",
                                "IQ5_KS", "IQ5_K", "IQ6_K", "IQ2_K_R4", "IQ4_KS_R4", "Q4_K_R4", "IQ1_S_R4"])
 def test_ik_llama_types(q):

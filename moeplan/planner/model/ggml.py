@@ -15,10 +15,15 @@ from typing import Any
 # types (commit 8337e4cd, ggml/include/ggml.h enum ggml_type and ggml/src/ggml.c type_traits
 # .blck_size / .type_size = sizeof(block_*) / .row_meta_size); ik_llama.cpp's ggml_row_size is
 # row_meta_size + type_size * ne / blck_size (one float or fp16 row scale for the *_KS, *_KT,
-# *_BN and IQ1_*_R4 types). Only ik_llama.cpp's own id range (>= 133, 202+) is listed, so no id
-# can clash with a mainline type.
+# *_BN and IQ1_*_R4 types; Q8_KV a float scale and an int sum per row). Besides Q2_0, only ids
+# no mainline type holds are listed: ik_llama.cpp's own range (>= 133, 202+) and the ARM
+# interleaved Q4_0_4_4 / Q4_0_4_8 / Q4_0_8_8 (31-33), which mainline removed (its ggml.h keeps
+# the ids unused) and ik_llama.cpp still quantizes to.
 EXTRA_TYPES: dict[str, tuple[int, int, int, int]] = {
     "Q2_0": (42, 64, 18, 0),
+    "Q4_0_4_4": (31, 32, 18, 0),
+    "Q4_0_4_8": (32, 32, 18, 0),
+    "Q4_0_8_8": (33, 32, 18, 0),
     "Q6_0": (133, 32, 26, 0),
     "IQ1_BN": (134, 64, 13, 2),
     "IQ2_BN": (135, 64, 16, 4),
@@ -37,6 +42,7 @@ EXTRA_TYPES: dict[str, tuple[int, int, int, int]] = {
     "IQ3_KS": (156, 256, 102, 2),
     "IQ2_KL": (157, 256, 86, 2),
     "IQ1_KT": (158, 256, 56, 4),
+    "Q8_KV": (151, 32, 32, 8),
     "Q4_0_R8": (202, 32, 18, 0),
     "Q5_0_R4": (206, 32, 22, 0),
     "Q8_0_R8": (208, 32, 34, 0),
@@ -54,6 +60,7 @@ EXTRA_TYPES: dict[str, tuple[int, int, int, int]] = {
     "IQ2_S_R4": (222, 256, 82, 0),
     "IQ4_XS_R8": (223, 256, 136, 0),
     "IQ1_M_R4": (229, 32, 7, 2),
+    "BF16_R16": (230, 1, 2, 0),
     "Q6_0_R4": (233, 32, 26, 0),
     "IQ2_BN_R4": (335, 64, 16, 4),
     "IQ2_K_R4": (337, 256, 76, 0),
@@ -62,10 +69,13 @@ EXTRA_TYPES: dict[str, tuple[int, int, int, int]] = {
     "IQ5_K_R4": (340, 256, 176, 0),
     "IQ4_KS_R4": (344, 256, 136, 4),
     "IQ5_KS_R4": (352, 256, 168, 4),
+    "MXFP4_R8": (353, 32, 17, 0),
+    "Q8_KV_R8": (398, 32, 32, 4),
     "Q8_K_R8": (399, 256, 258, 0),
 }
 ROW_META_BYTES: dict[str, int] = {k: v[3] for k, v in EXTRA_TYPES.items() if v[3]}
-IK_TYPES = frozenset(k for k, v in EXTRA_TYPES.items() if v[0] > 42)
+# the types only ik_llama.cpp loads: all of the above but mainline's Q2_0
+IK_TYPES = frozenset(k for k in EXTRA_TYPES if k != "Q2_0")
 
 # KV cache types llama.cpp accepts for -ctk / -ctv (common/arg.cpp kv_cache_types)
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")

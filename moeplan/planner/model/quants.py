@@ -47,15 +47,19 @@ FTYPE_DEFAULT: dict[str, str] = {
     "Q4_K_M": "Q4_K", "Q5_K_S": "Q5_K", "Q5_K_M": "Q5_K", "Q6_K": "Q6_K", "Q8_0": "Q8_0",
     "F16": "F16", "F32": "F32",
 }
-# ik_llama.cpp's llama-quantize types (src/llama-quantize.cpp: default_type = the type of the
-# same name); their bytes per block come from ik_llama.cpp's ggml type table (ggml.py)
+# ik_llama.cpp's llama-quantize types that mainline's lacks (examples/quantize/quantize.cpp
+# QUANT_OPTIONS at 8337e4cd; src/llama-quantize.cpp: default_type = the type of the same name but
+# for IK_FTYPE_DEFAULT's mixes); their bytes per block come from ik_llama.cpp's ggml type table
 IK_FTYPES: tuple[str, ...] = (
-    "IQ1_KT", "IQ2_KS", "IQ2_K", "IQ2_KL", "IQ2_KT", "IQ3_KS", "IQ3_K", "IQ3_KT", "IQ4_KSS", "IQ4_KS",
-    "IQ4_K", "IQ4_KT", "IQ5_KS", "IQ5_K", "IQ6_K", "Q6_0", "Q4_0_R8", "Q5_0_R4", "Q6_0_R4", "Q8_0_R8",
-    "Q2_K_R4", "Q3_K_R4", "Q4_K_R4", "Q5_K_R4", "Q6_K_R4", "Q8_K_R8", "IQ1_S_R4", "IQ1_M_R4",
-    "IQ2_XXS_R4", "IQ2_XS_R4", "IQ2_S_R4", "IQ3_XXS_R4", "IQ3_S_R4", "IQ4_NL_R4", "IQ4_XS_R8",
-    "IQ2_K_R4", "IQ3_K_R4", "IQ4_K_R4", "IQ5_K_R4", "IQ4_KS_R4", "IQ5_KS_R4",
+    "IQ1_KT", "IQ2_KS", "IQ2_K", "IQ2_KL", "IQ2_KT", "IQ3_KS", "IQ3_K", "IQ3_KL", "IQ3_KT", "IQ4_KSS",
+    "IQ4_KS", "IQ4_K", "IQ4_KT", "IQ5_KS", "IQ5_K", "IQ6_K", "Q6_0", "Q4_0_R8", "Q5_0_R4", "Q6_0_R4",
+    "Q8_0_R8", "Q2_K_R4", "Q3_K_R4", "Q4_K_R4", "Q5_K_R4", "Q6_K_R4", "Q8_K_R8", "IQ1_S_R4", "IQ1_M_R4",
+    "IQ2_XXS_R4", "IQ2_XS_R4", "IQ2_S_R4", "IQ2_M_R4", "IQ3_XXS_R4", "IQ3_S_R4", "IQ4_NL_R4", "IQ4_XS_R8",
+    "IQ2_K_R4", "IQ3_K_R4", "IQ4_K_R4", "IQ5_K_R4", "IQ4_KS_R4", "IQ5_KS_R4", "MXFP4_R8", "Q8_KV",
+    "Q8_KV_R8", "BF16_R16", "IQ1_BN", "IQ2_BN", "IQ2_BN_R4", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8",
 )
+# the ik_llama.cpp file types whose default tensor type is not their namesake
+IK_FTYPE_DEFAULT = {"IQ3_KL": "IQ3_K", "IQ2_M_R4": "IQ2_S_R4"}
 QUANTS = tuple(FTYPE_DEFAULT) + ("BF16", "native", "FP8")
 FP8_NAMES = ("FP8", "F8_E4M3")  # --quant spellings of a BF16 model's -FP8 checkpoint
 # QUANT_OPTIONS aliases ("Q4_K" = Q4_K_M ...) and moeplan's own names
@@ -419,8 +423,12 @@ def _impl(qs: _State, new: str, spec: TensorSpec, cat: str) -> str:
 # embedding rules, the low-bit branches (IQ2_KS and the _R4 I-quants, IQ1_*_R4, IQ2_KT) and the
 # generic attention rule for MoE models (n_expert >= 4: attn_v and every attn_k* tensor Q8_0).
 _IK_OUT_Q5K = ("IQ2_K", "IQ3_K", "IQ2_KS", "IQ3_K_R4", "IQ3_KS", "IQ2_K_R4", "IQ3_XXS_R4", "IQ2_KL",
-               "IQ1_S_R4", "IQ1_M_R4", "IQ2_KT", "IQ3_KT", "IQ1_KT")
-_IK_OUT_KEEP = ("Q8_0", "Q8_0_R8", "IQ6_K", "Q6_K_R4", "Q8_K_R8")
+               "IQ2_M_R4", "IQ1_S_R4", "IQ1_M_R4", "IQ2_KT", "IQ3_KT", "IQ1_KT")
+_IK_OUT_KEEP = ("Q8_0", "Q8_0_R8", "IQ6_K", "Q6_K_R4", "Q8_K_R8", "Q8_KV", "Q8_KV_R8")
+# attn_output of a model with >= 4 experts under these ftypes: Q5_K (IQ2_KL: IQ4_KS)
+_IK_ATTN_OUT_Q5K = ("IQ4_K", "IQ4_KSS", "IQ4_KS", "IQ4_KS_R4", "IQ5_KS", "IQ5_KS_R4", "IQ2_K", "IQ3_K",
+                    "IQ3_KL", "Q4_K_R4", "IQ4_NL_R4", "IQ4_XS_R8", "Q3_K_R4", "IQ3_KT", "IQ3_KS", "Q2_K_R4",
+                    "IQ4_K_R4", "IQ3_K_R4", "IQ2_K_R4", "IQ3_XXS_R4", "IQ3_S_R4")
 
 
 def _impl_ik(qs: _State, new: str, spec: TensorSpec, cat: str) -> str:
@@ -432,7 +440,7 @@ def _impl_ik(qs: _State, new: str, spec: TensorSpec, cat: str) -> str:
             return "IQ4_K" if qs.tied else "Q5_K"
         if ft in ("IQ2_XXS_R4", "IQ2_XS_R4"):
             return "IQ4_K_R4" if qs.tied else "Q5_K_R4"
-        if ft in ("IQ3_S_R4", "IQ4_KS", "IQ4_KSS", "IQ4_KS_R4") and qs.tied:
+        if ft in ("IQ3_S_R4", "IQ3_KL", "IQ4_KS", "IQ4_KSS", "IQ4_KS_R4") and qs.tied:
             return "IQ5_K"
         return new if new in _IK_OUT_KEEP else "Q6_K"
     if cat == "token_embd":
@@ -442,19 +450,26 @@ def _impl_ik(qs: _State, new: str, spec: TensorSpec, cat: str) -> str:
             return "IQ3_S"
         if ft == "IQ3_XXS_R4":
             return "IQ3_K"
+        if ft == "IQ2_M_R4":
+            return "IQ3_S"
+        if ft in ("IQ1_BN", "IQ2_BN", "IQ2_BN_R4"):
+            return "IQ4_NL"
         return new
-    low = {"IQ2_KS": "", "IQ2_XXS_R4": "", "IQ2_XS_R4": "", "IQ1_S_R4": "_R4", "IQ1_M_R4": "_R4", "IQ2_KT": ""}
+    low = {"IQ2_KS": "", "IQ2_XXS_R4": "", "IQ2_XS_R4": "", "IQ2_M_R4": "", "IQ1_S_R4": "_R4", "IQ1_M_R4": "_R4",
+           "IQ2_KT": ""}
     if ft in low:
         r4 = low[ft]
         if "attn_v.weight" in name:
             qs.i_attention_wv += 1
             if qs.n_expert >= 4 or qs.n_gqa >= 4:
                 return "IQ4_K" + r4
-            return ("IQ3_K" + r4) if qs.n_gqa >= 2 or (ft == "IQ2_KS" and qs.n_expert >= 2) else new
+            if qs.n_gqa >= 2 or (ft in ("IQ2_KS", "IQ2_M_R4") and qs.n_expert >= 2):
+                return "IQ3_K" + r4
+            return "IQ3_S" if ft == "IQ2_M_R4" else new
         if qs.n_expert >= 8 and ("attn_k" in name or "attn_q" in name):
             return "Q4_K" + r4
         if "attn_qkv.weight" in name:
-            return "IQ3_K" if ft == "IQ2_KT" else "IQ2_K" + r4
+            return {"IQ2_KT": "IQ3_K", "IQ2_M_R4": "IQ3_XXS"}.get(ft, "IQ2_K" + r4)
         if "_shexp.weight" in name and ft in ("IQ1_S_R4", "IQ1_M_R4", "IQ2_KT"):
             return "IQ4_K" + r4
         if "ffn_down" in name:
@@ -463,15 +478,23 @@ def _impl_ik(qs: _State, new: str, spec: TensorSpec, cat: str) -> str:
                 qs.i_ffn_down < qs.n_layer_all // 8
             qs.i_ffn_down += 1
             if bump:
-                return {"IQ2_KT": "IQ3_K", "IQ1_S_R4": "Q2_K_R4", "IQ1_M_R4": "Q2_K_R4"}.get(ft, "Q2_K")
+                return {"IQ2_KT": "IQ3_K", "IQ1_S_R4": "Q2_K_R4", "IQ1_M_R4": "Q2_K_R4",
+                        "IQ2_M_R4": "IQ3_S"}.get(ft, "Q2_K")
             return new
         if "attn_output.weight" in name:
-            return ("Q5_K" + r4) if qs.n_expert >= 4 else new
+            if qs.n_expert >= 4:
+                return "Q5_K" + r4
+            return "IQ3_S" if ft == "IQ2_M_R4" else new
         return new
     if "attn_v.weight" in name and qs.n_expert >= 4:
         return "Q8_0"
     if "attn_k" in name and "attn_v.weight" not in name and qs.n_expert >= 4:
         return "Q8_0"
+    if cat == "attn_output" and qs.n_expert >= 4:
+        return "IQ4_KS" if ft == "IQ2_KL" else "Q5_K" if ft in _IK_ATTN_OUT_Q5K else new
+    if ft == "IQ3_KL" and cat in ("ffn_gate", "ffn_up", "ffn_down"):
+        # use_more_bits layers of the three FFN tensors (experts and shared) take IQ4_KS
+        return "IQ4_KS" if _use_more_bits(_ffn_layer(qs, name, 0), qs.n_layer_all) else new
     return new
 
 
@@ -485,7 +508,7 @@ def quantize_types(specs: list[TensorSpec], source: dict[str, str], ftype: str, 
     """llama-quantize `ftype` (a key of FTYPE_DEFAULT, or an ik_llama.cpp type of IK_FTYPES)
     applied to a file whose tensor types are `source` (name -> type)."""
     ik = ftype in IK_FTYPES
-    default = ftype if ik else FTYPE_DEFAULT[ftype]
+    default = IK_FTYPE_DEFAULT.get(ftype, ftype) if ik else FTYPE_DEFAULT[ftype]
     quantized = TYPE_SIZES[default][0] > 1  # ggml_is_quantized: F16 / F32 take no rules
     order = loader_order(specs)
     tied = not any(t.name == "output.weight" for t in specs)
