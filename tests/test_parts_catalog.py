@@ -108,6 +108,15 @@ def test_new_gpus_resolve(query, name):
     ("Xeon W-2145", "Intel Xeon W-2145", ("skylake-sp", 8, 16, 3.7, 4.5, 11, 4, "ddr4", 2666, 1)),
     ("Xeon E5-2696 v4", "Intel Xeon E5-2696 v4", ("haswell", 22, 44, 2.2, 3.7, 55, 4, "ddr4", 2400, 2)),
     ("Xeon E5-2667 v4", "Intel Xeon E5-2667 v4", ("haswell", 8, 16, 3.2, 3.6, 25, 4, "ddr4", 2400, 2)),
+    # the second catalog pass: older desktops, laptops, Xeon E5 v2 and Scalable parts
+    ("i9-9900K", "Intel Core i9-9900K", ("skylake-client", 8, 16, 3.6, 5.0, 16, 2, "ddr4", 2666, 1)),
+    ("Ryzen 5 2600", "AMD Ryzen 5 2600", ("zen1", 6, 12, 3.4, 3.9, 16, 2, "ddr4", 2933, 1)),
+    ("E5-2690 v2", "Intel Xeon E5-2690 v2", ("ivy-bridge", 10, 20, 3.0, 3.6, 25, 4, "ddr3", 1866, 2)),
+    ("Xeon Gold 6240", "Intel Xeon Gold 6240", ("cascade-lake", 18, 36, 2.6, 3.9, 24.75, 6, "ddr4", 2933, 4)),
+    ("Xeon Platinum 8368", "Intel Xeon Platinum 8368", ("icelake-sp", 38, 76, 2.4, 3.4, 57, 8, "ddr4", 3200, 2)),
+    ("Ryzen 7 8845HS", "AMD Ryzen 7 8845HS", ("zen4", 8, 16, 3.8, 5.1, 16, 2, "ddr5", 5600, 1)),
+    ("Core Ultra 7 258V", "Intel Core Ultra 7 258V", ("alder-lake", 8, 8, 2.2, 4.8, 12, 2, "lpddr5x", 8533, 1)),
+    ("i7-4790K", "Intel Core i7-4790K", ("haswell", 4, 8, 4.0, 4.4, 8, 2, "ddr3", 1600, 1)),
 ])
 def test_named_cpus_resolve_with_their_figures(query, name, fig):
     p = catalog.find_cpu(query)
@@ -119,7 +128,8 @@ def test_named_cpus_resolve_with_their_figures(query, name, fig):
     if p.ccds:  # AMD: the cores sit on whole CCDs
         assert p.ccds * p.cores_per_ccd == p.cores
     # Xeon Scalable 3rd gen and later, Xeon W: two AVX-512 FMA units on every SKU
-    assert p.fp32_flop_per_cycle == {"haswell": 32, "zen2": 32, "zen3": 32, "zen4": 32}.get(p.family, 64)
+    assert p.fp32_flop_per_cycle == {"haswell": 32, "zen2": 32, "zen3": 32, "zen4": 32, "skylake-client": 32,
+                                     "alder-lake": 32, "zen1": 16, "ivy-bridge": 16}.get(p.family, 64)
     assert catalog.match_cpu(name).name == name  # a /proc/cpuinfo name with the full model
 
 
@@ -132,6 +142,9 @@ def test_named_cpus_resolve_with_their_figures(query, name, fig):
     ("Titan RTX", "NVIDIA TITAN RTX", 24, 672, 3, 130.5, "7.5"),
     ("A10", "NVIDIA A10", 24, 600, 4, 125, "8.6"),
     ("RTX 5090 D", "NVIDIA GeForce RTX 5090 D", 32, 1792, 5, 0.0, "12.0"),
+    ("T4", "Tesla T4", 16, 320, 3, 65, "7.5"),
+    ("M40 24GB", "Tesla M40 24GB", 24, 288, 3, 6.8, "5.2"),
+    ("RTX 5050", "NVIDIA GeForce RTX 5050", 8, 320, 5, 52.6, "12.0"),
 ])
 def test_named_gpus_resolve_with_their_figures(query, name, vram_gib, bw_gbps, pcie_gen, fp16_tflops, cc):
     g = catalog.find_gpu(query)
@@ -257,3 +270,11 @@ def test_a_named_size_that_is_stock_or_a_catalog_variant_is_that_part():
     assert "--gpu-vram 8G" in e.value.hint
     with pytest.raises(InputError, match="not in the parts catalog"):
         catalog.find_gpu("Frobnicator 48GB")
+
+
+def test_gold_5200_has_one_avx512_fma_unit_and_old_isas_lack_avx2():
+    """Intel ark: Xeon Gold 5220 "# of AVX-512 FMA Units 1"; Ivy Bridge-EP has AVX but no FMA/AVX2."""
+    assert catalog.find_cpu("Xeon Gold 5220").fp32_flop_per_cycle == 32
+    assert catalog.find_cpu("Xeon Gold 6240").fp32_flop_per_cycle == 64
+    ivy = catalog.find_cpu("E5-2680 v2")
+    assert "avx2" not in ivy.isa and "fma" not in ivy.isa and "avx" in ivy.isa
