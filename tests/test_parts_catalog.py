@@ -204,6 +204,19 @@ def test_server_ccds_add_no_fabric_cap_desktop_keeps_it():
     assert catalog.find_cpu("Ryzen 7 5800X").fabric_read_bytes_per_s is not None
 
 
+def test_a_monolithic_apu_reads_through_its_ccx_port():
+    """Phoenix / Hawk Point: one CCX whose 32 B-per-FCLK port (2.0 GHz) reads 64 GB/s, below the
+    0.80 x 89.6 GB/s its dual-channel DDR5-5600 streams: the DRAM rate is the port's 0.90 x 64."""
+    hs = catalog.find_cpu("Ryzen 7 8845HS")
+    assert hs.ccds == 1 and hs.fabric_read_bytes_per_s == pytest.approx(64e9)
+    node = catalog.build_profile(SpecRequest(cpu="Ryzen 7 8845HS", ram_bytes=64 * 2**30)).numa_nodes[0]
+    assert node.dram_read_bytes_per_s.effective == pytest.approx(0.90 * 64e9)
+    assert "Infinity Fabric" in node.dram_read_bytes_per_s.method
+    # Cezanne with DDR4-3200: the port (0.90 x 51.2 GB/s) is above the DIMMs' 0.85 x 51.2 GB/s
+    g = catalog.build_profile(SpecRequest(cpu="Ryzen 7 5700G", ram_bytes=64 * 2**30)).numa_nodes[0]
+    assert g.dram_read_bytes_per_s.effective == pytest.approx(0.85 * 51.2e9)
+
+
 def test_laptop_gpu_profile_notes_the_unknown_link_and_rate():
     p = catalog.build_profile(SpecRequest(gpu="RTX 3070 Laptop", cpu="i7-12700H", ram_bytes=32 * 2**30))
     g = p.gpus[0]
