@@ -332,9 +332,10 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         args += ["--no-flash-attn"]
     if r.get("kv_depth"):
         args += ["--depth", str(int(r["kv_depth"]))]
-    d = re.search(r"@\s*d\s*(\d+)", r.get("pp_test") or "")
-    if d:  # llama-bench -d N: the prompt follows N cached tokens
-        args += ["--prompt-depth", d.group(1)]
+    d = re.search(r"@\s*d\s*(\d+)|@\s*N_KV\s+(\d+)", r.get("pp_test") or "")
+    if d and int(d.group(1) or d.group(2)):
+        # llama-bench -d N, llama-sweep-bench's "PP @ N_KV N": the prompt follows N cached tokens
+        args += ["--prompt-depth", d.group(1) or d.group(2)]
     k = r.get("n_experts_used")
     if isinstance(k, int):
         # the model card's count, or a run with fewer (KTransformers' selective experts,

@@ -147,6 +147,30 @@ def test_mla_reads_the_latent_cache_once_per_cell():
     assert sum(A._row_bytes(x, "f16", "f16")[0] * x.cells for x in layers) == kv_read_bytes(glm, 10000)
 
 
+def test_ik_llama_prompts_expand_the_mla_heads(hw):
+    """ik_llama.cpp (build_deepseek2.cpp, pp_opt: >= 128 tokens, -mla 2/3, flash attention)
+    multiplies the latent cache by wkv_b into every head's K (192) and V (128) and runs
+    multi-head attention; decode and mainline keep the absorbed one-KV-head form (576 / 512)."""
+    lite = load_profile("deepseek-coder-v2-lite", "Q4_0")
+    ex = A.attention_layers(lite, 8192, mla_expanded=True)
+    a = ex[0]
+    assert (a.n_head_kv, a.d_k, a.d_v, a.v_in_k) == (16, 192, 128, False)
+    assert a.expand_flop_per_cell == 2 * 512 * 16 * (128 + 128)  # kv_lora_rank x heads x (nope + v)
+    absorbed = A.attention_layers(lite, 8192)
+    u = 1024
+    assert A.attention_flops(ex, u) < A.attention_flops(absorbed, u) / 2
+    # whole estimates: a 1024-token ubatch after 8192 cached tokens on the CPU
+    p = _cpu_only(threads=16, n_ubatch=1024, n_batch=1024)
+    ik = estimate(lite, p, hw, read_priors("ik_llama.cpp"), n_prompt=1024, prompt_depth=8192, depth=8192)
+    main = estimate(lite, p, hw, read_priors("llama.cpp"), n_prompt=1024, prompt_depth=8192, depth=8192)
+    f_ik = next(x.formula for x in ik.prefill_terms if x.name == "cpu_attention")
+    f_main = next(x.formula for x in main.prefill_terms if x.name == "cpu_attention")
+    assert "MLA heads expanded" in f_ik and "MLA heads expanded" not in f_main
+    # decode stays absorbed on both
+    dec = [x.formula for e in (ik, main) for x in e.decode_terms if x.name == "cpu_attention"]
+    assert len(dec) == 2 and all("d_k 576" in f for f in dec)
+
+
 def test_ik_llama_shares_kv_rows_across_the_gqa_group():
     layers = _gqa(6000)
     m = _machine(32)

@@ -75,7 +75,8 @@ TILED_SCALAR_PER_CELL = 1.0
 # 16 B per cycle taken for both
 L3_BYTES_PER_CYCLE = 16.0
 # private L2 per core by family (AMD / Intel optimisation manuals, product briefs)
-L2_BYTES = {"haswell": 256 << 10, "comet-lake": 256 << 10, "skylake-sp": 1 << 20, "cascade-lake": 1 << 20,
+L2_BYTES = {"haswell": 256 << 10, "comet-lake": 256 << 10, "skylake-client": 256 << 10, "ivy-bridge": 256 << 10,
+            "zen1": 512 << 10, "skylake-sp": 1 << 20, "cascade-lake": 1 << 20,
             "icelake-sp": 1280 << 10, "rocket-lake": 512 << 10, "alder-lake": 1280 << 10,
             "sapphire-rapids": 2 << 20, "granite-rapids": 2 << 20, "sierra-forest": 1 << 20,
             "zen2": 512 << 10, "zen3": 512 << 10, "zen4": 1 << 20, "zen5": 1 << 20, "zen5-mobile": 1 << 20}
@@ -96,6 +97,30 @@ class AttnLayer:
     d_k: int
     d_v: int
     v_in_k: bool  # MLA: V is a view of the latent K cache (no V bytes of its own)
+    # ik_llama.cpp's MLA prompt path: FLOP per cell of expanding the latent cache to every head's
+    # K and V before the attention (0 elsewhere)
+    expand_flop_per_cell: float = 0.0
+
+
+# ik_llama.cpp's prompt path for MLA (src/graphs/build_deepseek2.cpp at 8337e4cd, `pp_opt =
+# n_tokens >= 128 && mla_attn > 1` with flash attention, -mla 3 the default): the cached latent
+# c_kv of all n_kv cells is multiplied by wkv_b into every head's K_nope and V (kv_f32 =
+# ggml_mul_mat(wkv_b, kv_cache_nope)), then FlashAttention runs as multi-head attention with
+# key_length_mla (nope + rope) and value_length_mla per head, instead of the absorbed one-KV-head
+# form over kv_lora_rank + rope that decode and mainline llama.cpp (src/models/deepseek2.cpp)
+# use for every batch
+IK_MLA_PP_MIN_TOKENS = 128
+
+
+def mla_prompt_dims(model: ModelSpec) -> tuple[int, int, int, int] | None:
+    """(d_k, d_v, kv_lora_rank, rope) of an MLA model's expanded heads, None without MLA."""
+    extra = dict(model.extra)
+    dk, dv, rank = (int(extra.get(k) or 0) for k in ("attention.key_length_mla", "attention.value_length_mla",
+                                                     "attention.kv_lora_rank"))
+    if not (model.mla and dk and dv and rank):
+        return None
+    rope = max(0, int(extra.get("attention.key_length") or rank) - rank)
+    return dk, dv, rank, rope
 
 
 @dataclass(frozen=True)
@@ -125,16 +150,19 @@ def _is_quant(t: str) -> bool:
 
 
 def attention_layers(model: ModelSpec, depth: int, n_ubatch: int = 512,
-                     blocks: frozenset[int] | None = None) -> list[AttnLayer]:
+                     blocks: frozenset[int] | None = None, mla_expanded: bool = False) -> list[AttnLayer]:
     """Layers with a K cache ('k' component), their heads and row widths. MLA: the cache holds
     the latent c_kv + k_rope (accounting.kv_read_bytes sizes the same 'k' rows); llama.cpp
     attends with one KV head of width key_length (kv_lora_rank + rope) and V = the first
-    value_length of it. Sliding-window caches hold window + n_ubatch cells (KvComponent 'swa').
+    value_length of it; `mla_expanded`: ik_llama.cpp's prompt path instead (expanded heads of
+    key_length_mla / value_length_mla after a latent-to-heads product, IK_MLA_PP_MIN_TOKENS).
+    Sliding-window caches hold window + n_ubatch cells (KvComponent 'swa').
     `blocks`: only these blocks (the CPU blocks of a -ngl split)."""
     extra = dict(model.extra)
     n_head = max(1, model.n_head)
     d_k = int(extra.get("attention.key_length") or (model.n_embd // n_head))
     d_v = int(extra.get("attention.value_length") or d_k)
+    mla = mla_prompt_dims(model) if mla_expanded else None
     out = []
     for layer in model.trunk_layers:
         if blocks is not None and layer.index not in blocks:
@@ -149,14 +177,21 @@ def attention_layers(model: ModelSpec, depth: int, n_ubatch: int = 512,
         else:
             continue
         v_in_k = not any(c.name == "v" for c in layer.kv)
+        if mla is not None and v_in_k:
+            dk, dv, rank, rope = mla
+            out.append(AttnLayer(cells, cache, n_head, n_head, dk, dv, False,
+                                 expand_flop_per_cell=2.0 * rank * n_head * (dk - rope + dv)))
+            continue
         n_kv = 1 if v_in_k else max(1, k.n_embd // max(1, d_k))
         out.append(AttnLayer(cells, cache, n_head, n_kv, d_k, d_v, v_in_k))
     return out
 
 
 def attention_flops(layers: list[AttnLayer], n_tokens: int = 1) -> float:
-    """Score and value products: 2 * (d_k + d_v) FLOP per cell and q head."""
-    return sum(2.0 * (a.d_k + a.d_v) * a.cells * a.n_head for a in layers) * n_tokens
+    """Score and value products: 2 * (d_k + d_v) FLOP per cell and q head, plus the MLA
+    expansion of ik_llama.cpp's prompt path, once per batch of n_tokens."""
+    return sum(2.0 * (a.d_k + a.d_v) * a.cells * a.n_head * n_tokens + a.expand_flop_per_cell * a.cells
+               for a in layers)
 
 
 def _row_bytes(a: AttnLayer, type_k: str, type_v: str) -> tuple[float, float]:
@@ -258,6 +293,10 @@ def prefill_attention(layers: list[AttnLayer], m: CpuMachine, backend: str, type
         fl = 2.0 * (a.d_k + a.d_v) * a.cells * a.n_head * u
         rows = u * a.n_head
         tiled_ok = not _is_quant(type_k) and type_k.lower() == type_v.lower()
+        if a.expand_flop_per_cell:
+            # the latent cache times wkv_b into every head's K and V: a GEMM over all cells
+            total += a.expand_flop_per_cell * a.cells / max(1.0, m.gemm_flop_per_s)
+            paths.add("MLA heads expanded")
         if not flash_attn or backend == "ik_llama.cpp" and u >= IK_Q_STEP:
             # GEMMs (-fa 0 mul_mat; iqk's tiled FlashAttn) at the matmul rate, plus the softmax
             t = fl / max(1.0, m.gemm_flop_per_s) + rows * a.cells * NOFA_CELL_FIXED_CYCLES / 2 / m.clock_hz / eff

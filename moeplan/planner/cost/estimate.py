@@ -524,10 +524,16 @@ def non_expert_params(model: ModelSpec, blocks: frozenset[int] | None = None, ou
     return float(sum(dense_weights_by_type(model, blocks, output).values()))
 
 
-def attention_flops_per_token(model: ModelSpec, depth: int, blocks: frozenset[int] | None = None) -> float:
+def attention_flops_per_token(model: ModelSpec, depth: int, blocks: frozenset[int] | None = None,
+                              mla_ubatch: int = 0) -> float:
     """Score and value products of one token at context depth `depth`:
     4 * cells attended * n_head * d_k per attention layer (d_k = GGUF attention.key_length;
-    for MLA that is the absorbed latent width, which is what llama.cpp multiplies)."""
+    for MLA that is the absorbed latent width, which is what llama.cpp multiplies).
+    `mla_ubatch` > 0: ik_llama.cpp's MLA prompt path on batches of that many tokens (expanded
+    heads, the expansion shared by the batch: attention.IK_MLA_PP_MIN_TOKENS)."""
+    if mla_ubatch and attention.mla_prompt_dims(model) is not None:
+        layers = attention.attention_layers(model, depth, mla_ubatch, blocks, mla_expanded=True)
+        return attention.attention_flops(layers, mla_ubatch) / mla_ubatch
     extra = dict(model.extra)
     d_k = int(extra.get("attention.key_length") or (model.n_embd // max(1, model.n_head)))
     flops = 0.0
@@ -564,10 +570,18 @@ def _pre_split_kv_build(p: Placement, pr: BackendPriors) -> int | None:
     return build if build is not None and build < attention.FA_SPLIT_KV_FROM_BUILD else None
 
 
+def ik_mla_prompt_ubatch(model: ModelSpec, p: Placement, pr: BackendPriors, u: int) -> int:
+    """u when ik_llama.cpp takes its expanded-heads MLA path for batches of u tokens (-mla 2/3
+    with flash attention, attention.IK_MLA_PP_MIN_TOKENS), else 0."""
+    ok = pr.name == "ik_llama.cpp" and p.flash_attn and u >= attention.IK_MLA_PP_MIN_TOKENS and model.mla
+    return u if ok else 0
+
+
 def cpu_attention_prefill(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors,
                           mean_depth: int, u: int, blocks: frozenset[int] | None = None) -> attention.CpuAttention:
     """One ubatch of u tokens' attention on the CPU, its cells at the prompt's mean depth."""
-    layers = attention.attention_layers(model, mean_depth, p.n_ubatch, blocks)
+    layers = attention.attention_layers(model, mean_depth, p.n_ubatch, blocks,
+                                        mla_expanded=bool(ik_mla_prompt_ubatch(model, p, pr, u)))
     return attention.prefill_attention(layers, _attention_machine(hw, p, f, p.threads_batch), pr.name,
                                        p.cache_type_k, p.cache_type_v, u, p.flash_attn)
 
@@ -654,8 +668,8 @@ class SplitLayers:
     params: float = 0.0
     moe_on_cpu: frozenset[int] = frozenset()
 
-    def attention_flops(self, model: ModelSpec, depth: int) -> float:
-        return attention_flops_per_token(model, depth, self.blocks) if self.blocks else 0.0
+    def attention_flops(self, model: ModelSpec, depth: int, mla_ubatch: int = 0) -> float:
+        return attention_flops_per_token(model, depth, self.blocks, mla_ubatch) if self.blocks else 0.0
 
 
 def ngl_split(model: ModelSpec, p: Placement, f: Factors) -> SplitLayers:
@@ -1120,9 +1134,10 @@ def estimate_prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, 
     p_dense = non_expert_params(model)
     per_tok = k / n if n else 0.0
     exp_params = lambda layers: sum(layer.expert_elements for layer in layers) * per_tok  # noqa: E731
-    attn_all = attention_flops_per_token(model, int(depth_mid))
+    mla_u = ik_mla_prompt_ubatch(model, p, pr, u)
+    attn_all = attention_flops_per_token(model, int(depth_mid), mla_ubatch=mla_u)
     # attention of the CPU blocks stays on the CPU: its K/V are not weights (see SplitLayers)
-    attn_cpu = split.attention_flops(model, int(depth_mid))
+    attn_cpu = split.attention_flops(model, int(depth_mid), mla_u)
     attn = attn_all - attn_cpu
     if pr.op_offload == "mainline":
         offload = p.op_offload and u >= 32
