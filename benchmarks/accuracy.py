@@ -84,6 +84,7 @@ MODEL_MAP = [
     (r"kimi[- ]?k2\.[56]", "kimi-k2.5"),
     (r"kimi-k2-instruct", "kimi-k2"),
     (r"glm[- ]4\.[567](?!-flash|-air)", "glm-4.5"),
+    (r"glm[- ]4\.[56][- ]air", "glm-4.5-air"),
     (r"deepseek-coder-v2-lite", "deepseek-coder-v2-lite"),
     (r"deepseek-v2-lite", "deepseek-coder-v2-lite"),  # the profile is V2-Lite's config (its alias)
     (r"gemma[- ]?4[- ]26b[- ]a4b", "gemma-4-26b-a4b"),
