@@ -110,3 +110,25 @@ def test_rule_is_ktransformers_only():
     p = Placement(backend="llama.cpp", n_threads=112, numa="none")
     f = resolve_factors(hw, read_priors("llama.cpp"), p, host_bytes=380 * GIB)
     assert f.oversub_s_per_barrier == machine.oversubscription_s_per_barrier(machine.thread_use(112, 56, 112))
+
+
+def test_default_threads_leave_the_helper_a_cpu_without_smt():
+    """A plan with no --threads runs the physical cores, but KTransformers' --cpu_infer plus the
+    thread that waits on the GPU would oversubscribe a CPU without SMT (Xeon 6 E-cores): its
+    default keeps one logical CPU free, so `estimate` and `tune` do not plan a collapsed run."""
+    from moeplan.planner.cost.estimate import default_threads
+    from moeplan.planner.search import Request, choose_plan
+    from moeplan.profiles.model_profiles import load_profile
+
+    e_core = catalog.build_profile(SpecRequest(cpu="Xeon 6740E", gpu="RTX 4090", ram_bytes=1024 * GIB))
+    assert e_core.cpu.n_cores == e_core.cpu.n_threads == 96
+    p = Placement(numa="none")
+    assert default_threads(e_core, p, "llama.cpp") == 96
+    assert default_threads(e_core, p, "ktransformers") == 95
+    smt = catalog.build_profile(SpecRequest(cpu="EPYC 9355", gpu="RTX 4090", ram_bytes=1024 * GIB))
+    assert default_threads(smt, p, "ktransformers") == 32  # SMT siblings hold the helper
+    model = load_profile("deepseek-v3", "Q4_K_M")
+    plan = choose_plan(model, e_core, read_priors("ktransformers"), Request())
+    assert plan.best.placement.n_threads == 95
+    all_cores = estimate(model, plan.best.placement.with_(n_threads=96), e_core, read_priors("ktransformers"))
+    assert plan.best.estimate.decode_tok_s > 5 * all_cores.decode_tok_s  # 96 + 1 threads on 96 CPUs

@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
         kv_type_v: KvTypeVOpt = None, no_flash_attn: NoFlashAttnOpt = False,
     ) -> None:
         """Predict VRAM, RAM, decode and prefill speed of one placement, with where the time goes."""
-        from moeplan.planner.cost.estimate import estimate, physical_cores
+        from moeplan.planner.cost.estimate import default_threads, estimate
         from moeplan.planner.limits import check_placement, check_run_shape
         from moeplan.planner.placement import Placement
         from moeplan.probes.models import resolve_model
@@ -157,7 +157,8 @@ def register(app: typer.Typer) -> None:
         profile = select_gpus(_hardware(hw, vram, ram), gpus)
         p = resolve_placement(spec, backend=backend, cpu_moe_layers=cpu_moe_layers, cpu_layers=cpu_layers,
                               all_cpu_moe=all_cpu_moe, ctx=ctx, kv_type=kv_type, threads=threads,
-                              default_threads=physical_cores(profile, Placement(numa=numa)), ubatch=ubatch, numa=numa,
+                              default_threads=default_threads(profile, Placement(numa=numa), backend), ubatch=ubatch,
+                              numa=numa,
                               no_op_offload=no_op_offload, gpu_expert_cache=gpu_expert_cache, draft=draft,
                               accept=accept, no_mmap=no_mmap, experts_used=experts_used,
                               logical_cpus=profile.cpu.n_threads, ngl=ngl,

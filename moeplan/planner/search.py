@@ -24,7 +24,15 @@ import math
 from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError
-from moeplan.planner.cost.estimate import cpu_nodes, dot_elements, estimate, kt_plan_threshold, physical_cores, used_nodes
+from moeplan.planner.cost.estimate import (
+    cpu_nodes,
+    default_threads,
+    dot_elements,
+    estimate,
+    kt_plan_threshold,
+    physical_cores,
+    used_nodes,
+)
 from moeplan.planner.cost.machine import KT_THRESHOLD_KEY, default_batch
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
@@ -281,7 +289,7 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
                     base = Placement(backend=pr.name, n_ctx=ctx0, cache_type_k=kv, cache_type_v=kv,
                                      flash_attn=True, n_ubatch=ub, n_batch=max(batch0, ub), numa=numa,
                                      numa_nodes=nodes, op_offload=op, n_gpus=n_gpus, n_gpu_layers=ngl)
-                    base = base.with_(n_threads=req.threads or physical_cores(hw, base))
+                    base = base.with_(n_threads=req.threads or default_threads(hw, base, pr.name))
                     if hw.os == "windows" and numa == "bind":
                         base = base.with_(extra=(("win_affinity_mask", _win_mask(hw, nodes)),))
                     if not has_gpu:

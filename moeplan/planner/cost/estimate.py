@@ -190,6 +190,18 @@ def physical_cores(hw: HardwareProfile, p: Placement) -> int:
     return max(1, sum(n.n_physical_cores for n in used_nodes(hw, p)) or hw.cpu.n_cores)
 
 
+def default_threads(hw: HardwareProfile, p: Placement, backend: str) -> int:
+    """The threads a plan runs when none are given: the physical cores of its nodes; under
+    KTransformers at most the logical CPUs less the thread that waits on the GPU
+    (machine.KT_HELPER_THREADS), so that --cpu_infer does not oversubscribe a CPU without SMT
+    (Xeon 6 E-cores, Lunar / Arrow Lake, SMT off in the BIOS)."""
+    cores = physical_cores(hw, p)
+    if backend != "ktransformers":
+        return cores
+    logical = sum(len(n.cpus) for n in used_nodes(hw, p)) or hw.cpu.n_threads
+    return max(1, min(cores, logical - machine.KT_HELPER_THREADS))
+
+
 def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_bytes: float = 0.0,
                     expert_barriers: int = 4) -> Factors:
     """Turn the profile's figures, calibration and backend priors into the model's rates.
