@@ -190,6 +190,11 @@ def physical_cores(hw: HardwareProfile, p: Placement) -> int:
     return max(1, sum(n.n_physical_cores for n in used_nodes(hw, p)) or hw.cpu.n_cores)
 
 
+def logical_cpus(hw: HardwareProfile, nodes) -> int:
+    """Logical CPUs of these NUMA nodes (the profile's count where the nodes list none)."""
+    return sum(len(n.cpus) for n in nodes) or hw.cpu.n_threads
+
+
 def default_threads(hw: HardwareProfile, p: Placement, backend: str) -> int:
     """The threads a plan runs when none are given: the physical cores of its nodes; under
     KTransformers at most the logical CPUs less the thread that waits on the GPU
@@ -198,8 +203,7 @@ def default_threads(hw: HardwareProfile, p: Placement, backend: str) -> int:
     cores = physical_cores(hw, p)
     if backend != "ktransformers":
         return cores
-    logical = sum(len(n.cpus) for n in used_nodes(hw, p)) or hw.cpu.n_threads
-    return max(1, min(cores, logical - machine.KT_HELPER_THREADS))
+    return max(1, min(cores, logical_cpus(hw, used_nodes(hw, p)) - machine.KT_HELPER_THREADS))
 
 
 def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_bytes: float = 0.0,
@@ -291,7 +295,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
         f_remote = 1 - 1 / len(nodes)
         note = (f"Windows default: threads on all nodes, pages spread over nodes {[n.id for n in nodes]}, "
                 f"{f_remote:.0%} of reads remote")
-        if (sum(len(n.cpus) for n in nodes) or hw.cpu.n_threads) > WINDOWS_GROUP_SIZE:
+        if logical_cpus(hw, nodes) > WINDOWS_GROUP_SIZE:
             # more logical CPUs than one processor group: ggml-cpu's Windows threads are not
             # group-aware (ggml_thread_apply_affinity sets a single 64-bit mask), and Windows 10 /
             # Server 2019 keep a process's threads in its primary group, one node here (Windows 11
@@ -325,7 +329,7 @@ def resolve_factors(hw: HardwareProfile, pr: BackendPriors, p: Placement, host_b
                 "of the work")
     # threads on cores: SMT siblings and threads beyond the logical CPUs add no read rate
     n_cores = sum(n.n_physical_cores or len(n.cpus) for n in thread_nodes) or hw.cpu.n_cores
-    n_logical = sum(len(n.cpus) for n in thread_nodes) or hw.cpu.n_threads
+    n_logical = logical_cpus(hw, thread_nodes)
     tu = machine.thread_use(T, n_cores, n_logical)
     sockets_n = max(1, round(len(thread_nodes) * max(1, hw.cpu.n_sockets) / max(1, n_nodes)))
     cores_per_node = max(1, n_cores // len(thread_nodes))
@@ -541,9 +545,9 @@ def attention_flops_per_token(model: ModelSpec, depth: int, blocks: frozenset[in
     """Score and value products of one token at context depth `depth`:
     4 * cells attended * n_head * d_k per attention layer (d_k = GGUF attention.key_length;
     for MLA that is the absorbed latent width, which is what llama.cpp multiplies).
-    `mla_ubatch` > 0: ik_llama.cpp's MLA prompt path on batches of that many tokens (expanded
-    heads, the expansion shared by the batch: attention.IK_MLA_PP_MIN_TOKENS)."""
-    if mla_ubatch and attention.mla_prompt_dims(model) is not None:
+    `mla_ubatch` > 0 (ik_mla_prompt_ubatch): ik_llama.cpp's MLA prompt path on batches of that
+    many tokens (expanded heads, the expansion shared by the batch)."""
+    if mla_ubatch:
         layers = attention.attention_layers(model, depth, mla_ubatch, blocks, mla_expanded=True)
         return attention.attention_flops(layers, mla_ubatch) / mla_ubatch
     extra = dict(model.extra)
@@ -584,8 +588,10 @@ def _pre_split_kv_build(p: Placement, pr: BackendPriors) -> int | None:
 
 def ik_mla_prompt_ubatch(model: ModelSpec, p: Placement, pr: BackendPriors, u: int) -> int:
     """u when ik_llama.cpp takes its expanded-heads MLA path for batches of u tokens (-mla 2/3
-    with flash attention, attention.IK_MLA_PP_MIN_TOKENS), else 0."""
-    ok = pr.name == "ik_llama.cpp" and p.flash_attn and u >= attention.IK_MLA_PP_MIN_TOKENS and model.mla
+    with flash attention, attention.IK_MLA_PP_MIN_TOKENS) on a model whose GGUF gives the heads'
+    sizes, else 0."""
+    ok = (pr.name == "ik_llama.cpp" and p.flash_attn and u >= attention.IK_MLA_PP_MIN_TOKENS
+          and attention.mla_prompt_dims(model) is not None)
     return u if ok else 0
 
 
