@@ -13,7 +13,8 @@
 //      -L$BUILD/bin -lggml -lggml-base -lggml-cpu -Wl,-rpath,$BUILD/bin   (one line)
 //   ./ggml_dot_rates 128 4096 20        # M K rounds; types default to the list below
 //   ./ggml_dot_rates 128 4096 20 q8_0 iq2_s iq3_s
-// (ik_llama.cpp's ggml has no separate ggml-base/ggml-cpu libraries: link -lggml only.)
+// ik_llama.cpp: add -DIK_GGML and link -lggml only (its ggml is one library, and its
+// ggml_quantize_chunk and ggml_graph_plan take other arguments).
 #include "ggml.h"
 #if __has_include("ggml-cpu.h")
 #include "ggml-cpu.h"
@@ -70,10 +71,19 @@ int main(int argc, char **argv) {
         struct ggml_tensor *b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, 1);
         memcpy(b->data, src, sizeof(float) * K);
         ggml_quantize_init(type);
-        ggml_quantize_chunk(type, src, a->data, 0, M, K, ggml_quantize_requires_imatrix(type) ? imat : NULL);
+        const float *im = ggml_quantize_requires_imatrix(type) ? imat : NULL;
+#ifdef IK_GGML
+        ggml_quantize_chunk(type, src, a->data, 0, M, K, im, NULL);
+#else
+        ggml_quantize_chunk(type, src, a->data, 0, M, K, im);
+#endif
         struct ggml_cgraph *gf = ggml_new_graph(ctx);
         ggml_build_forward_expand(gf, ggml_mul_mat(ctx, a, b));
+#ifdef IK_GGML
+        plans[n] = ggml_graph_plan(gf, 1);
+#else
         plans[n] = ggml_graph_plan(gf, 1, NULL);
+#endif
         plans[n].work_data = malloc(plans[n].work_size + 64);
         for (int w = 0; w < 20; w++) ggml_graph_compute(gf, &plans[n]);
         graphs[n] = gf;
