@@ -77,11 +77,11 @@ def cpu_parts() -> tuple[CpuPart, ...]:
         out.append(CpuPart(
             name=c["name"], aliases=tuple(c.get("aliases", ())),
             vendor="amd" if c["name"].startswith("AMD") else "intel" if c["name"].startswith("Intel") else "",
-            family=c["family"], cores=c["cores"], threads=c["threads"], base_hz=c["base_ghz"] * 1e9,
+            family=c["family"], cores=c["cores"], threads=c["threads"], base_hz=round(c["base_ghz"] * 1e9, -6),
             l3_bytes=int(c.get("l3_mib", 0) * MIB), channels=c["channels"], ram_type=c["ram_type"],
             ram_speed_mts=c["ram_speed_mts"], max_sockets=c["max_sockets"], segment=c["segment"],
             isa=tuple(fam["isa"]), fp32_flop_per_cycle=c.get("fp32_flop_per_cycle", fam["fp32_flop_per_cycle"]),
-            fabric_read_bytes_per_s=cap, boost_hz=c["boost_ghz"] * 1e9 if "boost_ghz" in c else None,
+            fabric_read_bytes_per_s=cap, boost_hz=round(c["boost_ghz"] * 1e9, -6) if "boost_ghz" in c else None,
             ccds=c.get("ccds"), cores_per_ccd=c.get("cores_per_ccd"),
             ram_speeds_mts=tuple(sorted((k, int(v)) for k, v in c.get("ram_speeds", {}).items())),
             snc_default=int(c.get("snc_default", 1)),

@@ -250,17 +250,29 @@ def oversubscription_s_per_barrier(tu: ThreadUse) -> float:
     return SCHED_SLICE_S * tu.oversubscribed / tu.logical if tu.oversubscribed else 0.0
 
 
+ALL_CORE_FRACTION = 0.75
+ALL_CORE_FRACTION_XEON = 0.55
+
+
+def _is_xeon(c) -> bool:
+    return "xeon" in (c.model or "").lower()
+
+
 def all_core_clock_hz(hw: HardwareProfile, ref_hz: float) -> tuple[float, str]:
     """Clock of every core under a sustained vector load: between base and single-core boost.
-    Vendors' all-core turbo tables put it at 70-90% of the way from base to max boost (Core
-    i9-14900K P-cores 5.7 of 3.2-6.0 GHz; EPYC 9654 3.55 of 2.4-3.7 GHz all-core boost; Xeon
-    Platinum 8480+ 3.0 of 2.0-3.8 GHz); 0.75 of the way is used. Without a boost figure the
-    base clock stands (probed profiles measure it)."""
+    The vendors' all-core turbo figures put it 75-90% of the way from base to max boost on
+    desktops and AMD servers (Core i9-14900K P-cores 5.7 of 3.2-6.0 GHz; EPYC 9654 3.55 of
+    2.4-3.7 GHz and EPYC 9965 3.35 of 2.25-3.7 GHz all-core boost): 0.75 of the way is used. Intel's
+    Xeons stop about halfway (Platinum 8480+ 3.0 of 2.0-3.8 GHz, 8592+ 2.9 of 1.9-3.9, Xeon 6980P
+    3.2 of 2.0-3.9 all-core turbo): ALL_CORE_FRACTION_XEON. Without a boost figure the base clock
+    stands (probed profiles measure it)."""
     c = hw.cpu
     base = c.base_clock_hz or ref_hz
     if c.max_clock_hz and c.max_clock_hz > base:
-        f = base + 0.75 * (c.max_clock_hz - base)
-        return f, f"{f / 1e9:.2f} GHz all-core (base {base / 1e9:.2f} + 0.75 x (boost {c.max_clock_hz / 1e9:.2f} - base))"
+        frac = ALL_CORE_FRACTION_XEON if _is_xeon(c) else ALL_CORE_FRACTION
+        f = base + frac * (c.max_clock_hz - base)
+        return f, (f"{f / 1e9:.2f} GHz all-core (base {base / 1e9:.2f} + {frac:.2f} x "
+                   f"(boost {c.max_clock_hz / 1e9:.2f} - base))")
     return base, f"{base / 1e9:.2f} GHz"
 
 
