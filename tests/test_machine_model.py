@@ -75,6 +75,10 @@ def test_all_core_clock_between_base_and_boost():
     f, _ = machine.all_core_clock_hz(hw, 2.1e9)
     base, boost = hw.cpu.base_clock_hz, hw.cpu.max_clock_hz
     assert f == pytest.approx(base + 0.75 * (boost - base))
+    # a Xeon's all-core turbo stops about halfway: 6980P 2.0 + 0.55 x 1.9 = 3.05 GHz (Intel: 3.2)
+    xeon = _hw("Xeon 6980P")
+    f, how = machine.all_core_clock_hz(xeon, 2.1e9)
+    assert f == pytest.approx(3.045e9) and "0.55" in how
 
 
 def test_isa_scale_differs_by_backend():

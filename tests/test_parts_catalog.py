@@ -48,6 +48,17 @@ def test_every_part_loads_with_sane_figures():
         assert g.vram_bytes > 0 and g.mem_bw_bytes_per_s > 0 and g.source, g.name
 
 
+def test_every_cpu_with_a_turbo_states_its_boost_clock():
+    # the all-core clock of the cost model lies between base and boost (machine.all_core_clock_hz):
+    # a part without its boost figure would be costed at base clock, unlike its neighbours
+    fixed_clock = {"Intel Core i3-8100"}  # no Turbo Boost
+    assert {c.name for c in catalog.cpu_parts() if c.boost_hz is None} == fixed_clock
+    for name, base, boost in (("AMD Ryzen 9 7950X", 4.5e9, 5.7e9), ("AMD EPYC 9654", 2.4e9, 3.7e9),
+                              ("Intel Xeon Gold 6548Y+", 2.5e9, 4.1e9), ("Intel Xeon 6980P", 2.0e9, 3.9e9)):
+        c = catalog.find_cpu(name)
+        assert (c.base_hz, c.boost_hz) == (base, boost)
+
+
 @pytest.mark.parametrize("query, name", [
     ("i5-13400", "Intel Core i5-13400"),
     ("Core i5-13400", "Intel Core i5-13400"),
