@@ -80,6 +80,19 @@ def test_row_parallel_path_uses_at_most_one_thread_per_head():
     assert t16.seconds == pytest.approx(2 * t32.seconds, rel=0.05)
 
 
+def test_a_quantised_v_cache_pays_its_scalar_dequantisation(monkeypatch):
+    # one thread, the same cells and heads: q8_0 K dots faster than f16, but every V row goes
+    # through ggml-base's scalar dequantize_row_q8_0 first (measured ~2.5x the f16 cache's time)
+    layers = _gqa(6000)
+    m = _machine(1, lanes_per_cycle=32.0)
+    f16 = A.decode_attention(layers, m, "llama.cpp", "f16", "f16", split_kv=False)
+    q8 = A.decode_attention(layers, m, "llama.cpp", "q8_0", "q8_0", split_kv=False)
+    assert q8.seconds > 2 * f16.seconds
+    # the dequantisation is what makes it slower: without it q8_0's integer K dot would win
+    monkeypatch.setattr(A, "V_DEQUANT_CYCLES_PER_ELEM", 0.0)
+    assert A.decode_attention(layers, m, "llama.cpp", "q8_0", "q8_0", split_kv=False).seconds < f16.seconds
+
+
 def test_split_kv_path_uses_every_thread_above_512_cells():
     layers = _gqa(6000)
     t32 = A.decode_attention(layers, _machine(32), "llama.cpp", "f16", "f16")

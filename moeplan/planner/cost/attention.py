@@ -61,6 +61,13 @@ OPS_V_F16 = 4
 # F32 lanes); quantised V: dequantise into V32, then ggml_vec_mad_f32 (load, FMA, store)
 OPS_K_QUANT = 2
 OPS_V_QUANT = 4
+# a quantised V row is dequantised into V32 by ggml_get_type_traits(type)->to_float (ops.cpp
+# ggml_compute_forward_flash_attn_ext_f16_one_chunk): dequantize_row_q8_0 & co. are plain loops
+# in ggml-quants.c, part of ggml-base, which is built without the CPU backend's -march flags.
+# benchmarks/kernels/ggml_attn_cell_cost.c (vendored llama.cpp, one thread, d = 128 and 256)
+# measured a q8_0 cache at 200-430 cycles per cell and q head against 66-163 for f16 on an
+# AVX-512 Xeon: ~1.1 cycles per V element more
+V_DEQUANT_CYCLES_PER_ELEM = 1.1
 # fixed cycles per cell and q head of the vec path: horizontal sum (~10), expf (~20), indirect
 # vec_dot call, mask load, compare and branch (~10)
 CELL_FIXED_CYCLES = 40.0
@@ -202,10 +209,12 @@ def _row_bytes(a: AttnLayer, type_k: str, type_v: str) -> tuple[float, float]:
 
 
 def _vec_cycles(a: AttnLayer, m: CpuMachine, type_k: str, type_v: str) -> float:
-    """Cycles per cell and q head of ..._one_chunk."""
+    """Cycles per cell and q head of ..._one_chunk; a quantised V row is first dequantised by
+    the type's to_float, which lives in ggml-base and runs scalar (V_DEQUANT_CYCLES_PER_ELEM)."""
     ok = OPS_K_QUANT if _is_quant(type_k) else OPS_K_F16
     ov = OPS_V_QUANT if _is_quant(type_v) else OPS_V_F16
-    return (ok * a.d_k + ov * a.d_v) / m.lanes_per_cycle + CELL_FIXED_CYCLES
+    dequant = V_DEQUANT_CYCLES_PER_ELEM * a.d_v if _is_quant(type_v) else 0.0
+    return (ok * a.d_k + ov * a.d_v) / m.lanes_per_cycle + CELL_FIXED_CYCLES + dequant
 
 
 def _reread_s(chunk_bytes: float, n_rereads: float, m: CpuMachine, per_thread_dram: float) -> float:
