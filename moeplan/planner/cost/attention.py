@@ -65,8 +65,8 @@ OPS_V_QUANT = 4
 # ggml_compute_forward_flash_attn_ext_f16_one_chunk): dequantize_row_q8_0 & co. are plain loops
 # in ggml-quants.c, part of ggml-base, which is built without the CPU backend's -march flags.
 # benchmarks/kernels/ggml_attn_cell_cost.c (vendored llama.cpp, one thread, d = 128 and 256)
-# measured a q8_0 cache at 200-430 cycles per cell and q head against 66-163 for f16 on an
-# AVX-512 Xeon: ~1.1 cycles per V element more
+# measured a q8_0 cache at 155-430 cycles per cell and q head against 64-163 for f16 on an
+# AVX-512 Xeon, 1.1 cycles per V element more in the same runs
 V_DEQUANT_CYCLES_PER_ELEM = 1.1
 # fixed cycles per cell and q head of the vec path: horizontal sum (~10), expf (~20), indirect
 # vec_dot call, mask load, compare and branch (~10)

@@ -254,10 +254,6 @@ ALL_CORE_FRACTION = 0.75
 ALL_CORE_FRACTION_XEON = 0.55
 
 
-def _is_xeon(c) -> bool:
-    return "xeon" in (c.model or "").lower()
-
-
 def all_core_clock_hz(hw: HardwareProfile, ref_hz: float) -> tuple[float, str]:
     """Clock of every core under a sustained vector load: between base and single-core boost.
     The vendors' all-core turbo figures put it 75-90% of the way from base to max boost on
@@ -269,7 +265,7 @@ def all_core_clock_hz(hw: HardwareProfile, ref_hz: float) -> tuple[float, str]:
     c = hw.cpu
     base = c.base_clock_hz or ref_hz
     if c.max_clock_hz and c.max_clock_hz > base:
-        frac = ALL_CORE_FRACTION_XEON if _is_xeon(c) else ALL_CORE_FRACTION
+        frac = ALL_CORE_FRACTION_XEON if "xeon" in c.model.lower() else ALL_CORE_FRACTION
         f = base + frac * (c.max_clock_hz - base)
         return f, (f"{f / 1e9:.2f} GHz all-core (base {base / 1e9:.2f} + {frac:.2f} x "
                    f"(boost {c.max_clock_hz / 1e9:.2f} - base))")
