@@ -157,10 +157,9 @@ def register(app: typer.Typer) -> None:
         profile = select_gpus(_hardware(hw, vram, ram), gpus)
         p = resolve_placement(spec, backend=backend, cpu_moe_layers=cpu_moe_layers, cpu_layers=cpu_layers,
                               all_cpu_moe=all_cpu_moe, ctx=ctx, kv_type=kv_type, threads=threads,
-                              default_threads=default_threads(profile, Placement(numa=numa), backend), ubatch=ubatch,
-                              numa=numa,
-                              no_op_offload=no_op_offload, gpu_expert_cache=gpu_expert_cache, draft=draft,
-                              accept=accept, no_mmap=no_mmap, experts_used=experts_used,
+                              default_threads=default_threads(profile, Placement(numa=numa), backend),
+                              ubatch=ubatch, numa=numa, no_op_offload=no_op_offload,
+                              gpu_expert_cache=gpu_expert_cache, draft=draft, accept=accept, no_mmap=no_mmap, experts_used=experts_used,
                               logical_cpus=profile.cpu.n_threads, ngl=ngl,
                               kt_prefill_threshold=kt_prefill_threshold, llama_build=llama_build, rtr=rtr,
                               batch=batch, kt_gpu_experts=kt_gpu_experts, kv_type_v=kv_type_v,
