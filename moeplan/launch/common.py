@@ -25,6 +25,8 @@ class ShellVar(str):
     """An argv element that the script expands at run time: ShellVar('MODEL') == '${MODEL}',
     ShellVar('HEAD_ADDR', ':5000') == '${HEAD_ADDR}:5000' (a plain suffix only)."""
 
+    var_name: str
+
     def __new__(cls, name: str, suffix: str = "") -> ShellVar:
         value = f"${{{name}}}{suffix}"
         if not _VAR_RE.match(value):

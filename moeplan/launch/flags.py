@@ -60,7 +60,7 @@ def _scan_flag_line(line: str) -> tuple[list[str], str]:
         pos = m.end()
         if line.startswith("=", pos):  # argparse long form: --foo=BAR
             pos += 1
-        sep = re.match(r",?[ \t]*", line[pos:]).group(0)
+        sep = re.match(r",?[ \t]*", line[pos:]).group(0)  # type: ignore[union-attr]  # matches the empty string
         nxt = pos + len(sep)
         if _FLAG_TOKEN.match(line, nxt) and ("," in sep or sep == " "):
             pos = nxt  # another spelling of the same flag

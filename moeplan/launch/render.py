@@ -12,9 +12,9 @@ from moeplan.planner.plan import Plan
 
 
 def _layer_ranges(indices: tuple[int, ...]) -> str:
-    out: list[str] = []
+    out: list[list[int]] = []
     for i in sorted(indices):
-        if out and isinstance(out[-1], list) and i == out[-1][1] + 1:
+        if out and i == out[-1][1] + 1:
             out[-1][1] = i
         else:
             out.append([i, i])
