@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeplan.errors import InputError, ModelFormatError, MoeplanError, ProbeError
-from moeplan.planner.model import registry
-from moeplan.planner.model.hf_config import HfKeys
+
+if TYPE_CHECKING:
+    from moeplan.planner.model.hf_config import HfKeys
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,8 @@ def check_hf_config(cfg: dict[str, Any], where: str) -> None:
             check_int(cfg[key], f"{where}: {key}", limit, ModelFormatError, hint)
     if "num_hidden_layers" in cfg and cfg["num_hidden_layers"] is not None:
         check_int(cfg["num_hidden_layers"], f"{where}: num_hidden_layers", LAYERS, ModelFormatError, hint)
+    from moeplan.planner.model import registry  # the architectures' tables, loaded when a config is read
+
     found = registry.of_config(cfg)
     if found is not None:
         _check_hf_facts(cfg, where, found[0].hf, hint)
