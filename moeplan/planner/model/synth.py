@@ -11,10 +11,9 @@ Two pure steps, so a bundled profile, a Hugging Face folder and a GGUF file all 
    converter writes (separate q/k/v and gate/up, MLA kv_b split into k_b and v_b).
 
 Each TensorSpec carries a `role` that the quant recipes (quants.py) and the checkpoint-format
-rules key on. Sources: llama.cpp 2026-10 master, conversion/{base,deepseek,glm,qwen,gpt_oss,
-llama,minimax,gemma,nemotron,granite,kimi_k3,step3,dots1,ernie}.py and
-src/models/{deepseek2,deepseek4,glm-dsa,deepseek32,glm4-moe,qwen3moe,qwen3next,qwen35moe,openai-moe,llama4,llama,
-minimax-m2,gemma4,nemotron-h,kimi-k3,step35,dots1,ernie4-5-moe}.cpp.
+rules key on. What differs per architecture is its record's (registry.py): the config names of
+the MoE facts (`hf`), the converter's other keys (`hparams`, hf_config.py, from llama.cpp's
+conversion/*.py) and the tensor builder (`tensors`, synth_tensors.py, from src/models/<arch>.cpp).
 """
 from __future__ import annotations
 
