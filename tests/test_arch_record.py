@@ -82,12 +82,9 @@ def test_config_names_of_the_moe_facts_live_in_the_record(strings):
 # rules that name an architecture outside its record, from before the record held them
 NAMED_ELSEWHERE = {
     "qwen3moe": {"moeplan/planner/cost/graph.py"},  # the default block of an unlisted architecture
-    "deepseek2": {"moeplan/planner/model/synth.py", "moeplan/executor/layout.py"},
-    "deepseek4": {"moeplan/planner/model/synth.py", "moeplan/planner/model/archs.py",
-                  "moeplan/commands/placement_opts.py"},
-    "llama4": {"moeplan/planner/model/archs.py"},
-    "glm-dsa": {"moeplan/planner/model/archs.py", "moeplan/planner/memory/graph_buffers.py"},
-    "deepseek32": {"moeplan/planner/model/archs.py"},
+    "deepseek2": {"moeplan/executor/layout.py"},
+    "deepseek4": {"moeplan/commands/placement_opts.py"},
+    "glm-dsa": {"moeplan/planner/memory/graph_buffers.py"},
 }
 BACKENDS = "moeplan/planner/backends.py"  # a backend's own list of what it cannot run
 

@@ -44,6 +44,11 @@ class Arch:
                                                 # (blocks with no KV head: kimi-k3.cpp)
     swa_pattern: int | None = None              # load_swa_pattern(ml, n) default, where the arch sets one
     converter_keeps_mtp: bool = False           # convert_hf_to_gguf.py writes the MTP/NextN block by default
+    keeps_mtp_variants: tuple[str, ...] = ()    # converter variants that keep it where the rest drop it
+    chunked_window: int = 0                     # SWA layers are chunked attention of this window (llama4)
+    indexer_cache: bool = False                 # DSA lightning indexer keeps its own key cache
+    indexer_types: bool = False                 # ... on the blocks attention.indexer.types (or GLM's default) says
+    kv_layout: str = "standard"                 # "dsv4": DeepSeek V4's raw + compressed caches (archs_dsv4.py)
     post_attention_norm: bool = False           # HF post_attention_layernorm -> GGUF post_attention_norm
     nextn_hidden_rows: str = ""                 # t_h_nextn kept alive: "all" tokens, "output" rows, "" none
     nextn_probs_bias_loaded: bool = False       # NextN exp_probs_b created without TENSOR_SKIP
@@ -111,6 +116,7 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
          (("deepseek_v2", "DeepseekV2ForCausalLM"), ("deepseek_v3", "DeepseekV3ForCausalLM"),
           ("kimi_k2", "DeepseekV3ForCausalLM"), ("glm4_moe_lite", "Glm4MoeLiteForCausalLM")),
          hc._hp_deepseek2, _deepseek2, mla=True, nextn_hidden_rows="output",
+         keeps_mtp_variants=("glm-lite",),  # DeepseekV2Model.skip_mtp; Glm4MoeLiteModel keeps it
          gating=("softmax", False),  # V2 files; V3 files carry expert_gating_func = 2 (sigmoid)
          hf=DEEPSEEK_KEYS,
          # deepseek2.cpp decode with the absorbed MLA: attn norm, q_a, q_a norm, q_b, kv_a, kv norm,
@@ -122,17 +128,19 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
          barriers=(("mla", 16 + 15 + 5 + 3 + 4 + 2 + 1, 4, "from deepseek2.cpp"),)),
     Arch("deepseek4", (("DeepseekV4ForCausalLM", ""),), (("deepseek_v4", "DeepseekV4ForCausalLM"),),
          hc._hp_deepseek4, _plain(st._build_deepseek4), graph="dsv4", gating=("sqrt_softplus", True),
+         kv_layout="dsv4",
          hf=HfKeys(expert_ff=("moe_intermediate_size",), expert_shared_count=("n_shared_experts",)),
          barriers=(("swa-only", 66, 6, "counted"), ("csa", 144, 6, "counted"), ("hca", 90, 6, "counted"))),
     Arch("glm-dsa", (("GlmMoeDsaForCausalLM", ""),), (("glm_moe_dsa", "GlmMoeDsaForCausalLM"),),
          hc._hp_dsa, _dsa, mla=True, converter_keeps_mtp=True, nextn_hidden_rows="output",
-         nextn_probs_bias_loaded=True, graph="glm-dsa", gating=("sigmoid", True), hf=DEEPSEEK_KEYS,
+         nextn_probs_bias_loaded=True, graph="glm-dsa", gating=("sigmoid", True),
+         indexer_cache=True, indexer_types=True, hf=DEEPSEEK_KEYS,
          # glm-dsa.cpp: the MLA block plus the DSA indexer (q/k projections, k norm, two ropes, its
          # cache set_rows, scores matmul, relu and head weights, top-k, mask fill/set) = +12
          barriers=(("mla", 46, 4, "from deepseek2.cpp"), ("mla+dsa", 58, 4, "from glm-dsa.cpp"))),
     Arch("deepseek32", (("DeepseekV32ForCausalLM", ""),), (("deepseek_v32", "DeepseekV32ForCausalLM"),),
          hc._hp_dsa, _dsa, mla=True, converter_keeps_mtp=True, nextn_hidden_rows="output",
-         nextn_probs_bias_loaded=True, gating=("sigmoid", True), hf=DEEPSEEK_KEYS),
+         nextn_probs_bias_loaded=True, gating=("sigmoid", True), indexer_cache=True, hf=DEEPSEEK_KEYS),
     Arch("qwen3moe", (("Qwen3MoeForCausalLM", ""),), (("qwen3_moe", "Qwen3MoeForCausalLM"),),
          hc._hp_qwen_moe, _plain(st._build_qwen3moe), gating=("softmax", True), hf=QWEN_KEYS,
          barriers=(("full", 30, 4, "counted"),)),
@@ -165,7 +173,8 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
          barriers=(("full", 16 + 10 + 5 + 3 + 4 + 2 + 1, 4, "from glm4-moe.cpp"),)),
     Arch("llama4", (("Llama4ForConditionalGeneration", ""), ("Llama4ForCausalLM", "")),
          (("llama4", "Llama4ForConditionalGeneration"), ("llama4_text", "Llama4ForCausalLM")),
-         hc._hp_llama4, _llama4, swa_pattern=4, gating=("sigmoid", False), router_on_logits=True, hf=DENSE_WIDTH_KEYS),
+         hc._hp_llama4, _llama4, swa_pattern=4, chunked_window=8192, gating=("sigmoid", False), router_on_logits=True,
+         hf=DENSE_WIDTH_KEYS),
     Arch("llama", (("MixtralForCausalLM", ""),), (("mixtral", "MixtralForCausalLM"),),
          None, _plain(st._build_llama),
          gating=("softmax", True)),

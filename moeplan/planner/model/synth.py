@@ -37,9 +37,8 @@ def arch_of_config(cfg: dict[str, Any]) -> tuple[str, str]:
 
 def keeps_mtp(arch: str, variant: str) -> bool:
     """Whether convert_hf_to_gguf.py writes the MTP/NextN block (by default, no --no-mtp)."""
-    if arch == "deepseek2":
-        return variant == "glm-lite"  # DeepseekV2Model.skip_mtp; Glm4MoeLiteModel keeps it
-    return registry.get(arch).converter_keeps_mtp
+    rec = registry.get(arch)
+    return rec.converter_keeps_mtp or variant in rec.keeps_mtp_variants
 
 
 def n_mtp_layers(cfg: dict[str, Any], n_mtp: int | None) -> int:
@@ -95,8 +94,6 @@ def gguf_hparams(config: dict[str, Any], *, keep_mtp: bool | None = None,
     builder = rec.hparams
     if builder is not None:
         builder(cfg, hp)
-    if arch == "deepseek4" and mtp:
-        hp["nextn_predict_layers"] = mtp
     return arch, hp
 
 
