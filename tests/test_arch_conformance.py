@@ -10,6 +10,8 @@ Per architecture, a bundled profile (its published config.json) is
   - planned: memory (estimate_memory) and cost (estimate) are the same for the profile and the
     GGUF, the KV cache is what accounting counts, decode and prefill speeds are finite;
   - listed (`moeplan models`): experts and experts per token as the GGUF keys say.
+qwen2moe, the one record without a tensor builder (no profile), goes through a Hugging Face
+folder of Qwen1.5-MoE-A2.7B's config and a small GGUF, and through memory and cost.
 
 The architecture-specific checks that used to live in seven copied modules (test_dots1,
 test_ernie4_5_moe, test_gemma4, test_hunyuan_moe, test_kimi_k3, test_nemotron_h, test_step35)
@@ -25,6 +27,9 @@ from pathlib import Path
 
 import pytest
 from arch_fixtures import write_sparse_gguf, write_sparse_hf_folder, write_sparse_safetensors
+from gguf import GGUFWriter
+from gguf_fixtures import Q, _add
+from gguf_fixtures import nbytes as gf_nbytes
 from llama_fixtures import write_fixture
 from llama_memlog import LlamaCase, case_placement, predict_buffers
 from model_builders import toy_hw, unit_priors
@@ -121,6 +126,62 @@ def test_hf_folder_qwen2moe(tmp_path):
 
 
 # ---- GGUF ---------------------------------------------------------------------------------------
+
+def write_qwen2moe(path: Path, *, n_layer=3, n_embd=64, n_head=4, n_ff_exp=32, n_ff_shexp=64, n_expert=6,
+                   n_used=2, n_vocab=96) -> tuple[Path, list]:
+    """A qwen2moe GGUF as llama.cpp's qwen2moe.cpp load_arch_tensors wants it: q/k/v biases,
+    every block MoE beside a gated shared expert (ffn_gate_inp_shexp)."""
+    w = GGUFWriter(str(path), "qwen2moe")
+    written: list = []
+    w.add_name("tiny-qwen2moe")
+    w.add_block_count(n_layer)
+    w.add_context_length(4096)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(4 * n_ff_exp)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_expert_shared_feed_forward_length(n_ff_shexp)
+    w.add_layer_norm_rms_eps(1e-6)
+    _add(w, written, "token_embd.weight", (n_embd, n_vocab), Q.Q8_0)
+    _add(w, written, "output_norm.weight", (n_embd,))
+    _add(w, written, "output.weight", (n_embd, n_vocab), Q.Q8_0)
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        _add(w, written, b + "attn_norm.weight", (n_embd,))
+        for t in ("q", "k", "v"):
+            _add(w, written, b + f"attn_{t}.weight", (n_embd, n_embd), Q.Q8_0)
+            _add(w, written, b + f"attn_{t}.bias", (n_embd,))
+        _add(w, written, b + "attn_output.weight", (n_embd, n_embd), Q.Q8_0)
+        _add(w, written, b + "ffn_norm.weight", (n_embd,))
+        _add(w, written, b + "ffn_gate_inp.weight", (n_embd, n_expert))
+        for t in ("gate", "up"):
+            _add(w, written, b + f"ffn_{t}_exps.weight", (n_embd, n_ff_exp, n_expert), Q.Q8_0)
+            _add(w, written, b + f"ffn_{t}_shexp.weight", (n_embd, n_ff_shexp), Q.Q8_0)
+        _add(w, written, b + "ffn_down_exps.weight", (n_ff_exp, n_embd, n_expert), Q.Q8_0)
+        _add(w, written, b + "ffn_down_shexp.weight", (n_ff_shexp, n_embd), Q.Q8_0)
+        _add(w, written, b + "ffn_gate_inp_shexp.weight", (n_embd,))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path, written
+
+
+def test_gguf_memory_and_cost_qwen2moe(tmp_path):
+    """The architecture without a tensor builder, from a GGUF alone."""
+    path, written = write_qwen2moe(tmp_path / "qwen2moe.gguf")
+    m = read_gguf_model(path)
+    assert (m.arch, m.n_experts, m.n_experts_used, m.n_ff_exp, m.n_experts_shared) == ("qwen2moe", 6, 2, 32, 1)
+    assert m.moe_layer_indices == (0, 1, 2) and m.attention_kind == "GQA"
+    assert m.tensor_bytes == sum(gf_nbytes(shape, q) for _, shape, q in written)
+    p = _cpu_experts(m)
+    assert estimate_memory(m, p).get("kv_cache") == kv_cache_bytes(m, 8192) == 3 * 2 * 64 * 2 * 8192
+    e = estimate(m, p, toy_hw(), unit_priors())
+    assert 0 < e.decode_tok_s < math.inf and 0 < e.prefill_tok_s < math.inf
+
 
 def _layout(m):
     return [(layer.index, layer.kind, layer.attention, layer.kv) for layer in m.layers]
