@@ -98,3 +98,17 @@ def test_a_per_layer_list_that_differs_between_layers_is_refused(tmp_path):
     assert "converter" in e.value.hint
     (tmp_path / "hf" / "config.json").write_text(json.dumps(dict(cfg, moe_intermediate_size=[3072] * 32)))
     assert read_hf_model(tmp_path / "hf").n_ff_exp == 3072
+
+
+def test_a_moe_gguf_without_experts_per_token_is_refused(tmp_path):
+    """llama-model.cpp load_hparams asserts n_expert_used_max > 0 when n_expert > 0: a GGUF
+    whose expert_used_count key is missing does not load in llama.cpp either."""
+    from gguf_raw import header_of, write_raw
+
+    path, _ = write_qwen3moe(tmp_path / "full.gguf")
+    g = header_of(path)
+    g.kv = [kv for kv in g.kv if kv[0] != "qwen3moe.expert_used_count"]
+    raw = write_raw(tmp_path / "no-used.gguf", g)
+    with pytest.raises(ModelFormatError, match=r"qwen3moe\.expert_used_count missing with 8 experts"):
+        read_gguf_model(raw)
+    _refused(raw, "qwen3moe.expert_used_count missing")

@@ -196,12 +196,16 @@ def check_hparams(hp: dict[str, Any], where: str, prefix: str = "") -> None:
             check_int(value, field(key), limit, ModelFormatError, hint)
     n_experts = hp.get("expert_count")
     used = hp.get("expert_used_count")
+    if isinstance(used, (list, tuple)):  # per layer (get_key_or_arr): llama.cpp checks the largest
+        used = max((v for v in used if isinstance(v, int) and not isinstance(v, bool)), default=None)
     if isinstance(n_experts, int) and isinstance(used, int) and not isinstance(used, bool) and used > n_experts:
         raise ModelFormatError(f"{field('expert_used_count')} = {used} is above {prefix}expert_count = {n_experts}",
                                "a token cannot use more experts than the model has; the metadata is corrupt")
-    if isinstance(n_experts, int) and n_experts > 0 and used is not None and not isinstance(used, bool) \
-            and isinstance(used, int) and used < 1:
-        raise ModelFormatError(f"{field('expert_used_count')} = {used} with {n_experts} experts: a MoE routes "
+    if isinstance(n_experts, int) and not isinstance(n_experts, bool) and n_experts > 0 \
+            and (used is None or (isinstance(used, int) and used < 1)):
+        # llama-model.cpp load_hparams (0c1e570) asserts n_expert_used_max > 0 when n_expert > 0
+        shown = "missing" if used is None else f"= {used}"
+        raise ModelFormatError(f"{field('expert_used_count')} {shown} with {n_experts} experts: a MoE routes "
                                "each token to at least one expert", hint)
     blocks = hp.get("block_count")
     nextn = hp.get("nextn_predict_layers")
