@@ -36,16 +36,16 @@ FIXTURE_BLOCKS = {
     "nemotron_h_moe": ("nemotron_h_moe", ["recurrent", "none", "recurrent", "full", "none", "recurrent", "full",
                                           "none"], 6),
     # MLA on the 1-indexed blocks 4 and 8 (K3: every fourth and the last), KDA elsewhere; block
-    # 0 is the dense lead block (compared in test_kimi_k3.py)
+    # 0 is the dense lead block (compared in test_arch_conformance.py)
     "kimi-k3": ("kimi-k3", [None, "recurrent", "recurrent", "mla", "recurrent", "recurrent", "recurrent", "mla"], 16),
-    # a dense lead block (DENSE_BLOCK, checked in test_step35.py), then MoE blocks: full on
+    # a dense lead block (DENSE_BLOCK, checked in test_arch_conformance.py), then MoE blocks: full on
     # block 4, sliding elsewhere (the MTP block is not in the decode graph)
     "step35": ("step35", [None, "swa", "swa", "swa", "full", "swa", "swa", "swa"], 4),
     # every block MoE beside a shared expert, full attention
     "hunyuan-moe": ("hunyuan-moe", ["full"] * 6, 4),
-    # a dense lead block (DENSE_LEAD_BARRIERS, checked in test_dots1.py), then MoE blocks
+    # a dense lead block (DENSE_LEAD_BARRIERS, checked in test_arch_conformance.py), then MoE blocks
     "dots1": ("dots1", [None, "full", "full", "full", "full", "full"], 6),
-    # a dense lead block (DENSE_LEAD_BARRIERS, checked in test_ernie4_5_moe.py), then MoE blocks
+    # a dense lead block (DENSE_LEAD_BARRIERS, checked in test_arch_conformance.py), then MoE blocks
     "ernie4_5-moe": ("ernie4_5-moe", [None, "full", "full", "full", "full", "full"], 4),
 }
 

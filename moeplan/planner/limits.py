@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeplan.errors import InputError, ModelFormatError, MoeplanError, ProbeError
+
+if TYPE_CHECKING:
+    from moeplan.planner.model.hf_config import HfKeys
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ def check_number(value: Any, field: str, low: float, high: float, err: type[Moep
 
 # key -> limit; a key may hold one value or a per-layer array (llama.cpp get_key_or_arr)
 HPARAM_LIMITS: dict[str, Limit] = {
-    "embedding_length": DIM,
+    "embedding_length": Limit(1, MAX_DIM, DIM.reason),  # every width and head size derives from it
     "feed_forward_length": DIM,
     "expert_feed_forward_length": DIM,
     "expert_shared_feed_forward_length": DIM,
@@ -193,9 +196,17 @@ def check_hparams(hp: dict[str, Any], where: str, prefix: str = "") -> None:
             check_int(value, field(key), limit, ModelFormatError, hint)
     n_experts = hp.get("expert_count")
     used = hp.get("expert_used_count")
+    if isinstance(used, (list, tuple)):  # per layer (get_key_or_arr): llama.cpp checks the largest
+        used = max((v for v in used if isinstance(v, int) and not isinstance(v, bool)), default=None)
     if isinstance(n_experts, int) and isinstance(used, int) and not isinstance(used, bool) and used > n_experts:
         raise ModelFormatError(f"{field('expert_used_count')} = {used} is above {prefix}expert_count = {n_experts}",
                                "a token cannot use more experts than the model has; the metadata is corrupt")
+    if isinstance(n_experts, int) and not isinstance(n_experts, bool) and n_experts > 0 \
+            and (used is None or (isinstance(used, int) and used < 1)):
+        # llama-model.cpp load_hparams (0c1e570) asserts n_expert_used_max > 0 when n_expert > 0
+        shown = "missing" if used is None else f"= {used}"
+        raise ModelFormatError(f"{field('expert_used_count')} {shown} with {n_experts} experts: a MoE routes "
+                               "each token to at least one expert", hint)
     blocks = hp.get("block_count")
     nextn = hp.get("nextn_predict_layers")
     if isinstance(blocks, int) and isinstance(nextn, int) and nextn >= blocks:
@@ -208,8 +219,6 @@ HF_LIMITS: dict[str, Limit] = {
     "num_hidden_layers": LAYERS,
     "hidden_size": Limit(1, MAX_DIM, DIM.reason),
     "intermediate_size": DIM,
-    "moe_intermediate_size": DIM,
-    "shared_expert_intermediate_size": DIM,
     "num_attention_heads": HEADS,
     "num_key_value_heads": HEADS,
     "head_dim": DIM,
@@ -218,16 +227,20 @@ HF_LIMITS: dict[str, Limit] = {
     "qk_rope_head_dim": DIM,
     "qk_nope_head_dim": DIM,
     "v_head_dim": DIM,
-    "n_routed_experts": EXPERTS,
-    "num_experts": EXPERTS,
-    "num_local_experts": EXPERTS,
-    "num_experts_per_tok": EXPERTS,
-    "n_shared_experts": EXPERTS,
-    "first_k_dense_replace": Limit(0, MAX_LAYERS, LAYERS.reason),
     "num_nextn_predict_layers": Limit(0, MAX_LAYERS, LAYERS.reason),
     "max_position_embeddings": CTX,
     "vocab_size": VOCAB,
     "sliding_window": CTX,
+}
+# the MoE facts, under the names each architecture's record gives them (HfKeys), a name in
+# its `per_layer` may hold one value per layer
+HF_FACT_LIMITS: dict[str, Limit] = {
+    "expert_count": EXPERTS,
+    "expert_used_count": EXPERTS,
+    "expert_ff": DIM,
+    "expert_shared_ff": DIM,
+    "expert_shared_count": EXPERTS,
+    "leading_dense": Limit(0, MAX_LAYERS, LAYERS.reason),
 }
 
 
@@ -245,12 +258,41 @@ def check_hf_config(cfg: dict[str, Any], where: str) -> None:
             check_int(cfg[key], f"{where}: {key}", limit, ModelFormatError, hint)
     if "num_hidden_layers" in cfg and cfg["num_hidden_layers"] is not None:
         check_int(cfg["num_hidden_layers"], f"{where}: num_hidden_layers", LAYERS, ModelFormatError, hint)
-    n_experts = next((cfg[k] for k in ("num_local_experts", "num_experts", "n_routed_experts")
-                      if cfg.get(k) is not None), None)
-    used = cfg.get("num_experts_per_tok")
-    if isinstance(n_experts, int) and isinstance(used, int) and used > n_experts:
-        raise ModelFormatError(f"{where}: num_experts_per_tok = {used} is above the {n_experts} routed experts",
-                               "a token cannot use more experts than the model has; config.json is corrupt")
+    from moeplan.planner.model import registry  # the architectures' tables, loaded when a config is read
+
+    found = registry.of_config(cfg)
+    if found is not None:
+        _check_hf_facts(cfg, where, found[0].hf, hint)
+
+
+def _check_hf_facts(cfg: dict[str, Any], where: str, keys: HfKeys, hint: str) -> None:
+    """The MoE facts of a config, read under the architecture's own names: each within its
+    limit (a per-layer list entry by entry, and uniform as the converter requires), at least
+    one expert per token, and no more than the model has."""
+    for fact, limit in HF_FACT_LIMITS.items():
+        for key in keys.names(fact):
+            value = cfg.get(key)
+            if isinstance(value, list) and key in keys.per_layer:
+                if len(value) > MAX_LAYERS:
+                    raise ModelFormatError(f"{where}: {key} has {len(value)} entries, above the limit {MAX_LAYERS}",
+                                           hint)
+                for i, v in enumerate(value):
+                    check_int(v, f"{where}: {key}[{i}]", limit, ModelFormatError, hint)
+                if len(set(value)) > 1:
+                    raise ModelFormatError(f"{where}: {key} = {describe(value)} differs between layers",
+                                           "llama.cpp's converter requires one value for every layer; "
+                                           "config.json is not a model it can convert")
+            elif value is not None:
+                check_int(value, f"{where}: {key}", limit, ModelFormatError, hint)
+    n_experts, used = keys.value(cfg, "expert_count"), keys.value(cfg, "expert_used_count")
+    used_key = keys.key_of(cfg, "expert_used_count")
+    if isinstance(n_experts, int) and n_experts > 0 and isinstance(used, int):
+        if used > n_experts:
+            raise ModelFormatError(f"{where}: {used_key} = {used} is above the {n_experts} routed experts",
+                                   "a token cannot use more experts than the model has; config.json is corrupt")
+        if used < 1:
+            raise ModelFormatError(f"{where}: {used_key} = {used} with {n_experts} routed experts: a MoE routes "
+                                   "each token to at least one expert", hint)
 
 
 # ---- run shape: flags and plan fields -----------------------------------------------------------

@@ -19,10 +19,11 @@ from typing import Any
 
 from moeplan.errors import ModelFormatError
 from moeplan.planner.limits import check_hf_config
+from moeplan.planner.model import registry
 from moeplan.planner.model.build import build_model_spec
 from moeplan.planner.model.hf_names import gguf_name, mtp_blocks, scale_owner
 from moeplan.planner.model.spec import ModelSpec, make_tensor
-from moeplan.planner.model.synth import arch_of_config, gguf_hparams, merged_config
+from moeplan.planner.model.synth import gguf_hparams, merged_config
 
 # a safetensors header is JSON; anything this large is a corrupt length field
 MAX_HEADER_BYTES = 256 * 1024 * 1024
@@ -129,14 +130,14 @@ def read_hf_model(folder: str | os.PathLike) -> ModelSpec:
     config = read_config(folder)
     cfg = merged_config(config)
     check_hf_config(cfg, f"{folder}/config.json")
-    try:
-        arch, _ = arch_of_config(cfg)
-    except KeyError as exc:
+    found = registry.of_config(cfg)
+    if found is None:
+        name = (cfg.get("architectures") or [cfg.get("model_type")])[0]
         raise ModelFormatError(
-            f"{folder}: model type {exc.args[0]!r} is not supported",
-            "supported: DeepSeek V2/V3/V3.2/V4, Kimi K2, GLM-4.5+/5.x, Qwen2/3 MoE, Qwen3-Next, Qwen3.5 MoE, "
-            "gpt-oss, Llama 4, Mixtral, MiniMax-M2; or pick a bundled profile (moeplan models)") from None
-    n_experts = cfg.get("num_local_experts", cfg.get("num_experts", cfg.get("n_routed_experts")))
+            f"{folder}: model type {name!r} is not supported",
+            "supported: " + ", ".join(sorted({cls for a in registry.ARCHS.values() for cls, _ in a.hf_classes}))
+            + "; or pick a bundled profile (moeplan models)")
+    n_experts = found[0].hf.value(cfg, "expert_count")  # the architecture's own name for it
     if not n_experts:
         raise ModelFormatError(f"{folder}: {cfg.get('model_type', 'this model')} is a dense model (no routed experts)",
                                "moeplan plans expert offload for MoE models; for a dense model use llama.cpp's -ngl / --fit")

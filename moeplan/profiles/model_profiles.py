@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from moeplan.errors import InputError, ModelFormatError
+from moeplan.planner.model import registry
 from moeplan.planner.model.build import build_model_spec
+from moeplan.planner.model.hf_config import HfKeys
 from moeplan.planner.model.native import FP8_CHECKPOINT, FP8_FROM, NativeFormat
 from moeplan.planner.model.quants import apply_recipe, canonical_quant, quant_families, resolve_quant, scale_to_size
 from moeplan.planner.model.spec import ModelSpec, make_tensor
@@ -59,26 +61,14 @@ def profile_config(profile: dict[str, Any]) -> dict[str, Any]:
     return dict(profile["config"])
 
 
-def _count(cfg: dict[str, Any], *keys: str) -> int:
-    """The first of `keys` the config sets (a per-layer list: its first entry, uniform as the
-    converters require)."""
-    for k in keys:
-        v = cfg.get(k)
-        if isinstance(v, list):
-            v = v[0] if v else None
-        if v:
-            return int(v)
-    return 0
-
-
 def _n_params(profile: dict[str, Any]) -> tuple[int, int, int]:
+    """(experts, experts per token, blocks), the first two under the architecture's own config
+    names (its record's HfKeys; a per-layer list gives its one value)."""
     cfg = merged_config(profile_config(profile))
-    # the configs' own names: moe_num_experts / moe_k ERNIE 4.5, moe_top_k Step-3.5, top_k_experts
-    # Gemma 4, num_experts_per_token Kimi-K3, moe_topk Hunyuan-A13B (a per-layer list)
-    n_exp = _count(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
-    n_used = _count(cfg, "num_experts_per_tok", "moe_top_k", "top_k_experts", "num_experts_per_token", "moe_k",
-                    "moe_topk")
-    return n_exp, n_used, int(cfg.get("num_hidden_layers", 0))
+    found = registry.of_config(cfg)
+    keys = found[0].hf if found else HfKeys()
+    return (int(keys.value(cfg, "expert_count") or 0), int(keys.value(cfg, "expert_used_count") or 0),
+            int(cfg.get("num_hidden_layers", 0)))
 
 
 def list_profiles(root: str = str(PROFILE_DIR)) -> list[dict[str, Any]]:

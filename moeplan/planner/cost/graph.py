@@ -37,85 +37,14 @@ from moeplan.planner.model.spec import LayerSpec, ModelSpec
 __all__ = ["BLOCK_BARRIERS", "block_barriers", "expert_split_barriers"]
 
 # (llama.cpp arch, attention label) -> (barriers per decode block, the fixture's n_expert_used,
-# how the figure was obtained)
+# how the figure was obtained): each architecture's record says its own (registry.py `barriers`)
 BLOCK_BARRIERS: dict[tuple[str, str], tuple[int, int, str]] = {
-    ("qwen3moe", "full"): (30, 4, "counted"),
-    ("gpt-oss", "full"): (33, 4, "counted"),
-    ("gpt-oss", "swa"): (33, 4, "counted"),
-    ("qwen3next", "full"): (41, 4, "counted"),
-    ("qwen3next", "recurrent"): (60, 4, "counted"),
-    # qwen35moe.cpp builds the same gated delta-net and gated attention blocks as qwen3next.cpp
-    ("qwen35moe", "full"): (41, 4, "as qwen3next"),
-    ("qwen35moe", "recurrent"): (60, 4, "as qwen3next"),
-    # nemotron-h.cpp: a block is one sub-layer. Mamba-2 (mamba-base.cpp build_mamba2_layer: in
-    # projection, conv state concat/ssm_conv/bias/silu, dt bias/softplus, ssm_scan and its state
-    # write-back, D skip, the grouped gate norm, out projection), GQA attention without rope,
-    # or the MoE FFN (sigmoid router with a selection bias, relu^2 experts without a gate, one
-    # shared expert); every block has its attn_norm and residual ADD
-    ("nemotron_h_moe", "recurrent"): (25, 6, "counted"),
-    ("nemotron_h_moe", "full"): (9, 6, "counted"),
-    ("nemotron_h_moe", "none"): (26, 6, "counted"),
-    ("deepseek4", "swa-only"): (66, 6, "counted"),
-    ("deepseek4", "csa"): (144, 6, "counted"),
-    ("deepseek4", "hca"): (90, 6, "counted"),
-    # deepseek2.cpp decode with the absorbed MLA: attn norm, q_a, q_a norm, q_b, kv_a, kv norm,
-    # two ropes, k_b, two concats, set_rows, flash attention, v_b, output, residual = 16; MoE
-    # with sigmoid scoring, the selection bias and group-limited routing (build_moe_ffn: logits,
-    # sigmoid, bias, group top-2 and sum, group top-k, get_rows, fill, set_rows, top-k,
-    # weights get_rows, sum/clamp/div, scale = 15), the experts (gate, up, swiglu, down, MUL
-    # = 5), the expert sum, the shared expert (4), two residual ADDs, the ffn norm
-    ("deepseek2", "mla"): (16 + 15 + 5 + 3 + 4 + 2 + 1, 4, "from deepseek2.cpp"),
-    # glm-dsa.cpp: the MLA block plus the DSA indexer (q/k projections, k norm, two ropes, its
-    # cache set_rows, scores matmul, relu and head weights, top-k, mask fill/set) = +12
-    ("glm-dsa", "mla"): (46, 4, "from deepseek2.cpp"),
-    ("glm-dsa", "mla+dsa"): (58, 4, "from glm-dsa.cpp"),
-    # glm4-moe.cpp: GQA with q/k/v biases (3 ADDs) and partial rope, sigmoid + bias routing
-    # without groups, one shared expert
-    ("glm4moe", "full"): (16 + 10 + 5 + 3 + 4 + 2 + 1, 4, "from glm4-moe.cpp"),
-    # minimax-m2.cpp: q/k norms over all heads, sigmoid + bias routing, no shared expert
-    ("minimax-m2", "full"): (13 + 10 + 5 + 3 + 1 + 1, 4, "from minimax-m2.cpp"),
-    # gemma4.cpp: q/k/v norms, post-attention, post-FFN and layer-output scaling, a dense GELU
-    # MLP beside the experts (its own norms), router logits from the scaled attention output,
-    # fused gate+up experts with a per-expert down scale (REPEAT, GET_ROWS, MUL); a global
-    # block has no V projection (K = V), one node fewer
-    ("gemma4", "swa"): (47, 4, "counted"),
-    ("gemma4", "full"): (46, 4, "counted"),
-    # kimi-k3.cpp: every block mixes the cross-layer residual twice (res_mix: rms_norm, score
-    # MUL, sum_rows, concat, soft_max, two cont, dsv4_hc_pre, MUL, ADD) and banks it every
-    # attn_res.block_size blocks (a concat in place of the prefix ADD). KDA: q/k/v projections
-    # with their conv state (concat, state copy, ssm_conv, silu) and l2 norms, the decay gate
-    # (f_a, f_b, dt bias, MUL, sigmoid, two scales), beta, the delta-rule scan, the full-rank
-    # output gate and its norm, out projection. MLA: absorbed, no rope, with a sigmoid output
-    # gate. MoE: router on the full-width input, sigmoid + selection bias, experts in the
-    # latent space with the 9-node situ activation, the latent norm and up projection, two
-    # shared experts (situ again); the fixture routes 16 experts as K3
-    ("kimi-k3", "recurrent"): (123, 16, "counted"),
-    ("kimi-k3", "mla"): (94, 16, "counted"),
-    # step35.cpp: q/k norms of one head, per-block rope dims, a head-wise attention gate
-    # (matmul, sigmoid, MUL), sigmoid + bias routing with normalised, scaled weights, one
-    # shared expert beside the experts; sliding and full blocks build the same nodes (their
-    # head counts differ, not their ops). The fixture's GGUF has no swiglu clamp keys: the
-    # published model's clamped layers add their CLAMP nodes on top (not counted)
-    ("step35", "swa"): (40, 4, "counted"),
-    ("step35", "full"): (40, 4, "counted"),
-    # hunyuan-moe.cpp: q/k norms of one head after rope, softmax routing with the top-k weights
-    # normalised (SUM_ROWS, CLAMP, DIV), the experts beside one shared expert (gate, up, swiglu, down
-    # and the ADD joining the two branches)
-    ("hunyuan-moe", "full"): (35, 4, "counted"),
-    # dots1.cpp: MHA with q/k norms of one head, sigmoid + bias routing with normalised, scaled
-    # weights, the shared experts as one FFN beside the routed ones; the fixture routes 6 as
-    # dots.llm1
-    ("dots1", "full"): (39, 6, "counted"),
-    # ernie4-5-moe.cpp: plain GQA (no q/k norms, no biases), softmax routing with the
-    # selection bias and normalised weights, the shared experts as one FFN beside the experts
-    ("ernie4_5-moe", "full"): (34, 4, "counted"),
-}
+    (a.name, label): (n, used, how) for a in registry.ARCHS.values() for label, n, used, how in a.barriers}
 DENSE_BLOCK = 22
 # leading dense blocks counted where they differ from DENSE_BLOCK: (arch, attention label) ->
-# barriers (kimi-k3: a KDA block with the situ dense FFN, counted on the fixture's block 0)
-DENSE_LEAD_BARRIERS: dict[tuple[str, str], int] = {("kimi-k3", "recurrent"): 76,
-                                                    ("dots1", "full"): 19,  # dots1: fixture block 0
-                                                    ("ernie4_5-moe", "full"): 17}  # ernie4_5-moe: fixture block 0
+# barriers (the records' dense_lead_barriers)
+DENSE_LEAD_BARRIERS: dict[tuple[str, str], int] = {
+    (a.name, label): n for a in registry.ARCHS.values() for label, n in a.dense_lead_barriers}
 # a block of an architecture not listed: qwen3moe's block
 DEFAULT_BLOCK = BLOCK_BARRIERS[("qwen3moe", "full")]
 
@@ -145,18 +74,10 @@ def block_barriers(model: ModelSpec, layers: tuple[LayerSpec, ...], backend: str
 
 
 # barriers of the CPU's split of a MoE block whose routed experts run on the CPU, where an
-# architecture's expert FFN has more nodes than gate, up, activation and down (4)
-EXPERT_SPLIT_BARRIERS = {
-    "gpt-oss": 7,
-    # fused gate+up, GEGLU, down, and the per-expert down scale (ffn_down_exps.scale, which the
-    # exps=CPU pattern also puts on the CPU): REPEAT, GET_ROWS, MUL (gemma4.cpp decode graph,
-    # counted on the fixture; the split itself read from ggml-backend's rules)
-    "gemma4": 6,
-    # gate, up, the situ activation's 9 elementwise nodes (scale, tanh, scale, sigmoid, MUL on the
-    # gate, scale, tanh, scale on the up branch, MUL: llama-graph.cpp build_moe_ffn LLM_FFN_SITU),
-    # down; read from the source, not counted on a GPU run
-    "kimi-k3": 12,
-}
+# architecture's expert FFN has more nodes than gate, up, activation and down (4): the records'
+# expert_split_barriers (gpt-oss's three ADD_ID bias nodes, Gemma 4's down scale, Kimi-K3's situ)
+EXPERT_SPLIT_BARRIERS: dict[str, int] = {
+    a.name: a.expert_split_barriers for a in registry.ARCHS.values() if a.expert_split_barriers != 4}
 
 
 def expert_split_barriers(model: ModelSpec, backend: str) -> int:

@@ -31,12 +31,13 @@ def is_swa_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
     (n == 0: every layer). NextN blocks are never SWA."""
     if il >= n_trunk(hp):
         return False
-    if arch == "llama4" and hp.get("attention.sliding_window") == 0:
+    rec = registry.get(arch)
+    if rec.chunked_window and hp.get("attention.sliding_window") == 0:
         return False  # llama4.cpp: a GGUF with sliding_window 0 has no chunked attention
     pattern = hp.get("attention.sliding_window_pattern")
     if isinstance(pattern, (list, tuple)):
         return bool(pattern[il]) if il < len(pattern) else False
-    default = registry.get(arch).swa_pattern  # openai-moe.cpp / llama4.cpp load_swa_pattern(ml, n)
+    default = rec.swa_pattern  # openai-moe.cpp / llama4.cpp load_swa_pattern(ml, n)
     if default is None:
         return False
     n = default if pattern is None else int(pattern)
@@ -44,8 +45,9 @@ def is_swa_layer(arch: str, hp: dict[str, Any], il: int) -> bool:
 
 
 def swa_window(arch: str, hp: dict[str, Any]) -> int:
-    if arch == "llama4":
-        return 8192  # llama4.cpp sets n_swa = 8192 (chunked attention) whatever the GGUF says
+    chunked = registry.get(arch).chunked_window
+    if chunked:
+        return chunked  # llama4.cpp sets n_swa = 8192 (chunked attention) whatever the GGUF says
     return int(hp.get("attention.sliding_window") or 0)
 
 
@@ -60,7 +62,7 @@ def is_indexer_full(arch: str, hp: dict[str, Any], il: int) -> bool:
     deepseek32: every trunk block. glm-dsa (glm-dsa.cpp load_arch_hparams): the GGUF's
     attention.indexer.types array if present; else every block for GLM 5 / 5.1
     (n_ctx_train < 1048576) and GLM_5_2_INDEXER_FULL for GLM-5.2."""
-    if arch != "glm-dsa":
+    if not registry.get(arch).indexer_types:
         return True
     types = hp.get("attention.indexer.types")
     if isinstance(types, (list, tuple)) and il < len(types):
@@ -132,7 +134,8 @@ def has_kv(hp: dict[str, Any], il: int) -> bool:
 
 def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvComponent, ...]]:
     """Attention label and cache components of trunk layer `il`."""
-    if arch == "deepseek4":
+    rec = registry.get(arch)
+    if rec.kv_layout == "dsv4":
         from moeplan.planner.model.archs_dsv4 import dsv4_layer_kv
 
         return dsv4_layer_kv(hp, il)
@@ -142,12 +145,12 @@ def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvCompo
     n_head_kv, d_k, d_v = head_dims(hp, il, is_swa_layer(arch, hp, il))
     if not has_kv(hp, il):
         return "shared", ()
-    if registry.get(arch).mla and hp.get("attention.key_length_mla"):
+    if rec.mla and hp.get("attention.key_length_mla"):
         # MLA: only the latent (kv_lora_rank + rope dims) is cached, as K; V is a view of it
         comps = [KvComponent("k", d_k * n_head_kv, "ctx", "k")]
         label = "mla"
         idx_dim = int(hp.get("attention.indexer.key_length", 0) or 0)
-        if arch in ("glm-dsa", "deepseek32") and idx_dim and is_indexer_full(arch, hp, il):
+        if rec.indexer_cache and idx_dim and is_indexer_full(arch, hp, il):
             # llama-kv-cache-dsa.cpp: the lightning indexer keeps its own key cache, one head of
             # attention.indexer.key_length, K only (the MLA hparams make it V-less), type -ctk,
             # on the blocks llama-model.cpp's filter_lid selects (is_indexer_full)
@@ -158,7 +161,7 @@ def layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[str, tuple[KvCompo
         return "none", ()
     if is_swa_layer(arch, hp, il):
         w = swa_window(arch, hp)
-        label = "chunked" if arch == "llama4" else "swa"
+        label = "chunked" if rec.chunked_window else "swa"
         return label, (KvComponent("k", d_k * n_head_kv, "swa", "k", window=w),
                        KvComponent("v", d_v * n_head_kv, "swa", "v", window=w))
     return "full", (KvComponent("k", d_k * n_head_kv, "ctx", "k"),
@@ -173,7 +176,7 @@ def nextn_layer_kv(arch: str, hp: dict[str, Any], il: int) -> tuple[KvComponent,
     layer filter (llama-kv-cache-dsv4.cpp), so the block gets a raw SWA cache, and the
     compressed caches its compress ratio asks for (0 in DeepSeek-V4-Flash's config).
     Measured: an MTP block adds a ninth layer to an 8-block fixture's raw cache."""
-    if arch == "deepseek4":
+    if registry.get(arch).kv_layout == "dsv4":
         from moeplan.planner.model.archs_dsv4 import dsv4_layer_kv
 
         return dsv4_layer_kv(hp, il)[1]

@@ -10,7 +10,7 @@ from typing import Any
 
 from moeplan.errors import ModelFormatError
 from moeplan.planner.limits import check_hparams
-from moeplan.planner.model import archs
+from moeplan.planner.model import archs, registry
 from moeplan.planner.model.spec import LayerSpec, ModelSpec, Tensor, group_tensors
 
 
@@ -63,6 +63,10 @@ def build_model_spec(arch: str, hp: dict[str, Any], tensors: list[Tensor], *, na
     if not n_shared and any(t.group == "shared" and "down" in t.name for layer in moe for t in layer.tensors):
         n_shared = 1
     labels = [layer.attention for layer in layers if layer.kind != "nextn"]
+    nextn_loaded = 0
+    if registry.get(arch).nextn_probs_bias_loaded:
+        nextn_loaded = sum(t.n_bytes for layer in layers if layer.kind == "nextn"
+                           for t in layer.tensors if t.name.endswith(".exp_probs_b.bias"))
     return ModelSpec(
         name=name, arch=arch, source=source, quant=quant,
         n_embd=int(hp["embedding_length"]), n_vocab=n_vocab,
@@ -75,4 +79,5 @@ def build_model_spec(arch: str, hp: dict[str, Any], tensors: list[Tensor], *, na
         attention_kind=archs.attention_kind(arch, hp, labels),
         mla=any(lbl.startswith("mla") for lbl in labels),
         extra=tuple(sorted((k, v) for k, v in hp.items() if isinstance(v, (int, float, str)))),
+        nextn_loaded_bytes=nextn_loaded,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -186,6 +187,9 @@ class ModelSpec:
     needs_flash_attn_for_v_quant: bool = True
     mla: bool = False  # K and V cache types must match (llama.cpp MLA)
     extra: tuple[tuple[str, object], ...] = field(default=())
+    # bytes of NextN blocks llama.cpp loads although the blocks are skipped (the architecture
+    # record's nextn_probs_bias_loaded; set by build_model_spec)
+    nextn_loaded_bytes: int = 0
 
     # ---- derived views (computed once per instance: the search asks for them thousands
     # of times; the dataclass is frozen, so they cannot go stale) -----------------------------
@@ -233,16 +237,12 @@ class ModelSpec:
 
     @cached_property
     def loaded_bytes(self) -> int:
-        """Bytes llama.cpp loads: everything but skipped NextN blocks. glm-dsa.cpp and
-        deepseek32.cpp create a NextN block's exp_probs_b without the block's TENSOR_SKIP flag,
-        so that one vector is loaded (n_expert * 4 bytes; measured on a glm-dsa fixture)."""
+        """Bytes llama.cpp loads: everything but skipped NextN blocks, plus what of those
+        blocks it loads anyway (nextn_loaded_bytes: glm-dsa.cpp and deepseek32.cpp create a
+        NextN block's exp_probs_b without the block's TENSOR_SKIP flag, n_expert * 4 bytes;
+        measured on a glm-dsa fixture)."""
         total = sum(t.n_bytes for t in self.globals) + sum(layer.n_bytes for layer in self.trunk_layers)
-        from moeplan.planner.model import registry
-
-        if self.arch in registry.ARCHS and registry.get(self.arch).nextn_probs_bias_loaded:
-            total += sum(t.n_bytes for layer in self.layers if layer.kind == "nextn"
-                         for t in layer.tensors if t.name.endswith(".exp_probs_b.bias"))
-        return total
+        return total + self.nextn_loaded_bytes
 
     @cached_property
     def expert_bytes(self) -> int:
@@ -325,6 +325,27 @@ class ModelSpec:
             "n_ctx_train": self.n_ctx_train,
             "digest": self.digest(),
         }
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of a synthesised index (planner/model/synth.py). `shape` is ggml order
+    (ne0 = row length)."""
+
+    name: str
+    shape: tuple[int, ...]
+    role: str  # see ROLES
+    layer: int | None = None
+
+    @property
+    def n_elements(self) -> int:
+        return math.prod(self.shape)
+
+
+# Roles quants.py keys on. 'vector' = any 1-D tensor or bias, always kept F32 by the converter.
+ROLES = ("embed", "output", "vector", "attn", "router", "tid2eid", "experts", "expert_bias",
+         "shexp", "ffn", "hc", "compressor", "indexer", "indexer_proj", "ssm", "ssm_conv",
+         "nextn_proj", "nextn_embed", "nextn_head")
 
 
 def group_tensors(tensors: Iterable[Tensor]) -> tuple[tuple[Tensor, ...], dict[int, list[Tensor]]]:

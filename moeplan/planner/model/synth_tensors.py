@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from moeplan.planner.model.spec import hp_at, kv_head_dims
-from moeplan.planner.model.synth import TensorSpec
+from moeplan.planner.model.spec import TensorSpec, hp_at, kv_head_dims
 
 
-class _Index:
+class Index:
     """Collects TensorSpecs in creation order."""
 
     def __init__(self) -> None:
@@ -32,7 +31,7 @@ def _i(hp: dict[str, Any], key: str, default: int = 0) -> int:
     return int(v if v is not None else default)
 
 
-def _dims(hp: dict[str, Any]) -> dict[str, int]:
+def dims(hp: dict[str, Any]) -> dict[str, int]:
     n_embd = _i(hp, "embedding_length")
     n_head = _i(hp, "attention.head_count")
     n_head_kv = _i(hp, "attention.head_count_kv", n_head)
@@ -46,32 +45,32 @@ def _dims(hp: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def _globals(ix: _Index, n_embd: int, n_vocab: int, output: bool = True) -> None:
+def _globals(ix: Index, n_embd: int, n_vocab: int, output: bool = True) -> None:
     ix.g("token_embd.weight", (n_embd, n_vocab), "embed")
     ix.g("output_norm.weight", (n_embd,), "vector")
     if output:
         ix.g("output.weight", (n_embd, n_vocab), "output")
 
 
-def _experts(ix: _Index, il: int, n_embd: int, n_ff: int, n_expert: int) -> None:
+def _experts(ix: Index, il: int, n_embd: int, n_ff: int, n_expert: int) -> None:
     ix.b(il, "ffn_gate_exps.weight", (n_embd, n_ff, n_expert), "experts")
     ix.b(il, "ffn_down_exps.weight", (n_ff, n_embd, n_expert), "experts")
     ix.b(il, "ffn_up_exps.weight", (n_embd, n_ff, n_expert), "experts")
 
 
-def _shexp(ix: _Index, il: int, n_embd: int, n_ff: int) -> None:
+def _shexp(ix: Index, il: int, n_embd: int, n_ff: int) -> None:
     ix.b(il, "ffn_gate_shexp.weight", (n_embd, n_ff), "shexp")
     ix.b(il, "ffn_down_shexp.weight", (n_ff, n_embd), "shexp")
     ix.b(il, "ffn_up_shexp.weight", (n_embd, n_ff), "shexp")
 
 
-def _dense_ffn(ix: _Index, il: int, n_embd: int, n_ff: int) -> None:
+def _dense_ffn(ix: Index, il: int, n_embd: int, n_ff: int) -> None:
     ix.b(il, "ffn_gate.weight", (n_embd, n_ff), "ffn")
     ix.b(il, "ffn_down.weight", (n_ff, n_embd), "ffn")
     ix.b(il, "ffn_up.weight", (n_embd, n_ff), "ffn")
 
 
-def _qkv(ix: _Index, il: int, n_embd: int, n_q: int, n_k: int, n_v: int, bias: bool = False) -> None:
+def _qkv(ix: Index, il: int, n_embd: int, n_q: int, n_k: int, n_v: int, bias: bool = False) -> None:
     """create_tensor_qkv without fusion: the converter writes separate q, k, v (and biases)."""
     ix.b(il, "attn_q.weight", (n_embd, n_q), "attn")
     ix.b(il, "attn_k.weight", (n_embd, n_k), "attn")
@@ -82,7 +81,7 @@ def _qkv(ix: _Index, il: int, n_embd: int, n_q: int, n_k: int, n_v: int, bias: b
         ix.b(il, "attn_v.bias", (n_v,), "vector")
 
 
-def _gqa(ix: _Index, il: int, d: dict[str, int], q_mult: int = 1, bias: bool = False) -> None:
+def _gqa(ix: Index, il: int, d: dict[str, int], q_mult: int = 1, bias: bool = False) -> None:
     """q, k, v (create_tensor_qkv) and the output projection of a GQA block; q_mult 2 for the
     gated queries of qwen3next / qwen35moe."""
     n_embd, d_k = d["n_embd"], d["d_k"]
@@ -90,7 +89,7 @@ def _gqa(ix: _Index, il: int, d: dict[str, int], q_mult: int = 1, bias: bool = F
     ix.b(il, "attn_output.weight", (d_k * d["n_head"], n_embd), "attn")
 
 
-def _nextn(ix: _Index, il: int, n_embd: int, n_vocab: int, extras: tuple[str, ...]) -> None:
+def _nextn(ix: Index, il: int, n_embd: int, n_vocab: int, extras: tuple[str, ...]) -> None:
     """NextN/MTP wiring around the extra decoder block (eh_proj, enorm, hnorm, optional head)."""
     if "eh_proj" in extras:
         ix.b(il, "nextn.eh_proj.weight", (2 * n_embd, n_embd), "nextn_proj")
@@ -108,7 +107,7 @@ def _nextn(ix: _Index, il: int, n_embd: int, n_vocab: int, extras: tuple[str, ..
 
 # ---- per architecture ------------------------------------------------------------------------
 
-def _qk_norm_gqa(ix: _Index, il: int, d: dict[str, int]) -> None:
+def _qk_norm_gqa(ix: Index, il: int, d: dict[str, int]) -> None:
     """GQA with q/k norms of one head between the block's two norms (qwen3moe.cpp,
     hunyuan-moe.cpp)."""
     ix.b(il, "attn_norm.weight", (d["n_embd"],), "vector")
@@ -118,14 +117,14 @@ def _qk_norm_gqa(ix: _Index, il: int, d: dict[str, int]) -> None:
     ix.b(il, "ffn_norm.weight", (d["n_embd"],), "vector")
 
 
-def _mla_attention(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int]) -> None:
+def _mla_attention(ix: Index, il: int, hp: dict[str, Any], d: dict[str, int]) -> None:
     """deepseek2.cpp / glm-dsa.cpp attention (MLA with the k_b / v_b split the converter writes)."""
     ix.b(il, "attn_norm.weight", (d["n_embd"],), "vector")
     _mla_projections(ix, il, hp, d)
     ix.b(il, "ffn_norm.weight", (d["n_embd"],), "vector")
 
 
-def _mla_projections(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int], gate: bool = False) -> None:
+def _mla_projections(ix: Index, il: int, hp: dict[str, Any], d: dict[str, int], gate: bool = False) -> None:
     """MLA's projections in converter order; `gate`: Kimi-K3's sigmoid output gate before the
     output projection (kimi-k3.cpp)."""
     n_embd, n_head = d["n_embd"], d["n_head"]
@@ -151,7 +150,7 @@ def _mla_projections(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int],
     ix.b(il, "attn_output.weight", (n_head * d_v_mla, n_embd), "attn")
 
 
-def _mla_ffn(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int], probs_bias: bool) -> None:
+def _mla_ffn(ix: Index, il: int, hp: dict[str, Any], d: dict[str, int], probs_bias: bool) -> None:
     n_embd = d["n_embd"]
     if il < _i(hp, "leading_dense_block_count"):
         _dense_ffn(ix, il, n_embd, d["n_ff"])
@@ -163,7 +162,7 @@ def _mla_ffn(ix: _Index, il: int, hp: dict[str, Any], d: dict[str, int], probs_b
     _shexp(ix, il, n_embd, d["n_ff_exp"] * d["n_shared"])
 
 
-def _build_deepseek2(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_deepseek2(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                      extras: tuple[str, ...], probs_bias: bool = True, indexer: bool = False) -> None:
     """deepseek2.cpp; with `indexer` the DSA lightning-indexer tensors of glm-dsa/deepseek32.
 
@@ -189,7 +188,7 @@ def _build_deepseek2(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab:
             _nextn(ix, il, d["n_embd"], n_vocab, extras)
 
 
-def _build_deepseek4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_deepseek4(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                      extras: tuple[str, ...]) -> None:
     """deepseek4.cpp. attn_output_a is stored 2-D in the file ({n_head*d/o_groups,
     o_lora*o_groups}); llama.cpp views it as 3-D (TENSOR_ALLOW_RESHAPE), same bytes."""
@@ -252,7 +251,7 @@ def _build_deepseek4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab:
                 ix.b(il, "nextn.hc_head_scale.weight", (1,), "vector")
 
 
-def _build_glm4moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_glm4moe(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                    extras: tuple[str, ...], qk_norm: bool = True) -> None:
     """glm4-moe.cpp: GQA with q/k/v biases, optional q/k norms, post-attention norm."""
     n_embd, d_k = d["n_embd"], d["d_k"]
@@ -276,7 +275,7 @@ def _build_glm4moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: i
             _nextn(ix, il, n_embd, n_vocab, extras)
 
 
-def _build_qwen3moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_qwen3moe(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                     extras: tuple[str, ...]) -> None:
     """qwen3moe.cpp: GQA with q/k norms, every block MoE, no shared expert."""
     n_embd = d["n_embd"]
@@ -296,7 +295,7 @@ def _is_recurrent(hp: dict[str, Any], il: int, n_layer: int) -> bool:
     return il < n_layer and (il + 1) % interval != 0
 
 
-def _build_qwen_hybrid(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_qwen_hybrid(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                        extras: tuple[str, ...], split_ba: bool) -> None:
     """qwen3next.cpp (split_ba False: one ssm_ba) and qwen35moe.cpp (ssm_beta + ssm_alpha).
 
@@ -338,7 +337,7 @@ def _build_qwen_hybrid(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_voca
             _nextn(ix, il, n_embd, n_vocab, extras)
 
 
-def _build_nemotron_h(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_nemotron_h(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                       extras: tuple[str, ...]) -> None:
     """nemotron-h.cpp load_arch_tensors (nemotron_h_moe): every block has an attn_norm and one
     of a Mamba-2 mixer (n_head_kv == 0 and n_ff == 0), an attention (n_ff == 0) or a MoE FFN
@@ -399,7 +398,7 @@ def _build_nemotron_h(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab
         moe(il)
 
 
-def _build_kimi_k3(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_kimi_k3(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                    extras: tuple[str, ...]) -> None:
     """kimi-k3.cpp load_arch_tensors: KDA blocks (head_count_kv 0) and MLA blocks without rope
     and with a sigmoid output gate (attn_gate); every block scores the cross-layer residual
@@ -451,7 +450,7 @@ def _build_kimi_k3(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: i
         _shexp(ix, il, n_embd, n_ff_exp * max(1, d["n_shared"]))
 
 
-def _build_gpt_oss(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_gpt_oss(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                    extras: tuple[str, ...]) -> None:
     """openai-moe.cpp: n_rot = head_dim; biases on q/k/v/o, router and every expert matrix."""
     n_embd, n_rot, n_ff, n_expert = d["n_embd"], d["d_k"], d["n_ff_exp"], d["n_expert"]
@@ -471,7 +470,7 @@ def _build_gpt_oss(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: i
         ix.b(il, "ffn_up_exps.bias", (n_ff, n_expert), "expert_bias")
 
 
-def _build_llama4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_llama4(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                   extras: tuple[str, ...]) -> None:
     """llama4.cpp: MoE every `interleave_moe_layer_step`-th block, a shared expert as wide as
     a routed one; rope_freqs (llama3 rope scaling) is one global tensor of n_rot/2 floats."""
@@ -492,7 +491,7 @@ def _build_llama4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: in
             _dense_ffn(ix, il, n_embd, d["n_ff"])
 
 
-def _build_llama(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_llama(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                  extras: tuple[str, ...]) -> None:
     """llama.cpp with experts (Mixtral): the experts are n_ff wide."""
     n_embd = d["n_embd"]
@@ -505,7 +504,7 @@ def _build_llama(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int
         _experts(ix, il, n_embd, d["n_ff"], d["n_expert"])
 
 
-def _build_minimax_m2(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_minimax_m2(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                       extras: tuple[str, ...]) -> None:
     """minimax-m2.cpp: q/k norms over all heads, sigmoid router with a bias, no shared expert."""
     n_embd, d_k = d["n_embd"], d["d_k"]
@@ -522,7 +521,7 @@ def _build_minimax_m2(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab
         ix.b(il, "exp_probs_b.bias", (d["n_expert"],), "vector")
 
 
-def _build_gemma4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_gemma4(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                   extras: tuple[str, ...], tied: bool = True, k_eq_v: bool = False) -> None:
     """gemma4.cpp load_arch_tensors with the converter's layout (conversion/gemma.py): per-layer
     head size and KV heads (sliding layers key_length_swa, global layers key_length); q/k
@@ -577,7 +576,7 @@ def _build_gemma4(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: in
             ix.b(il, "per_layer_post_norm.weight", (n_embd,), "vector")
 
 
-def _build_step35(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_step35(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                   extras: tuple[str, ...], rope_freqs: bool = False) -> None:
     """step35.cpp load_arch_tensors with the converter's layout (conversion/step3.py): per-block
     head count and KV heads (sliding blocks 96 query heads in Step-3.5-Flash, full blocks 64),
@@ -619,7 +618,7 @@ def _build_step35(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: in
             _nextn(ix, il, n_embd, n_vocab, extras)
 
 
-def _build_hunyuan_moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_hunyuan_moe(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                        extras: tuple[str, ...], tied: bool = False) -> None:
     """hunyuan-moe.cpp load_arch_tensors: GQA with q/k norms of one head; every block MoE (the
     routed experts are created n_ff = feed_forward_length wide) beside one shared expert of
@@ -639,7 +638,7 @@ def _build_hunyuan_moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_voca
         ix.b(il, "ffn_down_shexp.weight", (n_shexp, n_embd), "shexp")
 
 
-def _build_dots1(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_dots1(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                  extras: tuple[str, ...]) -> None:
     """dots1.cpp load_arch_tensors: q, k and v each n_embd_head_k x n_head wide (the loader
     sizes k and v by n_head, dots.llm1 being MHA), the output projection, k/q norms of one
@@ -668,7 +667,7 @@ def _build_dots1(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int
             _shexp(ix, il, n_embd, n_shexp)
 
 
-def _build_ernie4_5_moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
+def _build_ernie4_5_moe(ix: Index, hp: dict[str, Any], d: dict[str, int], n_vocab: int,
                         extras: tuple[str, ...], tied: bool = False, probs_bias: bool = True) -> None:
     """ernie4-5.cpp load_arch_tensors (ernie4_5-moe reuses it): GQA with separate q/k/v (the
     converter splits qkv_proj) and no q/k norms; a dense SwiGLU MLP (feed_forward_length) on
@@ -695,15 +694,3 @@ def _build_ernie4_5_moe(ix: _Index, hp: dict[str, Any], d: dict[str, int], n_voc
         else:
             _dense_ffn(ix, il, n_embd, d["n_ff"])
 
-
-def build(arch: str, hp: dict[str, Any], n_vocab: int, extras: tuple[str, ...],
-          options: dict[str, bool] | None = None) -> list[TensorSpec]:
-    """Tensor list of `arch`; `options` are the switches of synth.layout_options."""
-    from moeplan.planner.model import registry
-
-    builder = registry.ARCHS[arch].tensors if arch in registry.ARCHS else None
-    if builder is None:
-        raise KeyError(arch)
-    ix = _Index()
-    builder(ix, hp, _dims(hp), n_vocab, extras, options or {})
-    return ix.out
