@@ -122,17 +122,18 @@ class Gpu:
     # Windows driver model (NVML nvmlDeviceGetDriverModel): 'wddm', 'tcc', 'mcdm'; '' = unknown
     # or not Windows. A WDDM GPU loses part of its VRAM to the OS (planner/hardware/windows.py)
     driver_model: str = ""
-    # 'nvidia' / 'amd' ('' = unknown: profiles written before this field are NVIDIA's); picks
+    # 'amd', or '' for NVIDIA (and profiles written before this field: NVML's GPUs); picks
     # llama.cpp's device names (CUDA0, ROCm0, Vulkan0: planner/hardware/vendors.py)
-    vendor: str = ""
+    vendor: str = field(default="", metadata={"omit_default": True})
     # the iGPU of an APU (Radeon 8060S / 890M / 780M): its "VRAM" is the host's DRAM. vram_bytes
     # is then what the driver lets the GPU map (BIOS carve-out + GTT), mem_bw the DRAM's, no
     # PCIe between them; host_shared_bytes is the part of vram_bytes that comes out of the RAM
     # the profile counts as the host's (system.ram_total_bytes): all of it on a spec profile
     # (the installed RAM), the GTT on a probed one (the carve-out is not in MemTotal)
-    unified_memory: bool = False
-    host_shared_bytes: int = 0
-    gfx_target: str = ""  # AMD LLVM target (gfx1100, gfx1151, gfx942): what a ROCm build must be compiled for
+    unified_memory: bool = field(default=False, metadata={"omit_default": True})
+    host_shared_bytes: int = field(default=0, metadata={"omit_default": True})
+    # AMD LLVM target (gfx1100, gfx1151, gfx942): what a ROCm build must be compiled for
+    gfx_target: str = field(default="", metadata={"omit_default": True})
 
 
 @dataclass(frozen=True)

@@ -494,7 +494,8 @@ def _spec_gpu(req: SpecRequest, part: GpuPart | None, eff: Efficiency, nodes: tu
               d2h_bytes_per_s=replace(h2d, method=h2d.method + " (assumed equal to host-to-GPU)")
               if h2d else None,
               numa_node=home.id, local_cpus=format_cpulist(home.cpus), source=_src(part is None),
-              vendor=part.vendor if part else "", gfx_target=part.gfx_target if part else "")
+              vendor="amd" if part is not None and part.vendor == "amd" else "",
+              gfx_target=part.gfx_target if part else "")
     return gpu, notes
 
 
