@@ -277,6 +277,7 @@ def test_strix_halo_plan_keeps_every_expert_on_the_igpu(tmp_path):
     best = plan["estimate"]["decode_tok_s"]
     others = [a for a in plan["pareto"] if a["vram_bytes"] < plan["estimate"]["vram_bytes"] - GIB]
     assert others and all(a["decode_tok_s"] < best for a in others)
+    assert any("shares the host's DRAM" in n and "save no memory" in n for n in plan["notes"])
     extra = dict(plan["placement"]["extra"])
     assert extra == {"gpu_build": "vulkan", "gfx_target": "gfx1151", "unified_memory": "1"}
 
