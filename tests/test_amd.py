@@ -337,3 +337,11 @@ def test_check_reads_rocm_and_vulkan_logs(dev, host):
     assert dev in devices and host in devices
     on_gpu = sum(b.mib for b in run.buffers if b.buffer_type == dev)
     assert on_gpu == pytest.approx(14508.94 + 384.00 + 300.75)
+
+
+def test_vulkan_plan_with_bf16_weights_warns(tmp_path):
+    hw = _hw(tmp_path, "--gpu", "Radeon 8060S", "--cpu", "Ryzen AI Max+ 395", "--ram", "128G")
+    run = tmp_path / "run"
+    r = RUN.invoke(app, ["tune", "qwen3.5-35b-a3b", "--quant", "BF16", "--hw", hw, "--emit", str(run)])
+    assert r.exit_code == 0, r.output
+    assert "bf16: 0" in (run / "launch.sh").read_text()

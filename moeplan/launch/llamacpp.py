@@ -184,6 +184,12 @@ def build_notes(ctx: EmitContext) -> list[str]:
     if ctx.extra("unified_memory"):
         out.append("unified memory: Vulkan counts the iGPU's carve-out and GTT as its memory; the plan's GPU "
                    "budget is that GTT (raise it with ttm.pages_limit on the kernel command line)")
+    if "BF16" in (ctx.model.quant or "").upper():
+        # kyuz0/amd-strix-halo-toolboxes' logs (benchmarks/data, rows kyuz0-strixhalo-*-bf16-*):
+        # RADV reports "bf16: 0" on gfx1151, and BF16 files decode 2.4x slower than under ROCm
+        out.append("BF16 weights: RADV reports no bfloat16 support on RDNA 3.5 (\"bf16: 0\"); measured on a Ryzen "
+                   "AI Max+ 395, BF16 files decode 2.4x slower with Vulkan than with ROCm (GLM-4.7-Flash 9.5 vs "
+                   "23.2 tok/s, Qwen3.6-35B-A3B 10.7 vs 26.0): use a ROCm build or a quantized file")
     return out
 
 
