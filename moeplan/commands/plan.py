@@ -49,7 +49,7 @@ VramOpt = Annotated[Optional[str], typer.Option("--vram", help="What-if VRAM bud
 RamOpt = Annotated[Optional[str], typer.Option("--ram", help="What-if host RAM, e.g. 512G.")]
 
 TsOpt = Annotated[Optional[str], typer.Option("--ts", help="Several GPUs: llama.cpp -ts weights (blocks per GPU, the output counted on the last), e.g. 57,7,7,9; default: the split moeplan would choose.")]
-GpusOpt = Annotated[Optional[str], typer.Option("--gpus", help="Use only these GPUs of the profile, by index: 0,2 (emitted as -dev CUDA0,CUDA2).")]
+GpusOpt = Annotated[Optional[str], typer.Option("--gpus", help="Use only these GPUs of the profile, by index: 0,2 (emitted as -dev CUDA0,CUDA2; ROCm0 or Vulkan0 for AMD GPUs).")]
 
 OBJECTIVES = ("decode", "prefill", "balanced")
 
