@@ -345,3 +345,10 @@ def test_vulkan_plan_with_bf16_weights_warns(tmp_path):
     r = RUN.invoke(app, ["tune", "qwen3.5-35b-a3b", "--quant", "BF16", "--hw", hw, "--emit", str(run)])
     assert r.exit_code == 0, r.output
     assert "bf16: 0" in (run / "launch.sh").read_text()
+
+
+def test_ram_what_if_on_an_apu_keeps_the_igpu_share():
+    from moeplan.planner.hardware.profile import apply_overrides
+
+    p = apply_overrides(_spec(gpu="8060S", cpu="Ryzen AI Max+ 395", ram_bytes=128 * GIB), ram_bytes=64 * GIB)
+    assert p.gpus[0].vram_bytes == p.gpus[0].host_shared_bytes == 60 * GIB and p.ram_bytes == 4 * GIB

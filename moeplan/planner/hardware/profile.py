@@ -373,9 +373,18 @@ def apply_overrides(profile: HardwareProfile, vram_bytes: int | None = None,
     if ram_bytes is not None:
         if ram_bytes <= 0:
             raise InputError(f"--ram must be positive, got {ram_bytes}", "for example --ram 512G")
+        old_ram = out.system.ram_total_bytes
         out = replace(out, system=_resized_system(out.system, ram_bytes),
                       numa_nodes=_resized_nodes(out.numa_nodes, ram_bytes))
         notes.append(f"what-if: RAM set to {ram_bytes} bytes (was {profile.system.ram_total_bytes})")
+        if vram_bytes is None and old_ram and any(g.unified_memory for g in out.gpus):
+            # an iGPU maps a share of the RAM (the GTT is sized from it): the same share of the new RAM
+            gpus = tuple(replace(g, host_shared_bytes=int(g.host_shared_bytes * ram_bytes / old_ram),
+                                 vram_bytes=g.vram_bytes - g.host_shared_bytes
+                                 + int(g.host_shared_bytes * ram_bytes / old_ram))
+                         if g.unified_memory else g for g in out.gpus)
+            out = replace(out, gpus=gpus)
+            notes.append("what-if: the iGPU's budget keeps its share of the RAM")
     return replace(out, notes=tuple(notes))
 
 
