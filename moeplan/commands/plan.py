@@ -90,7 +90,9 @@ def _with_devices(result, gpus: str | None, profile=None):
         return result
     from dataclasses import replace
 
-    best = replace(result.best, placement=result.best.placement.with_(extra=result.best.placement.extra + extra))
+    keys = {k for k, _ in extra}
+    kept = tuple(kv for kv in result.best.placement.extra if kv[0] not in keys)
+    best = replace(result.best, placement=result.best.placement.with_(extra=kept + extra))
     return replace(result, best=best)
 
 
@@ -101,7 +103,8 @@ def _device_split(spec, p, profile, ts: str | None, gpus: str | None):
     from moeplan.planner.memory.devices import format_tensor_split, parse_tensor_split
     from moeplan.planner.search import fit_placement
 
-    extra = tuple(kv for kv in p.extra if kv[0] != "tensor_split") + _devices_extra(gpus, profile)
+    dev = _devices_extra(gpus, profile)
+    extra = tuple(kv for kv in p.extra if kv[0] != "tensor_split" and kv[0] not in {k for k, _ in dev}) + dev
     p = p.with_(extra=extra)
     if p.n_gpus <= 1:
         if ts:
