@@ -45,7 +45,10 @@ def test_every_part_loads_with_sane_figures():
             assert c.ccds * c.cores_per_ccd == c.cores, c.name
         assert c.source
     for g in catalog.gpu_parts():
-        assert g.vram_bytes > 0 and g.mem_bw_bytes_per_s > 0 and g.source, g.name
+        # an APU's iGPU has no memory of its own (its budget comes from --ram) and no PCIe link
+        assert (g.vram_bytes > 0 or g.unified) and g.mem_bw_bytes_per_s > 0 and g.source, g.name
+        if g.unified:
+            assert g.vram_bytes == 0 and not g.pcie_gen and catalog.find_cpu(g.host_cpu).vendor == "amd", g.name
 
 
 def test_every_cpu_with_a_turbo_states_its_boost_clock():

@@ -39,6 +39,7 @@ from moeplan.commands.placement_opts import (
     resolve_placement,
 )
 from moeplan.errors import InputError
+from moeplan.planner.hardware.vendors import build_extra, device_names
 
 HwOpt = Annotated[Optional[str], typer.Option("--hw", help="Hardware profile JSON, a preset name, or omit to use this machine (cached probe).")]
 DepthOpt = Annotated[int, typer.Option("--depth", help="Tokens already in context when decoding.")]
@@ -48,7 +49,7 @@ VramOpt = Annotated[Optional[str], typer.Option("--vram", help="What-if VRAM bud
 RamOpt = Annotated[Optional[str], typer.Option("--ram", help="What-if host RAM, e.g. 512G.")]
 
 TsOpt = Annotated[Optional[str], typer.Option("--ts", help="Several GPUs: llama.cpp -ts weights (blocks per GPU, the output counted on the last), e.g. 57,7,7,9; default: the split moeplan would choose.")]
-GpusOpt = Annotated[Optional[str], typer.Option("--gpus", help="Use only these GPUs of the profile, by index: 0,2 (emitted as -dev CUDA0,CUDA2).")]
+GpusOpt = Annotated[Optional[str], typer.Option("--gpus", help="Use only these GPUs of the profile, by index: 0,2 (emitted as -dev CUDA0,CUDA2; ROCm0 or Vulkan0 for AMD GPUs).")]
 
 OBJECTIVES = ("decode", "prefill", "balanced")
 
@@ -70,23 +71,28 @@ def select_gpus(profile, gpus: str | None):
                          "(or names one twice)", "known GPU indices: " + ",".join(str(i) for i in sorted(known)))
     chosen = tuple(replace(known[i], index=k) for k, i in enumerate(idx))
     return replace(profile, gpus=chosen, notes=profile.notes + (f"GPUs {gpus} of the machine only (-dev)",),
-                   spec_inputs={**profile.spec_inputs, "devices": ",".join(f"CUDA{i}" for i in idx)})
+                   spec_inputs={**profile.spec_inputs, "devices": device_names(profile, idx)})
 
 
-def _devices_extra(gpus: str | None) -> tuple[tuple[str, str], ...]:
+def _devices_extra(gpus: str | None, profile=None) -> tuple[tuple[str, str], ...]:
+    """-dev of --gpus (CUDA0 / ROCm0 / Vulkan0 by the GPUs' vendor) and, for AMD GPUs, the
+    llama.cpp build the scripts are for (planner/hardware/vendors.py)."""
+    build = build_extra(profile)
     if not gpus:
-        return ()
-    return (("devices", ",".join(f"CUDA{int(i)}" for i in gpus.split(",") if i.strip())),)
+        return build
+    return (("devices", device_names(profile, [int(i) for i in gpus.split(",") if i.strip()])),) + build
 
 
-def _with_devices(result, gpus: str | None):
+def _with_devices(result, gpus: str | None, profile=None):
     """Put -dev of --gpus into the chosen placement (launch files emit it)."""
-    extra = _devices_extra(gpus)
+    extra = _devices_extra(gpus, profile)
     if not extra:
         return result
     from dataclasses import replace
 
-    best = replace(result.best, placement=result.best.placement.with_(extra=result.best.placement.extra + extra))
+    keys = {k for k, _ in extra}
+    kept = tuple(kv for kv in result.best.placement.extra if kv[0] not in keys)
+    best = replace(result.best, placement=result.best.placement.with_(extra=kept + extra))
     return replace(result, best=best)
 
 
@@ -97,7 +103,8 @@ def _device_split(spec, p, profile, ts: str | None, gpus: str | None):
     from moeplan.planner.memory.devices import format_tensor_split, parse_tensor_split
     from moeplan.planner.search import fit_placement
 
-    extra = tuple(kv for kv in p.extra if kv[0] != "tensor_split") + _devices_extra(gpus)
+    dev = _devices_extra(gpus, profile)
+    extra = tuple(kv for kv in p.extra if kv[0] != "tensor_split" and kv[0] not in {k for k, _ in dev}) + dev
     p = p.with_(extra=extra)
     if p.n_gpus <= 1:
         if ts:
@@ -239,7 +246,7 @@ def register(app: typer.Typer) -> None:
         req = Request(backend=backend, objective=objective, n_ctx=n_ctx,
                       min_ctx=n_min_ctx, depth=depth, n_prompt=prompt, threads=threads, n_gpu_layers=n_gpu_layers)
         result = choose_plan(spec, profile, priors, req)
-        result = _with_devices(result, gpus)
+        result = _with_devices(result, gpus, profile)
         plan = build_plan(spec, profile, result, objective, size or "", moeplan_version=__version__)
         if validate:
             report = _validate(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,

@@ -156,7 +156,41 @@ def experts_used_parts(ctx: EmitContext) -> list[tuple[str, ...]]:
 
 def env_pairs(ctx: EmitContext) -> tuple[tuple[str, str], ...]:
     v = ctx.extra("op_offload_min_batch")
-    return (("GGML_OP_OFFLOAD_MIN_BATCH", v),) if v else ()
+    out: tuple[tuple[str, str], ...] = (("GGML_OP_OFFLOAD_MIN_BATCH", v),) if v else ()
+    # a ROCm build on an APU's iGPU allocates from the BIOS carve-out with hipMalloc unless
+    # told to use managed memory, which reaches the GTT (docs/build.md "Unified Memory")
+    if ctx.extra("gpu_build") == "rocm" and ctx.extra("unified_memory") and ctx.placement.n_gpus:
+        out += (("GGML_CUDA_ENABLE_UNIFIED_MEMORY", "1"),)
+    return out
+
+
+def build_notes(ctx: EmitContext) -> list[str]:
+    """Which llama.cpp build the scripts are for, when it is not CUDA (planner/hardware/vendors.py)."""
+    build = ctx.extra("gpu_build")
+    if not build or not ctx.placement.n_gpus:
+        return []
+    gfx = ctx.extra("gfx_target")
+    if build == "rocm":
+        out = ["for a ROCm (HIP) build of llama.cpp (cmake -DGGML_HIP=ON"
+               + (f" -DGPU_TARGETS={gfx}" if gfx else "") + "): its devices are ROCm0, ROCm1, ... in -dev and "
+               "in the logs; a Vulkan build (-DGGML_VULKAN=ON) takes the same flags with Vulkan0, ..."]
+        if ctx.extra("unified_memory"):
+            out.append("GGML_CUDA_ENABLE_UNIFIED_MEMORY=1: the iGPU's weights go to managed memory (the GTT) instead "
+                       "of the BIOS carve-out")
+        return out
+    out = ["for a Vulkan build of llama.cpp (cmake -DGGML_VULKAN=ON): its devices are Vulkan0, Vulkan1, ... in -dev "
+           "and in the logs; a ROCm build (-DGGML_HIP=ON" + (f" -DGPU_TARGETS={gfx}" if gfx else "")
+           + ") names them ROCm0 and needs GGML_CUDA_ENABLE_UNIFIED_MEMORY=1 on an iGPU"]
+    if ctx.extra("unified_memory"):
+        out.append("unified memory: Vulkan counts the iGPU's carve-out and GTT as its memory; the plan's GPU "
+                   "budget is that GTT (raise it with ttm.pages_limit on the kernel command line)")
+    if "BF16" in (ctx.model.quant or "").upper():
+        # kyuz0/amd-strix-halo-toolboxes' logs (benchmarks/data, rows kyuz0-strixhalo-*-bf16-*):
+        # RADV reports "bf16: 0" on gfx1151, and BF16 files decode 2.4x slower than under ROCm
+        out.append("BF16 weights: RADV reports no bfloat16 support on RDNA 3.5 (\"bf16: 0\"); measured on a Ryzen "
+                   "AI Max+ 395, BF16 files decode 2.4x slower with Vulkan than with ROCm (GLM-4.7-Flash 9.5 vs "
+                   "23.2 tok/s, Qwen3.6-35B-A3B 10.7 vs 26.0): use a ROCm build or a quantized file")
+    return out
 
 
 def speculative_parts(ctx: EmitContext, fs: FlagSet) -> list[tuple[str, ...]]:
@@ -252,6 +286,7 @@ def bench_check_lines(expected: str, out_name: str = "bench.json", field: str = 
 def _notes(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...]) -> list[str]:
     p = ctx.placement
     notes = list(numa_notes(p, ctx.os))
+    notes += build_notes(ctx)
     if not fs.has("-fit"):
         notes.append(f"{fs.program} has no --fit, so nothing moves layers behind the plan's back")
     if patterns and p.load_mode == "mmap":

@@ -36,6 +36,7 @@ from moeplan.planner.cost.estimate import (
 from moeplan.planner.cost.machine import KT_THRESHOLD_KEY, default_batch
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
+from moeplan.planner.hardware.vendors import unified_notes
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes
 from moeplan.planner.memory.cache import plan_cache
@@ -421,6 +422,7 @@ def build_plan(model: ModelSpec, hw: HardwareProfile, result: SearchResult, obje
                moeplan_version: str = "") -> Plan:
     """The Plan of a search result: the chosen placement, why, the alternatives and the front."""
     notes = tuple(result.why) + ((f"one more GiB of VRAM: {result.one_more_gib}",) if result.one_more_gib else ())
+    notes += tuple(n for g in hw.gpus for n in unified_notes(g, 0))  # an APU's iGPU: one memory (hardware/vendors.py)
     return Plan(model=model_ref(model, size_arg), hardware_name=hw.name, hardware_digest=digest_of(hw),
                 placement=result.best.placement, estimate=result.best.estimate, objective=objective,
                 alternatives=tuple(to_alternative(c) for c in result.alternatives), pareto=result.pareto,

@@ -15,7 +15,9 @@ from typing import Any
 from moeplan import __version__
 from moeplan.errors import MoeplanError
 from moeplan.planner.hardware.profile import Cpu, Figure, Gpu, HardwareProfile, Load, profile_warnings
+from moeplan.planner.hardware.vendors import unified_notes
 from moeplan.probes import dram, storage
+from moeplan.probes.amd_gpu import read_amd_gpus, with_dram_bandwidth
 from moeplan.probes.cpu import Topology, py_cpuinfo_fallback, read_cpu
 from moeplan.probes.dmi import read_dimms
 from moeplan.probes.flops import blas_name, measure_matmul
@@ -57,18 +59,38 @@ class Machine:
 
 
 def read_machine(root: str = "/", nvml: Any = None, cpu_fallback: Callable[[], dict] | None = None,
-                 system_kwargs: dict[str, Any] | None = None) -> Machine:
-    """CPU, NUMA nodes, system, GPUs (NVML + sysfs) and installed memory (DMI); no timing."""
+                 system_kwargs: dict[str, Any] | None = None, amd_smi: Any = None) -> Machine:
+    """CPU, NUMA nodes, system, GPUs (NVML, AMD SMI, sysfs) and installed memory (DMI); no timing."""
     cpu, topo = read_cpu(root, fallback=cpu_fallback)
     nodes = read_numa_nodes(root, topo)
     sysinfo = read_system(root, **(system_kwargs or {}))
     gpus, notes = read_gpus(nvml, root)
+    amd, amd_notes = read_amd_gpus(root, smi=amd_smi, first_index=len(gpus))
+    if amd:  # NVML's "no GPU ... CPU only" is about NVIDIA's GPUs alone
+        notes = [n.replace("no GPU:", "no NVIDIA GPU:").replace("; planning for CPU only", "") for n in notes]
+    gpus, notes = gpus + amd, notes + amd_notes
     gpus = tuple(_enrich_gpu(g) for g in gpus)
     cpu, mem_notes = _enrich_cpu(cpu, root)
     notes += mem_notes
+    gpus, igpu_notes = _unified_gpus(gpus, cpu, sysinfo.ram_total_bytes)
+    notes += igpu_notes
     profile = HardwareProfile(name=sysinfo.hostname or "this machine", origin="probe",
                               moeplan_version=__version__, gpus=gpus, cpu=cpu, numa_nodes=nodes, system=sysinfo)
     return Machine(profile=profile, topology=topo, notes=notes)
+
+
+def _unified_gpus(gpus: tuple[Gpu, ...], cpu: Cpu, ram_total_bytes: int) -> tuple[tuple[Gpu, ...], list[str]]:
+    """An APU's iGPU reads the DRAM: its bandwidth and host link are the CPU's memory figures
+    (channels x MT/s x 8 B, from DMI or the CPU's spec sheet), and the plan must say so."""
+    out, notes = [], []
+    for g in gpus:
+        if g.unified_memory:
+            peak = (cpu.memory_channels or 0) * (cpu.ram_speed_mts or 0) * 1e6 * 8
+            how = f"{cpu.memory_channels} channels x {cpu.ram_type.upper()}-{cpu.ram_speed_mts} x 8 B"
+            g = with_dram_bandwidth(g, peak or None, how, catalog.efficiency().gpu_mem)
+            notes += unified_notes(g, ram_total_bytes + (g.vram_bytes - g.host_shared_bytes))
+        out.append(g)
+    return tuple(out), notes
 
 
 def _enrich_gpu(g: Gpu) -> Gpu:

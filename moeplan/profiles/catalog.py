@@ -55,10 +55,13 @@ def gpu_parts() -> tuple[GpuPart, ...]:
     for g in _read_toml("gpus.toml")["gpu"]:
         # pcie and fp16_tflops are optional: 0 = not stated (the profile notes it as unknown)
         gen, width = _pcie(g["pcie"]) if "pcie" in g else (0, 0)
-        out.append(GpuPart(name=g["name"], aliases=tuple(g.get("aliases", ())), vram_bytes=int(g["vram_gib"] * GIB),
+        # an APU's iGPU (unified = true) has no vram_gib: its budget comes from the RAM
+        out.append(GpuPart(name=g["name"], aliases=tuple(g.get("aliases", ())), vram_bytes=int(g.get("vram_gib", 0) * GIB),
                            mem_bw_bytes_per_s=g["mem_bw_gbps"] * 1e9, pcie_gen=gen, pcie_width=width,
                            fp16_flop_per_s=g.get("fp16_tflops", 0.0) * 1e12, compute_capability=g.get("cc", ""),
-                           source=g.get("source", ""), mobile=bool(g.get("mobile", False))))
+                           source=g.get("source", ""), mobile=bool(g.get("mobile", False)),
+                           vendor=g.get("vendor", "nvidia"), unified=bool(g.get("unified", False)),
+                           gfx_target=g.get("gfx", ""), host_cpu=g.get("host_cpu", "")))
     return tuple(out)
 
 
@@ -123,7 +126,7 @@ def _gpu_bw_classes(parts: tuple[GpuPart, ...]) -> tuple[tuple[float, float, flo
     """(vram_gib, median, min, max bandwidth, n) for each VRAM size in the catalog."""
     by: dict[float, list[float]] = {}
     for p in parts:
-        if p.mem_bw_bytes_per_s:
+        if p.mem_bw_bytes_per_s and not p.unified:  # an iGPU has no VRAM class
             by.setdefault(round(p.vram_bytes / GIB, 1), []).append(p.mem_bw_bytes_per_s)
     return tuple((v, statistics.median(bw), min(bw), max(bw), len(bw)) for v, bw in sorted(by.items()))
 
@@ -177,6 +180,8 @@ def find_gpu(name: str) -> GpuPart:
         if base is None:
             raise
         vram = int(float(m.group(2)) * GIB)
+        if base.unified:  # "Radeon 8060S 128GB": the APU's RAM, given with --ram
+            return base
         if vram < base.vram_bytes:  # a cut-down variant: a narrower bus the stock figures overstate
             raise InputError(f"unknown GPU {name!r}: not in the parts catalog ({base.name} has "
                              f"{base.vram_bytes / GIB:g} GiB)",
@@ -294,6 +299,8 @@ def _stand_in(req: SpecRequest, gpu: GpuPart | None, more: tuple[GpuPart, ...]) 
     if req.cpu or req.cores or not (gpu or more or req.gpu_vram_bytes):
         return None
     card = gpu or (more[0] if more else None)
+    if card is not None and card.unified and card.host_cpu:  # an iGPU: the APU it is part of
+        return find_cpu(card.host_cpu)
     cc = float(card.compute_capability or 0) if card else 0.0
     ram_type = (req.ram_type or ("ddr4" if 0 < cc < 8.9 else "ddr5")).lower()
     table = STAND_IN_SERVER_CPU if (req.ram_bytes or 0) > DESKTOP_MAX_RAM_BYTES else STAND_IN_CPU

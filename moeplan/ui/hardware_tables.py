@@ -209,8 +209,8 @@ def parts_tables(gpus: list, cpus: list) -> list[Table]:
     for col in ("name", "VRAM GiB", "mem GB/s", "PCIe", "FP16 TFLOPS"):
         g.add_column(col, justify="left" if col in ("name", "PCIe") else "right")
     for p in gpus:
-        g.add_row(p.name, _gib(p.vram_bytes), f"{p.mem_bw_bytes_per_s / 1e9:.0f}", f"gen{p.pcie_gen} x{p.pcie_width}",
-                  f"{p.fp16_flop_per_s / 1e12:.1f}")
+        g.add_row(p.name, "shared" if p.unified else _gib(p.vram_bytes), f"{p.mem_bw_bytes_per_s / 1e9:.0f}",
+                  f"gen{p.pcie_gen} x{p.pcie_width}" if p.pcie_gen else "-", f"{p.fp16_flop_per_s / 1e12:.1f}")
     c = Table(title="CPU catalog (per socket)")
     for col in ("name", "cores", "threads", "base GHz", "channels", "memory", "max sockets"):
         c.add_column(col, justify="left" if col in ("name", "memory") else "right")

@@ -1433,6 +1433,7 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
               n_prompt: int, consts: MemoryConstants | None, repack_types: tuple[str, ...],
               prompt_depth: int = 0) -> Estimate:
     p, mem, f = _memory_and_factors(model, p, hw, pr, consts, repack_types)
+    hw = hw.with_gpu_use(mem.vram_bytes)  # an iGPU's unused GTT stays host RAM (hardware/profile.py)
     other_host = mem.ram_bytes - mem.get("weights_experts_cpu")
     res_share = _resident_share(model, p, hw, other_host)
     devices = mem.devices if not f.cpu_only else ()

@@ -122,6 +122,18 @@ class Gpu:
     # Windows driver model (NVML nvmlDeviceGetDriverModel): 'wddm', 'tcc', 'mcdm'; '' = unknown
     # or not Windows. A WDDM GPU loses part of its VRAM to the OS (planner/hardware/windows.py)
     driver_model: str = ""
+    # 'amd', or '' for NVIDIA (and profiles written before this field: NVML's GPUs); picks
+    # llama.cpp's device names (CUDA0, ROCm0, Vulkan0: planner/hardware/vendors.py)
+    vendor: str = field(default="", metadata={"omit_default": True})
+    # the iGPU of an APU (Radeon 8060S / 890M / 780M): its "VRAM" is the host's DRAM. vram_bytes
+    # is then what the driver lets the GPU map (BIOS carve-out + GTT), mem_bw the DRAM's, no
+    # PCIe between them; host_shared_bytes is the part of vram_bytes that comes out of the RAM
+    # the profile counts as the host's (system.ram_total_bytes): all of it on a spec profile
+    # (the installed RAM), the GTT on a probed one (the carve-out is not in MemTotal)
+    unified_memory: bool = field(default=False, metadata={"omit_default": True})
+    host_shared_bytes: int = field(default=0, metadata={"omit_default": True})
+    # AMD LLVM target (gfx1100, gfx1151, gfx942): what a ROCm build must be compiled for
+    gfx_target: str = field(default="", metadata={"omit_default": True})
 
 
 @dataclass(frozen=True)
@@ -265,10 +277,17 @@ class HardwareProfile:
 
     @property
     def ram_bytes(self) -> int:
+        """Host RAM the plan may fill: installed (or the cgroup's limit), less what a unified-memory
+        GPU maps of it (its budget is counted as VRAM, so the two never count the same bytes)."""
         s = self.system
-        if s.cgroup_limit_bytes:
-            return min(s.ram_total_bytes, s.cgroup_limit_bytes)
-        return s.ram_total_bytes
+        total = min(s.ram_total_bytes, s.cgroup_limit_bytes) if s.cgroup_limit_bytes else s.ram_total_bytes
+        shared = sum(g.host_shared_bytes for g in self.gpus if g.unified_memory)
+        return max(0, total - shared) if shared else total
+
+    @property
+    def unified_memory(self) -> bool:
+        """Every GPU of the profile is an APU's iGPU reading the host's DRAM."""
+        return bool(self.gpus) and all(g.unified_memory for g in self.gpus)
 
     @property
     def cpu_nodes(self) -> tuple[NumaNode, ...]:
@@ -280,6 +299,23 @@ class HardwareProfile:
         """Sum of per-node local read bandwidth (effective)."""
         return sum(n.dram_read_bytes_per_s.effective for n in self.numa_nodes
                    if n.dram_read_bytes_per_s is not None)
+
+    def with_gpu_use(self, vram_used_bytes: int) -> HardwareProfile:
+        """The profile as a plan that fills `vram_used_bytes` of its GPUs sees the host's RAM: a
+        unified-memory GPU's GTT is a limit, not a reservation (the ROCm Strix Halo guide: "GTT
+        allocations are dynamic"), so the RAM it does not use stays the host's. Other profiles
+        are returned unchanged."""
+        if not any(g.unified_memory for g in self.gpus):
+            return self
+        left, gpus = max(0, vram_used_bytes), []
+        for g in self.gpus:
+            use = min(left, g.vram_bytes)
+            left -= use
+            if g.unified_memory:
+                carve_out = g.vram_bytes - g.host_shared_bytes
+                g = replace(g, host_shared_bytes=min(g.host_shared_bytes, max(0, use - carve_out)))
+            gpus.append(g)
+        return replace(self, gpus=tuple(gpus))
 
     def calibration_for(self, backend: str) -> Calibration | None:
         for c in self.calibration:
@@ -328,16 +364,27 @@ def apply_overrides(profile: HardwareProfile, vram_bytes: int | None = None,
             free = None
             if g.vram_free_bytes is not None:
                 free = max(0, share - (g.vram_bytes - g.vram_free_bytes))
-            gpus.append(replace(g, vram_bytes=share, vram_free_bytes=free))
+            # an iGPU's budget beyond its carve-out comes out of the host's RAM
+            shared = max(0, share - (g.vram_bytes - g.host_shared_bytes)) if g.unified_memory else 0
+            gpus.append(replace(g, vram_bytes=share, vram_free_bytes=free, host_shared_bytes=shared))
         notes.append(f"what-if: VRAM set to {vram_bytes} bytes over {len(gpus)} GPU(s) (was "
                      f"{profile.gpu_vram_bytes})")
         out = replace(out, gpus=tuple(gpus))
     if ram_bytes is not None:
         if ram_bytes <= 0:
             raise InputError(f"--ram must be positive, got {ram_bytes}", "for example --ram 512G")
+        old_ram = out.system.ram_total_bytes
         out = replace(out, system=_resized_system(out.system, ram_bytes),
                       numa_nodes=_resized_nodes(out.numa_nodes, ram_bytes))
         notes.append(f"what-if: RAM set to {ram_bytes} bytes (was {profile.system.ram_total_bytes})")
+        if vram_bytes is None and old_ram and any(g.unified_memory for g in out.gpus):
+            # an iGPU maps a share of the RAM (the GTT is sized from it): the same share of the new RAM
+            gpus = tuple(replace(g, host_shared_bytes=int(g.host_shared_bytes * ram_bytes / old_ram),
+                                 vram_bytes=g.vram_bytes - g.host_shared_bytes
+                                 + int(g.host_shared_bytes * ram_bytes / old_ram))
+                         if g.unified_memory else g for g in out.gpus)
+            out = replace(out, gpus=gpus)
+            notes.append("what-if: the iGPU's budget keeps its share of the RAM")
     return replace(out, notes=tuple(notes))
 
 

@@ -30,6 +30,7 @@ from moeplan.planner.hardware.profile import (
     pcie_bytes_per_s,
     profile_warnings,
 )
+from moeplan.planner.hardware.vendors import default_unified_budget_bytes, gtt_setting, unified_notes
 from moeplan.planner.serde import to_jsonable
 from moeplan.units import GIB
 
@@ -47,6 +48,11 @@ class GpuPart:
     # optional catalog facts (parts.toml): where the figures come from, laptop part
     source: str = ""
     mobile: bool = False
+    vendor: str = "nvidia"  # nvidia / amd
+    # an APU's iGPU: no memory of its own (vram_bytes 0), the host's DRAM at the CPU's bandwidth
+    unified: bool = False
+    gfx_target: str = ""  # AMD LLVM target (gfx1100, gfx1151, gfx942)
+    host_cpu: str = ""  # an iGPU's APU (the CPU it ships in), the stand-in when no CPU is named
 
 
 # GpuPart.source of a catalog part given with more VRAM than it has (profiles/catalog.find_gpu)
@@ -455,6 +461,8 @@ def _spec_gpu(req: SpecRequest, part: GpuPart | None, eff: Efficiency, nodes: tu
               slot: tuple[int, int, str] | None = None) -> tuple[Gpu, list[str]]:
     """GPU `index` of a spec profile: its part's figures (or the numbers given), its link."""
     notes: list[str] = []
+    if part is not None and part.unified:
+        return _spec_igpu(req, part, eff, nodes, index)
     if part is not None and part.source.startswith(VRAM_AS_NAMED):
         notes.append(f"GPU {part.name}: {part.source}")
     vram = req.gpu_vram_bytes or part.vram_bytes  # type: ignore[union-attr]
@@ -485,8 +493,52 @@ def _spec_gpu(req: SpecRequest, part: GpuPart | None, eff: Efficiency, nodes: tu
               pcie_width_max=width, h2d_bytes_per_s=h2d,
               d2h_bytes_per_s=replace(h2d, method=h2d.method + " (assumed equal to host-to-GPU)")
               if h2d else None,
-              numa_node=home.id, local_cpus=format_cpulist(home.cpus), source=_src(part is None))
+              numa_node=home.id, local_cpus=format_cpulist(home.cpus), source=_src(part is None),
+              vendor="amd" if part is not None and part.vendor == "amd" else "",
+              gfx_target=part.gfx_target if part else "")
     return gpu, notes
+
+
+def _spec_igpu(req: SpecRequest, part: GpuPart, eff: Efficiency, nodes: tuple[NumaNode, ...],
+               index: int) -> tuple[Gpu, list[str]]:
+    """An APU's iGPU: its budget is what the driver lets it map of the RAM (--gpu-vram, else the
+    RAM less what the host keeps: vendors.default_unified_budget_bytes), its bandwidth the DRAM's
+    (the CPU's figure when the CPU is named, else the part's), and host buffers are read where
+    they lie: the host-to-GPU rate is the DRAM's, there is no PCIe copy."""
+    if index > 0:
+        raise InputError(f"{part.name} is the iGPU of an APU: a machine has one",
+                         "drop --gpu-count, or name a card beside it with a second --gpu")
+    ram = req.ram_bytes or 0
+    budget = req.gpu_vram_bytes or default_unified_budget_bytes(ram)
+    if budget > ram:
+        raise InputError(f"--gpu-vram {budget / GIB:.0f} GiB is more than the {ram / GIB:.0f} GiB of RAM the "
+                         f"{part.name} shares", "an iGPU maps part of the RAM: --gpu-vram at most --ram")
+    notes = []
+    if not req.gpu_vram_bytes:
+        notes.append(f"{part.name}: unified memory; the GPU budget is taken as {budget / GIB:.0f} GiB of the "
+                     f"{ram / GIB:.0f} GiB RAM (the host keeps {(ram - budget) / GIB:.0f} GiB), which needs the GTT "
+                     f"raised from Linux's default of half the RAM: {gtt_setting(budget)}; pass --gpu-vram for "
+                     "the budget your machine has (amdgpu's mem_info_gtt_total plus the BIOS carve-out)")
+    dram = nodes[0].dram_read_bytes_per_s if nodes else None
+    if req.gpu_bw_bytes_per_s:
+        bw = Figure(value=req.gpu_bw_bytes_per_s, source="user", method="--gpu-bw: the DRAM's bandwidth",
+                    achievable=eff.gpu_mem)
+    elif dram is not None and dram.source != "user":
+        bw = Figure(value=dram.value, source=dram.source, achievable=eff.gpu_mem,
+                    method=f"unified memory: the DRAM's peak ({dram.method.split(';')[0]}); achievable: a GPU "
+                           "copy kernel")
+    else:
+        bw = Figure(value=part.mem_bw_bytes_per_s, source="spec-sheet", achievable=eff.gpu_mem,
+                    method=f"{part.name}: the fastest memory its APU takes; achievable: a GPU copy kernel")
+    h2d = replace(bw, method="no PCIe link: the GPU reads host buffers in the same DRAM, at its rate")
+    fp16 = _peak(req.gpu_fp16_flop_per_s, part.fp16_flop_per_s, "--gpu-tflops", part, "GPU FP16 rate",
+                 "dense FP16 matrix peak (CUs x FLOP/clock x boost clock)", eff.gpu_fp16, notes)
+    home = nodes[req.gpu_node]
+    gpu = Gpu(index=index, name=part.name, vram_bytes=budget, mem_bw_bytes_per_s=bw, fp16_flop_per_s=fp16,
+              h2d_bytes_per_s=h2d, d2h_bytes_per_s=h2d, numa_node=home.id, local_cpus=format_cpulist(home.cpus),
+              source="spec-sheet", vendor=part.vendor, unified_memory=True, host_shared_bytes=budget,
+              gfx_target=part.gfx_target)
+    return gpu, notes + unified_notes(gpu, ram)[:1]
 
 
 def gpu_bw_class_prior(vram_bytes: int, eff: Efficiency, notes: list[str]) -> Figure | None:
