@@ -7,25 +7,32 @@ fields -- and `moeplan estimate` gets the source's model, quant, file size, plac
 context and depth. A row whose CPU/GPU is not in the catalog, whose quant or placement is
 unknown, or whose model is not bundled is counted as *not estimable*, with the reason.
 
-The cost model's terms (moeplan/planner/cost/estimate.py) are grouped by the resource they
-charge (CPU, GPU, PCIe, fixed per-layer/per-token costs); a few machine factors -- one time
-scale per group (the CPU group per backend), shrunk towards 1 -- are fitted on the rows, and
-the prediction's range is the 80th percentile of the held-out log residuals of the group that
-dominates the row (docs/cost-model.md). Three figures are printed side by side:
+The rows are split by source into train and test (benchmarks/split.py, a rule fixed in the
+repository; benchmarks/data/split.json lists it). Nothing is fitted, chosen or ranged on a test
+row: the cost model's terms (moeplan/planner/cost/estimate.py) are grouped by the resource they
+charge (CPU, GPU, PCIe, fixed per-layer/per-token costs); one time scale per group (the CPU group
+per backend), shrunk towards 1, is fitted on train rows, and the prediction's range is centred
+and sized by the conformal 80th percentile of the train rows' log residuals, held out by source,
+of the group that dominates the row (docs/cost-model.md). Figures, train and test side by side:
 
-  prior     the model with its mechanism priors alone (no fitted factor); its range is the
-            80th percentile of the other sources' |log residual| (held out, as for LOSO);
-  in-sample factors fitted on every row, scored on the same rows (what over-fitting looks like);
-  LOSO      leave-one-source-out: each row predicted from factors fitted without any row of its
-            source (same `source_url`), its range from other sources' held-out residuals.
+  model (no fit)  the mechanisms and priors alone; its range from the train residuals (a train row:
+                  the other train sources' only);
+  refit           train rows: leave-one-source-out within train (each row predicted from scales
+                  fitted without its source); test rows: the scales fitted on all train rows;
+  refit in-sample train rows scored by the scales fitted on them (what over-fitting looks like);
 
-and two baselines: a roofline on the active bytes (dense + k/N of the experts, each read once
-at the peak bandwidth of the device holding it) and on all bytes (the whole file per token).
+two baselines (a roofline on the active bytes and on all bytes), and the ranking: for every
+machine and model of one source with several configurations (placements, threads, ubatches,
+depths, backends; the thread sweeps of data/thread-sweeps.json whose model is bundled), how often
+the predicted order of two configurations is the measured one (pairs differing by more than 10%)
+and the median error of their ratio.
 
-    python benchmarks/accuracy.py [--data PATH] [--rows] [--json] [--write-fit]
+    python benchmarks/accuracy.py [--data PATH] [--rows] [--json] [--write-fit] [--write-docs] [--check]
 
-`--write-fit` stores the factors fitted on all rows and the held-out range widths in
-moeplan/profiles/fit.json, which `moeplan estimate` applies (see docs/cost-model.md).
+`--write-fit` stores the train fit and range widths in moeplan/profiles/fit.json, which `moeplan
+estimate` applies; `--write-docs` rewrites the generated blocks of docs/cost-model.md and
+docs/benchmarks.md; `--check` exits 1 when either differs from what the data gives (CI runs it:
+tests/test_accuracy_split.py).
 """
 from __future__ import annotations
 
@@ -554,22 +561,33 @@ def predict(x: Row, metric: str, scales: dict[str, float]) -> float | None:
 def fit(train: list[Row], metric: str) -> dict[str, float]:
     """Scales of the term groups minimising the absolute log error over the training rows (the
     median's loss: one wild row cannot drag a factor) plus a shrinkage towards 1 (coordinate
-    descent over a log grid)."""
+    descent over a log grid, every grid value of one scale scored at once)."""
+    import numpy as np
+
     rows = [x for x in train if metric in x.measured and metric not in x.skip and x.groups.get(metric)]
     names = sorted({k for x in rows for k in _param_keys(x, metric).values()})
     scales = {n: 1.0 for n in names}
-    grid = [math.exp(i * 0.05) for i in range(-60, 61)]
-
-    def loss(s: dict[str, float]) -> float:
-        err = sum(abs(math.log(predict(x, metric, s) / x.measured[metric])) for x in rows)
-        return err + SHRINK_ROWS * sum(abs(math.log(v)) for v in s.values())
-
+    if not rows:
+        return scales
+    grid = np.array([math.exp(i * 0.05) for i in range(-60, 61)])
+    col = {n: i for i, n in enumerate(names)}
+    sec = np.zeros((len(rows), len(names)))  # seconds per token of each row's groups, by scale
+    for r, x in enumerate(rows):
+        keys = _param_keys(x, metric)
+        for g, t in x.groups[metric].items():
+            sec[r, col[keys[g]]] += t
+    log_meas = np.log([x.measured[metric] for x in rows])
+    s = np.ones(len(names))
     for _ in range(4):
         for n in names:
-            # only rows where the group carries weight inform it
-            best = min(grid, key=lambda v: loss({**scales, n: v}))
-            scales[n] = best
-    return scales
+            i = col[n]
+            rest = sec @ s - sec[:, i] * s[i]
+            t = rest[:, None] + sec[:, i][:, None] * grid[None, :]  # rows x grid
+            with np.errstate(divide="ignore"):
+                err = np.abs(-np.log(t) - log_meas[:, None]).sum(axis=0)
+            shrink = SHRINK_ROWS * (np.abs(np.log(np.delete(s, i))).sum() + np.abs(np.log(grid)))
+            s[i] = grid[int(np.argmin(err + shrink))]
+    return {n: float(s[col[n]]) for n in names}
 
 
 def _dominant(x: Row, metric: str) -> str:
@@ -899,11 +917,15 @@ def run_all(data: Path) -> tuple[list[Row], list[Row]]:
     """(measurement rows, thread-sweep rows) run through `moeplan hardware` and `estimate`."""
     rows = [json.loads(x) for x in data.read_text().splitlines() if x.strip()]
     # the model is scored without any fitted factor: the fit is what this script produces
+    saved = backends_mod.fitted_terms
     backends_mod.fitted_terms = lambda backend: {}
     runner = CliRunner()
-    with tempfile.TemporaryDirectory() as tmp:
-        res = [run_row(r, runner, Path(tmp)) for r in rows]
-        sw = [run_row(r, runner, Path(tmp)) for r in sweep_rows()]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            res = [run_row(r, runner, Path(tmp)) for r in rows]
+            sw = [run_row(r, runner, Path(tmp)) for r in sweep_rows()]
+    finally:
+        backends_mod.fitted_terms = saved
     return res, sw
 
 

@@ -11,6 +11,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -109,3 +111,13 @@ def test_fit_json_comes_from_train_rows_only():
     train_sources = {split.source_key(r["source_url"]) for r in ROWS if r["id"] in TRAIN_IDS}
     assert used <= train_sources
     assert all(n <= len(TRAIN_IDS) for n in fit["n_rows"].values())
+
+
+@pytest.mark.slow
+def test_fit_json_and_the_docs_figures_are_what_the_data_gives(capsys):
+    """CI regenerates fit.json and the generated blocks of docs/cost-model.md and
+    docs/benchmarks.md from the data and the model and fails when the committed ones differ
+    (`python benchmarks/accuracy.py --write-fit --write-docs` after a change that moves them)."""
+    acc = _load("accuracy_bench_check", ROOT / "benchmarks" / "accuracy.py")
+    rc = acc.main(["--check"])
+    assert rc == 0, capsys.readouterr().err
