@@ -61,6 +61,7 @@ def _load_split():
     """benchmarks/split.py, the train/test rule (loaded by path: benchmarks/ is no package)."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("moeplan_bench_split", HERE / "split.py")
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -673,10 +674,10 @@ def evaluate(rows: list[Row]) -> dict:
             s = fit([x for x in train if x.source != src], m)
             for x in est[m]:
                 if x.source == src:
-                    cv[x.row["id"]] = predict(x, m, s)
+                    cv[x.row["id"]] = predict(x, m, s) or 0.0  # est rows have terms: never None
         for x in est[m]:
             if x.side == "test":
-                cv[x.row["id"]] = predict(x, m, full)
+                cv[x.row["id"]] = predict(x, m, full) or 0.0
         # held-out residuals of train rows only: the fitted scales' and the prior's (which has
         # no fitted factor: its residuals are held out already)
         resid = {x.row["id"]: (_dominant(x, m), *_residual(cv[x.row["id"]], x.measured[m], x.floor.get(m, 0.0)),
@@ -973,11 +974,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.write_docs:
         from moeplan.io import write_text_atomic
         for p in DOC_FILES:
-            t = with_block(p.read_text(), block)
-            if t is None:
+            new = with_block(p.read_text(), block)
+            if new is None:
                 print(f"error: {p} has no {DOC_BEGIN!r} ... {DOC_END!r} block", file=sys.stderr)
                 return 2
-            write_text_atomic(p, t)
+            write_text_atomic(p, new)
             print(f"wrote {p}")
     by_backend = {b: (summary(res, ev, lambda x, b=b: x.backend == b and x.side == "train"),
                       summary(res, ev, lambda x, b=b: x.backend == b and x.side == "test"))

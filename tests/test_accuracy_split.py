@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _load(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
