@@ -7,25 +7,32 @@ fields -- and `moeplan estimate` gets the source's model, quant, file size, plac
 context and depth. A row whose CPU/GPU is not in the catalog, whose quant or placement is
 unknown, or whose model is not bundled is counted as *not estimable*, with the reason.
 
-The cost model's terms (moeplan/planner/cost/estimate.py) are grouped by the resource they
-charge (CPU, GPU, PCIe, fixed per-layer/per-token costs); a few machine factors -- one time
-scale per group (the CPU group per backend), shrunk towards 1 -- are fitted on the rows, and
-the prediction's range is the 80th percentile of the held-out log residuals of the group that
-dominates the row (docs/cost-model.md). Three figures are printed side by side:
+The rows are split by source into train and test (benchmarks/split.py, a rule fixed in the
+repository; benchmarks/data/split.json lists it). Nothing is fitted, chosen or ranged on a test
+row: the cost model's terms (moeplan/planner/cost/estimate.py) are grouped by the resource they
+charge (CPU, GPU, PCIe, fixed per-layer/per-token costs); one time scale per group (the CPU group
+per backend), shrunk towards 1, is fitted on train rows, and the prediction's range is centred
+and sized by the conformal 80th percentile of the train rows' log residuals, held out by source,
+of the group that dominates the row (docs/cost-model.md). Figures, train and test side by side:
 
-  prior     the model with its mechanism priors alone (no fitted factor); its range is the
-            80th percentile of the other sources' |log residual| (held out, as for LOSO);
-  in-sample factors fitted on every row, scored on the same rows (what over-fitting looks like);
-  LOSO      leave-one-source-out: each row predicted from factors fitted without any row of its
-            source (same `source_url`), its range from other sources' held-out residuals.
+  model (no fit)  the mechanisms and priors alone; its range from the train residuals (a train row:
+                  the other train sources' only);
+  refit           train rows: leave-one-source-out within train (each row predicted from scales
+                  fitted without its source); test rows: the scales fitted on all train rows;
+  refit in-sample train rows scored by the scales fitted on them (what over-fitting looks like);
 
-and two baselines: a roofline on the active bytes (dense + k/N of the experts, each read once
-at the peak bandwidth of the device holding it) and on all bytes (the whole file per token).
+two baselines (a roofline on the active bytes and on all bytes), and the ranking: for every
+machine and model of one source with several configurations (placements, threads, ubatches,
+depths, backends; the thread sweeps of data/thread-sweeps.json whose model is bundled), how often
+the predicted order of two configurations is the measured one (pairs differing by more than 10%)
+and the median error of their ratio.
 
-    python benchmarks/accuracy.py [--data PATH] [--rows] [--json] [--write-fit]
+    python benchmarks/accuracy.py [--data PATH] [--rows] [--json] [--write-fit] [--write-docs] [--check]
 
-`--write-fit` stores the factors fitted on all rows and the held-out range widths in
-moeplan/profiles/fit.json, which `moeplan estimate` applies (see docs/cost-model.md).
+`--write-fit` stores the train fit and range widths in moeplan/profiles/fit.json, which `moeplan
+estimate` applies; `--write-docs` rewrites the generated blocks of docs/cost-model.md and
+docs/benchmarks.md; `--check` exits 1 when either differs from what the data gives (CI runs it:
+tests/test_accuracy_split.py).
 """
 from __future__ import annotations
 
@@ -48,12 +55,26 @@ from moeplan.profiles import backends as backends_mod
 from moeplan.profiles.catalog import find_cpu
 
 HERE = Path(__file__).resolve().parent
+
+
+def _load_split():
+    """benchmarks/split.py, the train/test rule (loaded by path: benchmarks/ is no package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("moeplan_bench_split", HERE / "split.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+split = _load_split()
 DEFAULT_DATA = HERE / "data" / "measurements.jsonl"
 FIT_PATH = HERE.parent / "moeplan" / "profiles" / "fit.json"
 GIB = 1024**3
 METRICS = ("decode", "prefill", "vram")
-TARGETS = {"decode": 0.15, "prefill": 0.25}
-COVERAGE_TARGET, HALF_WIDTH_TARGET = 0.80, 0.30
+# issue 29's targets, judged on the test split
+TARGETS = {"decode": 0.20, "prefill": 0.35}
+COVERAGE_TARGET, HALF_WIDTH_TARGET = 0.80, 0.35
 # shrinkage of each fitted log-factor towards 0 (the prior), in rows' worth of evidence: a
 # group seen on two rows moves about two-thirds of the way to what those rows say
 SHRINK_ROWS = 1.0
@@ -126,7 +147,12 @@ class Row:
 
     @property
     def source(self) -> str:
-        return self.row.get("source_url") or self.row["id"]
+        return split.source_key(self.row.get("source_url") or self.row["id"])
+
+    @property
+    def side(self) -> str:
+        """'train' or 'test' (benchmarks/split.py): nothing is fitted or set on a test row."""
+        return split.side(self.row.get("source_url") or self.row["id"])
 
     @property
     def machine(self) -> str:
@@ -536,22 +562,33 @@ def predict(x: Row, metric: str, scales: dict[str, float]) -> float | None:
 def fit(train: list[Row], metric: str) -> dict[str, float]:
     """Scales of the term groups minimising the absolute log error over the training rows (the
     median's loss: one wild row cannot drag a factor) plus a shrinkage towards 1 (coordinate
-    descent over a log grid)."""
+    descent over a log grid, every grid value of one scale scored at once)."""
+    import numpy as np
+
     rows = [x for x in train if metric in x.measured and metric not in x.skip and x.groups.get(metric)]
     names = sorted({k for x in rows for k in _param_keys(x, metric).values()})
     scales = {n: 1.0 for n in names}
-    grid = [math.exp(i * 0.05) for i in range(-60, 61)]
-
-    def loss(s: dict[str, float]) -> float:
-        err = sum(abs(math.log(predict(x, metric, s) / x.measured[metric])) for x in rows)
-        return err + SHRINK_ROWS * sum(abs(math.log(v)) for v in s.values())
-
+    if not rows:
+        return scales
+    grid = np.array([math.exp(i * 0.05) for i in range(-60, 61)])
+    col = {n: i for i, n in enumerate(names)}
+    sec = np.zeros((len(rows), len(names)))  # seconds per token of each row's groups, by scale
+    for r, x in enumerate(rows):
+        keys = _param_keys(x, metric)
+        for g, t in x.groups[metric].items():
+            sec[r, col[keys[g]]] += t
+    log_meas = np.log([x.measured[metric] for x in rows])
+    s = np.ones(len(names))
     for _ in range(4):
         for n in names:
-            # only rows where the group carries weight inform it
-            best = min(grid, key=lambda v: loss({**scales, n: v}))
-            scales[n] = best
-    return scales
+            i = col[n]
+            rest = sec @ s - sec[:, i] * s[i]
+            t = rest[:, None] + sec[:, i][:, None] * grid[None, :]  # rows x grid
+            with np.errstate(divide="ignore"):
+                err = np.abs(-np.log(t) - log_meas[:, None]).sum(axis=0)
+            shrink = SHRINK_ROWS * (np.abs(np.log(np.delete(s, i))).sum() + np.abs(np.log(grid)))
+            s[i] = grid[int(np.argmin(err + shrink))]
+    return {n: float(s[col[n]]) for n in names}
 
 
 def _dominant(x: Row, metric: str) -> str:
@@ -622,40 +659,119 @@ def range_widths(residuals: list[tuple[str, float, bool, str]]) -> dict[str, tup
 
 
 def evaluate(rows: list[Row]) -> dict:
-    """Prior, in-sample and leave-one-source-out predictions and ranges per row and metric."""
+    """Prior, fitted and held-out predictions and ranges per row and metric, TRAIN rows only
+    informing anything: the scales are fitted on train rows; a train row is predicted from the
+    scales fitted without its source (leave-one-source-out) and its range set by the other train
+    sources' held-out residuals; a test row is predicted from the scales of all train rows and its
+    range set by all train rows' held-out residuals -- the figures that ship (--write-fit)."""
     est = {m: [x for x in rows if m in x.measured and m not in x.skip and x.prior.get(m)] for m in METRICS}
     out: dict = {m: {} for m in METRICS}
     for m in ("decode", "prefill"):
-        full = fit(rows, m)
+        train = [x for x in rows if x.side == "train"]
+        full = fit(train, m)
         cv: dict[str, float] = {}
-        for src in sorted({x.source for x in est[m]}):
-            s = fit([x for x in rows if x.source != src], m)
+        for src in sorted({x.source for x in est[m] if x.side == "train"}):
+            s = fit([x for x in train if x.source != src], m)
             for x in est[m]:
                 if x.source == src:
-                    cv[x.row["id"]] = predict(x, m, s)
+                    cv[x.row["id"]] = predict(x, m, s) or 0.0  # est rows have terms: never None
+        for x in est[m]:
+            if x.side == "test":
+                cv[x.row["id"]] = predict(x, m, full) or 0.0
+        # held-out residuals of train rows only: the fitted scales' and the prior's (which has
+        # no fitted factor: its residuals are held out already)
         resid = {x.row["id"]: (_dominant(x, m), *_residual(cv[x.row["id"]], x.measured[m], x.floor.get(m, 0.0)),
-                               x.source) for x in est[m]}
-        # the prior has no fitted factor: its residuals are held out already
+                               x.source) for x in est[m] if x.side == "train"}
         resid_p = {x.row["id"]: (_dominant(x, m), *_residual(x.prior[m], x.measured[m], x.floor.get(m, 0.0)),
-                                 x.source) for x in est[m]}
+                                 x.source) for x in est[m] if x.side == "train"}
+        widths, widths_p = range_widths(list(resid.values())), range_widths(list(resid_p.values()))
         for x in est[m]:
             rid = x.row["id"]
-            # the range of a held-out row: other sources' held-out residuals only
-            w = range_widths([v for y in est[m] if y.source != x.source for v in [resid[y.row["id"]]]])
+            if x.side == "train":
+                # the range of a held-out train row: the other train sources' residuals
+                w = range_widths([v for k, v in resid.items() if v[3] != x.source])
+                wp = range_widths([v for k, v in resid_p.items() if v[3] != x.source])
+            else:
+                w, wp = widths, widths_p
             wx = w.get(_dominant(x, m), w.get("all", (0.0, 0.0)))
-            wp = range_widths([v for y in est[m] if y.source != x.source for v in [resid_p[y.row["id"]]]])
             wpx = wp.get(_dominant(x, m), wp.get("all", (0.0, 0.0)))
             fl = x.floor.get(m, 0.0)
-            out[m][rid] = {"prior": x.prior[m], "prior_range": _range(x.prior[m], wpx, fl),
+            out[m][rid] = {"side": x.side, "prior": x.prior[m], "prior_range": _range(x.prior[m], wpx, fl),
                            "in_sample": predict(x, m, full), "loso": cv[rid],
                            "loso_range": _range(cv[rid], wx, fl),
                            "measured": x.measured[m]}
         out[m]["_fit"] = full
-        out[m]["_widths"] = range_widths(list(resid.values()))
-        out[m]["_prior_widths"] = range_widths(list(resid_p.values()))
+        out[m]["_widths"] = widths
+        out[m]["_prior_widths"] = widths_p
     for x in est["vram"]:
-        out["vram"][x.row["id"]] = {"prior": x.prior["vram"], "in_sample": x.prior["vram"], "loso": x.prior["vram"],
-                                    "measured": x.measured["vram"], "prior_range": None, "loso_range": None}
+        out["vram"][x.row["id"]] = {"side": x.side, "prior": x.prior["vram"], "in_sample": x.prior["vram"],
+                                    "loso": x.prior["vram"], "measured": x.measured["vram"], "prior_range": None,
+                                    "loso_range": None}
+    return out
+
+
+# ---- ranking: what the planner uses ----------------------------------------------------------
+
+SWEEPS = HERE / "data" / "thread-sweeps.json"
+RANK_DIFF = 0.10  # pairs whose measured figures differ by more than this count for the order
+
+
+def sweep_rows(path: Path = SWEEPS) -> list[dict]:
+    """thread-sweeps.json as measurement rows (one per thread count), for the ranking report:
+    CPU-only llama-bench tg128 on one CPU (benchmarks/data/README.md)."""
+    if not path.exists():
+        return []
+    out = []
+    for i, sw in enumerate(json.loads(path.read_text())["sweeps"]):
+        if not any(re.search(pat, sw["model"].lower()) for pat, _ in MODEL_MAP):
+            continue  # a dense model moeplan has no profile of (LLaMA-3.x, Bitnet, TriLM)
+        for n, y in zip(sw["threads"], sw["tg_tok_s"]):
+            out.append({"id": f"sweep{i}-t{n}", "source_url": sw["source_url"], "machine_class": None,
+                        "cpu_model": sw["cpu"], "cpu_sockets": 1, "model_name": sw["model"], "quant": sw["quant"],
+                        "software": sw["backend"], "offload_method": "cpu-only", "threads": n, "tg_tps": y,
+                        "tg_test": "tg128", "sweep": i})
+    return out
+
+
+def _machine_key(r: dict) -> tuple:
+    """One machine and model of one source: what the planner's choices (placement, threads,
+    ubatch, backend, depth) vary over."""
+    return (split.source_key(r.get("source_url") or r["id"]), r.get("sweep"), r.get("cpu_model"),
+            r.get("cpu_sockets"), r.get("gpu_model"), r.get("model_name"))
+
+
+def ranking(rows: list[Row], scales: dict[str, dict[str, float]]) -> dict:
+    """For every machine+model of one source with several estimable configurations: pairs of
+    them, whether the predicted order matches the measured one (pairs whose measured figures
+    differ by more than RANK_DIFF) and |predicted ratio / measured ratio - 1| (every pair), per
+    metric and side. Predictions as shipped (`scales` {} = the mechanisms alone)."""
+    out: dict = {}
+    for m in ("decode", "prefill"):
+        groups: dict[tuple, list[tuple[Row, float]]] = {}
+        for x in rows:
+            if m in x.measured and m not in x.skip and x.groups.get(m):
+                p = predict(x, m, scales.get(m, {}))
+                if p:
+                    groups.setdefault(_machine_key(x.row), []).append((x, p))
+        for side in ("train", "test"):
+            right = differ = 0
+            errs: list[float] = []
+            n_groups = 0
+            for g in groups.values():
+                if len(g) < 2 or g[0][0].side != side:
+                    continue
+                n_groups += 1
+                for i in range(len(g)):
+                    for j in range(i + 1, len(g)):
+                        (a, pa), (b, pb) = g[i], g[j]
+                        mr, pr = a.measured[m] / b.measured[m], pa / pb
+                        errs.append(abs(pr / mr - 1))
+                        if abs(math.log(mr)) > math.log(1 + RANK_DIFF):
+                            differ += 1
+                            right += (pr > 1) == (mr > 1)
+            out[f"{m}.{side}"] = {"machines": n_groups, "pairs": len(errs), "pairs_differing": differ,
+                                  "order_right": right / differ if differ else None,
+                                  "ratio_err": statistics.median(errs) if errs else None}
     return out
 
 
@@ -692,28 +808,126 @@ def summary(rows: list[Row], ev: dict, select=lambda x: True) -> dict:
 
 def _fmt(s: dict, key: str) -> str:
     v = s.get(key)
-    return "   -" if v is None else f"{v:5.0%}"
+    return "   -" if v is None else f"{v:5.1%}"
 
 
-def print_table(title: str, summ: dict) -> None:
+FIGURES = {"prior": "model (no fit)", "loso": "refit", "in_sample": "refit in-sample",
+           "roofline_active": "roofline active", "roofline_all": "roofline all bytes"}
+
+
+def print_table(title: str, train: dict, test: dict) -> None:
+    """One table, train and test side by side: train rows held out by source (LOSO within
+    train), test rows predicted from all train rows."""
     print(f"\n{title}")
-    print(f"  {'metric':8} {'figure':16} {'rows':>4} {'median err':>10} {'coverage':>9} {'half-width':>10}")
-    for m, s in summ.items():
-        for name, st in s.items():
-            if not st["n"]:
+    head = f"{'rows':>4} {'med err':>7} {'cover':>6} {'half-w':>6}"
+    print(f"  {'metric':8} {'figure':18} | train: {head} | test: {head}")
+    for m in train:
+        for name in train[m]:
+            a, b = train[m][name], test[m].get(name, {"n": 0})
+            if name == "in_sample":
+                b = {"n": 0}  # a test row is never in the sample
+            if not a["n"] and not b["n"]:
                 continue
-            print(f"  {m:8} {name:16} {st['n']:4d} {_fmt(st, 'median_err'):>10} {_fmt(st, 'coverage'):>9} "
-                  f"{_fmt(st, 'half_width'):>10}")
+
+            def cols(st: dict) -> str:
+                return (f"{st['n']:4d} {_fmt(st, 'median_err'):>7} {_fmt(st, 'coverage'):>6} "
+                        f"{_fmt(st, 'half_width'):>6}")
+            print(f"  {m:8} {FIGURES.get(name, name):18} |        {cols(a)} |       {cols(b)}")
 
 
 def ships_fit(overall: dict) -> dict[str, bool]:
-    """Per metric, whether the fitted scales ship: only if they predict held-out sources better
-    than the mechanisms alone -- by more than SHIP_MARGIN of median error (on ~60 rows one row
-    moves the median by about a third of a point) -- with a held-out range no wider; else the
-    prior ships, with its own residuals' widths."""
+    """Per metric, whether the fitted scales ship: only if they predict held-out TRAIN sources
+    better than the mechanisms alone -- by more than SHIP_MARGIN of median error (on ~60 rows one
+    row moves the median by about a third of a point) -- with a held-out range no wider; else the
+    prior ships, with its own residuals' widths. `overall` is the train summary: the test split
+    decides nothing."""
     return {m: (overall[m]["loso"]["median_err"] or 1.0) < (overall[m]["prior"]["median_err"] or 0.0) - SHIP_MARGIN
             and (overall[m]["loso"].get("half_width") or 9.0) <= (overall[m]["prior"].get("half_width") or 0.0)
             for m in ("decode", "prefill")}
+
+
+def fit_json(res: list[Row], ev: dict, use_fit: dict[str, bool]) -> dict:
+    """moeplan/profiles/fit.json: scales and range widths from TRAIN rows only."""
+    shipped = {m: ev[m]["_widths" if use_fit[m] else "_prior_widths"] for m in ("decode", "prefill")}
+    used = sorted({x.source for x in res if x.side == "train" and any(
+        m in x.measured and m not in x.skip for m in ("decode", "prefill"))})
+    return {"about": "term-group time scales fitted on the TRAIN split of benchmarks/data/measurements.jsonl "
+                     "(benchmarks/split.py) by benchmarks/accuracy.py --write-fit, kept only where they beat the "
+                     "unfitted model on held-out train sources; range_log_center = median log(predicted/measured), "
+                     "range_log_half_width = 80th percentile (conformal) of |log residual - centre| of train rows "
+                     "held out by source, by dominant group: the range is prediction x exp(-centre -/+ "
+                     "half-width) (docs/cost-model.md). No test row informs any figure here.",
+            "split_rule": split.RULE,
+            "fitted_on_sources": used,
+            "n_rows": {m: len([i for i, v in ev[m].items() if not i.startswith("_") and v["side"] == "train"])
+                       for m in ("decode", "prefill")},
+            "scales": {m: ev[m]["_fit"] if use_fit[m] else {} for m in ("decode", "prefill")},
+            "range_log_half_width": {m: {g: round(cw[1], 6) for g, cw in w.items()} for m, w in shipped.items()},
+            "range_log_center": {m: {g: round(cw[0], 6) for g, cw in w.items()} for m, w in shipped.items()}}
+
+
+DOC_BEGIN = "<!-- accuracy.py:begin (generated by benchmarks/accuracy.py --write-docs; do not edit) -->"
+DOC_END = "<!-- accuracy.py:end -->"
+DOC_FILES = [HERE.parent / "docs" / "cost-model.md", HERE.parent / "docs" / "benchmarks.md"]
+
+
+def doc_block(tr: dict, te: dict, ship: dict[str, str], rank: dict, n_split: dict) -> str:
+    """The figures docs/ quote, as a markdown block (regenerated and checked in CI)."""
+    def f(v) -> str:
+        return "–" if v is None else f"{v:.1%}"
+    lines = [f"Split (benchmarks/split.py, rule fixed before any tuning): train {n_split['train'][0]} sources / "
+             f"{n_split['train'][1]} rows, test {n_split['test'][0]} sources / {n_split['test'][1]} rows. "
+             "Train rows are held out by source (leave-one-source-out within train); test rows are predicted "
+             "from all train rows and nothing was fitted or chosen on them. Shipped: " +
+             ", ".join(f"{m} {'refit' if v == 'loso' else 'model (no fit)'}" for m, v in ship.items()) + ".",
+             "",
+             "| metric | figure | train rows | train median err | train coverage / half-width | "
+             "test rows | test median err | test coverage / half-width |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m in METRICS:
+        for name in ("prior", "loso", "roofline_active", "roofline_all"):
+            a, b = tr[m].get(name), te[m].get(name)
+            if not a or not (a["n"] or b["n"]):
+                continue
+            shipped = " (shipped)" if ship.get(m) == name or (m == "vram" and name == "prior") else ""
+            cov = (lambda st: f"{f(st.get('coverage'))} / {f(st.get('half_width'))}" if "coverage" in st else "–")
+            lines.append(f"| {m} | {FIGURES[name]}{shipped} | {a['n']} | {f(a['median_err'])} | {cov(a)} | "
+                         f"{b['n']} | {f(b['median_err'])} | {cov(b)} |")
+    lines += ["", "Ranking (pairs of configurations of one machine and model from one source; order counted on "
+              f"pairs whose measured figures differ by more than {RANK_DIFF:.0%}; ratio error "
+              "= median |predicted ratio / measured ratio - 1| over all pairs):", "",
+              "| metric | split | machines | pairs | pairs differing | order right | ratio error |",
+              "|---|---|---|---|---|---|---|"]
+    for k, v in rank.items():
+        m, side = k.split(".")
+        lines.append(f"| {m} | {side} | {v['machines']} | {v['pairs']} | {v['pairs_differing']} | "
+                     f"{f(v['order_right'])} | {f(v['ratio_err'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def with_block(text: str, block: str) -> str | None:
+    """text with its generated block replaced; None when it has no markers."""
+    if DOC_BEGIN not in text or DOC_END not in text:
+        return None
+    head, rest = text.split(DOC_BEGIN, 1)
+    _, tail = rest.split(DOC_END, 1)
+    return f"{head}{DOC_BEGIN}\n{block}{DOC_END}{tail}"
+
+
+def run_all(data: Path) -> tuple[list[Row], list[Row]]:
+    """(measurement rows, thread-sweep rows) run through `moeplan hardware` and `estimate`."""
+    rows = [json.loads(x) for x in data.read_text().splitlines() if x.strip()]
+    # the model is scored without any fitted factor: the fit is what this script produces
+    saved = backends_mod.fitted_terms
+    backends_mod.fitted_terms = lambda backend: {}
+    runner = CliRunner()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            res = [run_row(r, runner, Path(tmp)) for r in rows]
+            sw = [run_row(r, runner, Path(tmp)) for r in sweep_rows()]
+    finally:
+        backends_mod.fitted_terms = saved
+    return res, sw
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -721,46 +935,66 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--rows", action="store_true", help="also print every row's figures")
-    ap.add_argument("--write-fit", action="store_true", help="store the all-row fit in moeplan/profiles/fit.json")
+    ap.add_argument("--write-fit", action="store_true",
+                    help="store the train-row fit in moeplan/profiles/fit.json")
+    ap.add_argument("--write-docs", action="store_true", help="rewrite the generated blocks in docs/")
+    ap.add_argument("--check", action="store_true",
+                    help="fail (exit 1) when fit.json or docs/' generated blocks differ from what the data gives")
     a = ap.parse_args(argv)
     if not a.data.exists():
         print(f"error: {a.data} not found\nhint: pass --data PATH/measurements.jsonl", file=sys.stderr)
         return 2
-    rows = [json.loads(x) for x in a.data.read_text().splitlines() if x.strip()]
-    # the model is scored without any fitted factor: the fit is what this script produces
-    backends_mod.fitted_terms = lambda backend: {}
-    runner = CliRunner()
-    with tempfile.TemporaryDirectory() as tmp:
-        res = [run_row(r, runner, Path(tmp)) for r in rows]
+    res, sweeps = run_all(a.data)
     ev = evaluate(res)
-    overall = summary(res, ev)
-    by_backend = {b: summary(res, ev, lambda x, b=b: x.backend == b) for b in sorted({x.backend for x in res if x.groups})}
-    by_class = {c: summary(res, ev, lambda x, c=c: x.machine == c) for c in sorted({x.machine for x in res if x.groups})}
-    skipped = [(x.row["id"], m, why) for x in res for m, why in x.skip.items()]
-    use_fit = ships_fit(overall)
-    # the range that ships: the refit's held-out widths where its scales ship, else the prior's
-    shipped = {m: ev[m]["_widths" if use_fit[m] else "_prior_widths"] for m in ("decode", "prefill")}
+    tr = summary(res, ev, lambda x: x.side == "train")
+    te = summary(res, ev, lambda x: x.side == "test")
+    use_fit = ships_fit(tr)
+    ship = {m: "loso" if use_fit[m] else "prior" for m in TARGETS}
+    rank = ranking(res + sweeps, {m: ev[m]["_fit"] if use_fit[m] else {} for m in ("decode", "prefill")})
+    srcs = {s: {x.source for x in res if x.side == s} for s in ("train", "test")}
+    n_split = {s: (len(srcs[s]), sum(1 for x in res if x.side == s)) for s in srcs}
+    fit_text = json.dumps(fit_json(res, ev, use_fit), indent=1, sort_keys=True) + "\n"
+    block = doc_block(tr, te, ship, rank, n_split)
+    if a.check:
+        stale = [] if FIT_PATH.exists() and FIT_PATH.read_text() == fit_text else [str(FIT_PATH)]
+        for p in DOC_FILES:
+            t = p.read_text() if p.exists() else ""
+            if with_block(t, block) != t:
+                stale.append(str(p))
+        if stale:
+            print("error: not what the data and the model give: " + ", ".join(stale) +
+                  "\nhint: python benchmarks/accuracy.py --write-fit --write-docs", file=sys.stderr)
+            return 1
+        print("fit.json and the docs' generated blocks match the data")
+        return 0
     if a.write_fit:
         from moeplan.io import write_text_atomic
-        fit_data = {"about": "term-group time scales fitted on benchmarks/data/measurements.jsonl by "
-                             "benchmarks/accuracy.py --write-fit, kept only where they beat the unfitted model on "
-                             "held-out sources; range_log_center = median log(predicted/measured), "
-                             "range_log_half_width = 80th percentile of |log residual - centre| (held out for "
-                             "fitted scales), by dominant group: the range is prediction x exp(-centre -/+ "
-                             "half-width) (docs/cost-model.md)",
-                    "n_rows": {m: len([i for i in ev[m] if not i.startswith('_')]) for m in ("decode", "prefill")},
-                    "scales": {m: ev[m]["_fit"] if use_fit[m] else {} for m in ("decode", "prefill")},
-                    "range_log_half_width": {m: {g: cw[1] for g, cw in w.items()} for m, w in shipped.items()},
-                    "range_log_center": {m: {g: cw[0] for g, cw in w.items()} for m, w in shipped.items()}}
-        write_text_atomic(FIT_PATH, json.dumps(fit_data, indent=1, sort_keys=True) + "\n")
+        write_text_atomic(FIT_PATH, fit_text)
         print(f"wrote {FIT_PATH}")
+    if a.write_docs:
+        from moeplan.io import write_text_atomic
+        for p in DOC_FILES:
+            new = with_block(p.read_text(), block)
+            if new is None:
+                print(f"error: {p} has no {DOC_BEGIN!r} ... {DOC_END!r} block", file=sys.stderr)
+                return 2
+            write_text_atomic(p, new)
+            print(f"wrote {p}")
+    by_backend = {b: (summary(res, ev, lambda x, b=b: x.backend == b and x.side == "train"),
+                      summary(res, ev, lambda x, b=b: x.backend == b and x.side == "test"))
+                  for b in sorted({x.backend for x in res if x.groups})}
+    by_class = {c: (summary(res, ev, lambda x, c=c: x.machine == c and x.side == "train"),
+                    summary(res, ev, lambda x, c=c: x.machine == c and x.side == "test"))
+                for c in sorted({x.machine for x in res if x.groups})}
+    skipped = [(x.row["id"], m, why) for x in res for m, why in x.skip.items()]
     if a.json:
-        print(json.dumps({"overall": overall, "by_backend": by_backend, "by_class": by_class,
+        print(json.dumps({"split": n_split, "train": tr, "test": te, "ranking": rank,
+                          "by_backend": by_backend, "by_class": by_class,
                           "rows": {m: {k: v for k, v in ev[m].items()} for m in METRICS},
                           "not_estimable": skipped}, indent=1, default=str))
         return 0
     if a.rows:
-        print(f"{'row':52} {'metric':8} {'measured':>9} {'prior':>8} {'LOSO':>8} {'LOSO range':>17}")
+        print(f"{'row':52} {'side':5} {'metric':8} {'measured':>9} {'prior':>8} {'refit':>8} {'refit range':>17}")
         for m in METRICS:
             for rid, v in ev[m].items():
                 if rid.startswith("_"):
@@ -768,29 +1002,36 @@ def main(argv: list[str] | None = None) -> int:
                 scale = GIB if m == "vram" else 1
                 rng = v["loso_range"]
                 rtxt = f"{rng[0] / scale:7.1f}-{rng[1] / scale:<7.1f}" if rng else ""
-                print(f"{rid[:52]:52} {m:8} {v['measured'] / scale:9.1f} {v['prior'] / scale:8.1f} "
+                print(f"{rid[:52]:52} {v['side']:5} {m:8} {v['measured'] / scale:9.1f} {v['prior'] / scale:8.1f} "
                       f"{v['loso'] / scale:8.1f} {rtxt:>17} {v['loso'] / v['measured'] - 1:+5.0%}")
     n_est = {m: len([i for i in ev[m] if not i.startswith("_")]) for m in METRICS}
     n_meas = {m: sum(1 for x in res if m in x.measured) for m in METRICS}
+    print(f"split (benchmarks/split.py): train {n_split['train'][0]} sources, {n_split['train'][1]} rows; "
+          f"test {n_split['test'][0]} sources, {n_split['test'][1]} rows")
     print("rows estimable / with a measured figure: " +
           ", ".join(f"{m} {n_est[m]}/{n_meas[m]}" for m in METRICS))
-    print_table("overall (error = |predicted/measured - 1|; coverage = measured inside the printed range)", overall)
-    for b, s in by_backend.items():
-        print_table(f"backend {b}", s)
-    for c, s in by_class.items():
-        print_table(f"machine class {c}", s)
-    print("\nfitted factors (all rows):")
+    print_table("overall (error = |predicted/measured - 1|; coverage = measured inside the printed range; "
+                "train: held out by source within train; test: predicted from all train rows)", tr, te)
+    for b, (s1, s2) in by_backend.items():
+        print_table(f"backend {b}", s1, s2)
+    for c, (s1, s2) in by_class.items():
+        print_table(f"machine class {c}", s1, s2)
+    print("\nfitted factors (all train rows):")
     for m in ("decode", "prefill"):
         print(f"  {m}: " + ", ".join(f"{k.split('.', 1)[1]}={v:.2f}" for k, v in ev[m]["_fit"].items()))
         print(f"  {m} range log centre/half-width by dominant group: " +
               ", ".join(f"{k}={c:+.2f}/{w:.2f}" for k, (c, w) in ev[m]["_widths"].items()) + "; of the prior: " +
               ", ".join(f"{k}={c:+.2f}/{w:.2f}" for k, (c, w) in ev[m]["_prior_widths"].items()))
-    # the figure that ships (see --write-fit): the fitted scales where they beat the prior held out
-    ship = {m: "loso" if use_fit[m] else "prior" for m in TARGETS}
-    print("\ntargets, held out (" + ", ".join(f"{m}: {f}" for m, f in ship.items()) + " ships): " + ", ".join(
-        f"{m} median err {overall[m][ship[m]]['median_err'] or float('nan'):.0%} (<= {t:.0%})" for m, t in TARGETS.items())
-        + f", decode coverage {overall['decode'][ship['decode']].get('coverage') or 0:.0%} (>= {COVERAGE_TARGET:.0%}) "
-        f"half-width {overall['decode'][ship['decode']].get('half_width') or 0:.0%} (<= {HALF_WIDTH_TARGET:.0%})")
+    print(f"\nranking (pairs of one machine and model of one source; order on pairs differing > {RANK_DIFF:.0%}):")
+    for k, v in rank.items():
+        print(f"  {k:14} machines {v['machines']:3d} pairs {v['pairs']:4d} differing {v['pairs_differing']:4d} "
+              f"order right {_fmt(v, 'order_right')} ratio error {_fmt(v, 'ratio_err')}")
+    for side, st in (("train (held out by source)", tr), ("TEST", te)):
+        print(f"\ntargets, {side} (" + ", ".join(f"{m}: {FIGURES[f]}" for m, f in ship.items()) + " ships): " +
+              ", ".join(f"{m} median err {st[m][ship[m]]['median_err'] or float('nan'):.1%} (<= {t:.0%})"
+                        for m, t in TARGETS.items()) +
+              f", decode coverage {st['decode'][ship['decode']].get('coverage') or 0:.1%} (>= {COVERAGE_TARGET:.0%})"
+              f" half-width {st['decode'][ship['decode']].get('half_width') or 0:.1%} (<= {HALF_WIDTH_TARGET:.0%})")
     print(f"\nnot estimable ({len(skipped)} figures):")
     reasons: dict[str, list[str]] = {}
     for rid, m, why in skipped:

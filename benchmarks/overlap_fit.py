@@ -14,7 +14,11 @@ squared log error summed over all sweeps, for each p on a grid. Printed: the tot
 the best p, and the best p of 200 bootstrap resamples of the ceiling groups (its spread is how
 well the sweeps pin p down).
 
-    python benchmarks/overlap_fit.py [--data PATH]
+    python benchmarks/overlap_fit.py [--data PATH] [--split train|test|all]
+
+The sweeps fall into the train/test split of benchmarks/split.py by their source_url, as the
+measurement rows do; DECODE_OVERLAP_P is the train sweeps' figure (the default), the test
+sweeps' own best p is printed with --split test to see whether it holds.
 
 A caveat printed with the figures: the sweeps' CPUs boost their clock when few cores are busy,
 so the per-thread rate falls as threads are added, which the fit can only read as a rounder
@@ -66,11 +70,20 @@ def group_error(sweeps: list[dict], p: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--split", choices=("train", "test", "all"), default="train",
+                    help="the sweeps of this side of benchmarks/split.py (default: train, what the constant uses)")
     a = ap.parse_args(argv)
     if not a.data.exists():
         print(f"error: {a.data} not found\nhint: pass --data PATH/thread-sweeps.json", file=sys.stderr)
         return 2
     sweeps = json.loads(a.data.read_text())["sweeps"]
+    if a.split != "all":
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("moeplan_bench_split", Path(__file__).resolve().parent / "split.py")
+        split = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(split)
+        sweeps = [s for s in sweeps if split.side(s["source_url"]) == a.split]
+        print(f"{a.split} sweeps of benchmarks/split.py only")
     groups: dict[str, list[dict]] = {}
     for s in sweeps:
         groups.setdefault(s["ceiling_group"], []).append(s)

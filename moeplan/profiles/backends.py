@@ -17,7 +17,7 @@ _KEYS = {**{b.name: b.priors_key for b in BACKENDS.values()}, "executor": "execu
 
 @lru_cache(maxsize=1)
 def _fit() -> dict:
-    """moeplan/profiles/fit.json: term-group scales and range widths fitted on the public
+    """moeplan/profiles/fit.json: term-group scales and range widths fitted on the train split of the public
     measurement set by benchmarks/accuracy.py --write-fit (absent: none)."""
     path = resources.files("moeplan.profiles").joinpath("fit.json")
     if not path.is_file():

@@ -933,10 +933,10 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
 # How a decode thread's weight reads and its dequantise-and-dot overlap: the CPU time of a batch
 # of weights is (read^p + compute^p)^(1/p), not max(read, compute) (p -> infinity) -- a core
 # waits on loads it has not prefetched far enough while its SIMD pipes are busy, and the pipes
-# idle while it waits. p from published TG-vs-threads sweeps on one CPU (ik_llama.cpp discussion
-# 63, PRs 13/124/129/132/154/185/187/212: 7950X, 5975WX, M2 Max; benchmarks/overlap_fit.py):
-# the knee from compute-bound to bandwidth-bound is as round as p = 2-2.5 (DECODE_OVERLAP_P).
-DECODE_OVERLAP_P = 2.0
+# idle while it waits. p from published TG-vs-threads sweeps on one CPU, the train split's only
+# (benchmarks/split.py; benchmarks/overlap_fit.py: 32 sweeps on a 7950X, a 5975WX and an M2 Max):
+# best 1.75, bootstrap over ceiling groups 1.5-2.0 (all 58 sweeps, test ones included: 2.0).
+DECODE_OVERLAP_P = 1.75
 
 
 def compute_excess(t_dot: float, t_read: float) -> float:
@@ -1320,7 +1320,7 @@ def held_out_range(value: float, terms: list[Term], widths: dict[str, float],
                    extra_log: float = 0.0, centers: dict[str, float] | None = None) -> tuple[float, float] | None:
     """value x exp(-c -/+ w) for the group dominating the terms: w its held-out 80% log
     half-width (with an independent extra log half-width added in quadrature), c the median
-    log(predicted/measured) of the public rows it dominates: the range is centred where
+    log(predicted/measured) of the train split's public rows it dominates: the range is centred where
     measured runs fall against the model's figure."""
     g = dominant_group(terms)
     g = g if g in widths else "all"
