@@ -114,6 +114,15 @@ def _device_split(spec, p, profile, ts: str | None, gpus: str | None):
                                                for g in profile.gpus), MemoryConstants()) or p
 
 
+def _fit_of(spec, p, profile):
+    """Whether the placement fits the profile's budgets (planner/search.py check_fit)."""
+    from moeplan.planner.memory.constants import memory_constants
+    from moeplan.planner.search import budgets, check_fit
+
+    vram, ram = budgets(profile)
+    return check_fit(spec, p, profile, vram, ram, memory_constants(profile, p.backend))
+
+
 def _hardware(hw: str | None, vram: str | None = None, ram: str | None = None):
     from moeplan.planner.hardware.profile import apply_overrides
     from moeplan.probes.hwprofile import load_hardware
@@ -145,6 +154,7 @@ def register(app: typer.Typer) -> None:
         from moeplan.planner.cost.estimate import default_threads, estimate
         from moeplan.planner.limits import check_placement, check_run_shape
         from moeplan.planner.placement import Placement
+        from moeplan.planner.search import as_run
         from moeplan.probes.models import resolve_model
         from moeplan.profiles.backends import read_priors
         from moeplan.ui.console import emit_json, stdout_console
@@ -169,10 +179,12 @@ def register(app: typer.Typer) -> None:
         p = _device_split(spec, p, profile, tensor_split, gpus)
         check_placement(p, model=spec, profile=profile)
         e = estimate(spec, p, profile, read_priors(backend), depth=depth, n_prompt=prompt, prompt_depth=prompt_depth)
+        fit = _fit_of(spec, p, profile)
+        e = as_run(e, fit)
         if as_json:
-            emit_json(estimate_data(spec, p, e, profile.name))
+            emit_json(estimate_data(spec, p, e, profile.name, fit))
         else:
-            stdout_console().print(estimate_render(spec, p, e))
+            stdout_console().print(estimate_render(spec, p, e, fit))
 
     @app.command("tune")
     @command

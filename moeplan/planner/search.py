@@ -130,31 +130,121 @@ def fit_placement(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int
     return p.with_(extra=extra)
 
 
-def shortfall(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ram: int,
-         consts: MemoryConstants, pr: BackendPriors) -> str:
-    """What is short (a message) when placement p does not fit; '' when it fits. With
-    several GPUs, fits = some split of the blocks over the GPUs fits every GPU."""
+@dataclass(frozen=True)
+class Fit:
+    """Whether a placement fits its budgets and, when not, which one, by how much and what a
+    real run does then (`estimate` shows it; `tune` prunes on it)."""
+
+    fits: bool = True
+    budget: str = ""  # vram | ram | numa_node
+    needed_bytes: int = 0
+    budget_bytes: int = 0
+    message: str = ""  # what is short: the search's own wording
+    outcome: str = ""  # what happens when it is run as it is
+
+    @property
+    def short_bytes(self) -> int:
+        return max(0, self.needed_bytes - self.budget_bytes)
+
+    def to_dict(self) -> dict:
+        return {"fits": self.fits, "budget": self.budget or None, "needed_bytes": self.needed_bytes,
+                "budget_bytes": self.budget_bytes, "short_bytes": self.short_bytes, "message": self.message,
+                "outcome": self.outcome}
+
+
+def _load_fails(p: Placement, what: str) -> str:
+    runtime = p.backend
+    return f"{runtime} fails to load: {what}"
+
+
+def check_fit(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ram: int,
+              consts: MemoryConstants) -> Fit:
+    """Fit of placement p: the first budget it exceeds (VRAM, host RAM, the bound NUMA node's
+    RAM), by how much, and what a run does. With several GPUs, fits = some split of the blocks
+    over the GPUs fits every GPU."""
     if p.n_gpus > 1 and len(hw.gpus) > 1:
         fitted = fit_placement(model, p, hw, vram, consts)
         if fitted is None:
             mem = estimate_memory(model, p, consts)
-            return (f"VRAM: no split of the blocks over the {p.n_gpus} GPUs fits every GPU (needs "
-                    f"{mem.vram_required_bytes / GIB:.2f} GiB with a 1 GiB margin per GPU, budgets "
-                    + " + ".join(f"{b / GIB:.1f}" for b in gpu_budgets(hw, vram)) + " GiB)")
+            return Fit(False, "vram", mem.vram_required_bytes, vram,
+                       f"VRAM: no split of the blocks over the {p.n_gpus} GPUs fits every GPU (needs "
+                       f"{mem.vram_required_bytes / GIB:.2f} GiB with a 1 GiB margin per GPU, budgets "
+                       + " + ".join(f"{b / GIB:.1f}" for b in gpu_budgets(hw, vram)) + " GiB)",
+                       _load_fails(p, "a GPU's buffer allocation runs out of memory"))
         p = fitted
     mem = estimate_memory(model, p, consts)
     if p.n_gpus == 1 and mem.vram_required_bytes > vram:
-        return f"VRAM short by {(mem.vram_required_bytes - vram) / GIB:.2f} GiB"
+        return Fit(False, "vram", mem.vram_required_bytes, vram,
+                   f"VRAM short by {(mem.vram_required_bytes - vram) / GIB:.2f} GiB",
+                   _load_fails(p, "the GPU buffer allocation runs out of memory (cudaMalloc)"))
     anon = mem.ram_anon_bytes  # kt-kernel's per-node pools split the experts: counted once
     if anon > ram - OS_RESERVE_BYTES:
-        return f"RAM short by {(anon - ram + OS_RESERVE_BYTES) / GIB:.2f} GiB"
+        return Fit(False, "ram", anon + OS_RESERVE_BYTES, ram,
+                   f"RAM short by {(anon - ram + OS_RESERVE_BYTES) / GIB:.2f} GiB",
+                   "the allocation fails or the kernel's OOM killer ends the process (anonymous memory "
+                   "cannot be paged back to the model file)")
     if p.numa == "bind" and hw.numa_nodes:
         nodes = used_nodes(hw, p)
         # Windows reports only a node's available memory (mem_total_bytes 0): use that
         node_mem = sum(n.mem_total_bytes or (n.mem_free_bytes or 0) for n in nodes)
         if node_mem and mem.ram_bytes > node_mem - OS_RESERVE_BYTES // 2:
-            return f"bound NUMA node RAM short by {(mem.ram_bytes - node_mem) / GIB:.2f} GiB"
-    return ""
+            outcome = ("mapped (mmap), the bound node's page cache holds only part of the file: the kernel "
+                       "evicts expert pages and decode reads them from the disk"
+                       if p.load_mode == "mmap" else
+                       "read in (--no-mmap) under --membind, the allocation beyond the node fails or the OOM "
+                       "killer ends the process")
+            return Fit(False, "numa_node", mem.ram_bytes, node_mem,
+                       f"bound NUMA node RAM short by {(mem.ram_bytes - node_mem) / GIB:.2f} GiB", outcome)
+    return Fit()
+
+
+def shortfall(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int, ram: int,
+              consts: MemoryConstants, pr: BackendPriors) -> str:
+    """What is short (a message) when placement p does not fit; '' when it fits."""
+    return check_fit(model, p, hw, vram, ram, consts).message
+
+
+def budgets(hw: HardwareProfile, req: Request | None = None) -> tuple[int, int]:
+    """(VRAM, RAM) budgets of a profile (and a request's what-if budgets)."""
+    return _budgets(hw, req or Request())
+
+
+def as_run(e: Estimate, fit: Fit) -> Estimate:
+    """The estimate of what really happens when a placement that does not fit is run: no
+    speed when it fails to load; decode at the disk's pace when experts page from the disk.
+    The figures if it fit are kept in the notes; an estimate that fits is returned as it is."""
+    from dataclasses import replace
+
+    if fit.fits:
+        return e
+    head = (f"does not fit: {fit.message} (needs {fit.needed_bytes / GIB:.2f} GiB, budget "
+            f"{fit.budget_bytes / GIB:.2f} GiB); {fit.outcome}")
+    if_fit = (f"if it fit: decode {e.decode_tok_s:.1f} tok/s, prefill {e.prefill_tok_s:.0f} tok/s")
+    if fit.budget == "numa_node" and e.factors is not None and "disk" in fit.outcome:
+        # the decode sweep over the layers is LRU's worst case (every expert page misses); the
+        # range's top: only the share beyond the node misses
+        paging = _paging_decode(e, 1.0)
+        best = _paging_decode(e, min(1.0, fit.short_bytes / max(1, fit.needed_bytes)))
+        return replace(e, decode_tok_s=paging, decode_tok_s_range=(paging, max(paging, best)),
+                       decode_tok_s_paging=paging, notes=(head, if_fit) + e.notes)
+    return replace(e, decode_tok_s=0.0, decode_tok_s_range=(0.0, 0.0), prefill_tok_s=0.0,
+                   prefill_tok_s_range=(0.0, 0.0), notes=(head, if_fit) + e.notes)
+
+
+def _paging_decode(e: Estimate, miss: float) -> float:
+    """Decode when a share `miss` of the CPU expert bytes comes from the disk: that share of the
+    estimate's CPU expert read term at the NVMe rate instead of the DRAM rate (miss 1: as
+    cost/estimate.py paging_decode_tok_s)."""
+    f = e.factors
+    assert f is not None
+    by = {t.name: t.seconds for t in e.decode_terms}
+    cpu_read = by.get("cpu_experts_read", 0.0)
+    if cpu_read <= 0 or f.nvme_bytes_per_s.value <= 0:
+        return e.decode_tok_s
+    nbytes = cpu_read * f.bw_cpu_bytes_per_s.value
+    t = (sum(by.values()) - miss * (cpu_read + by.get("cpu_compute_excess", 0.0)) - by.get("nvme_read", 0.0)
+         + miss * nbytes / f.nvme_bytes_per_s.value)
+    return 1.0 / t if t > 0 else 0.0
 
 
 def kv_type_legal(model: ModelSpec, kv: str) -> bool:
