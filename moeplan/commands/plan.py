@@ -50,7 +50,50 @@ RamOpt = Annotated[Optional[str], typer.Option("--ram", help="What-if host RAM, 
 TsOpt = Annotated[Optional[str], typer.Option("--ts", help="Several GPUs: llama.cpp -ts weights (blocks per GPU, the output counted on the last), e.g. 57,7,7,9; default: the split moeplan would choose.")]
 GpusOpt = Annotated[Optional[str], typer.Option("--gpus", help="Use only these GPUs of the profile, by index: 0,2 (emitted as -dev CUDA0,CUDA2).")]
 
-OBJECTIVES = ("decode", "prefill", "balanced")
+OBJECTIVES = ("workload", "decode", "prefill", "balanced")
+WorkloadOpt = Annotated[str, typer.Option(
+    "--workload", help="The request tune minimises the time of: chat (1,024-token prompt, 512 generated), agent or "
+    "coding (16,384-token prompt, 1,024 generated), or PROMPT:GEN[:DEPTH] in tokens (8k:500:20k: a 8k prompt after "
+    "20k cached tokens, 500 generated). --prompt, --gen, --depth change one number of it.")]
+GenOpt = Annotated[Optional[int], typer.Option("--gen", help="Tokens generated per request (the workload's).")]
+
+
+def parse_workload(text: str, prompt: int | None, gen: int | None, depth: int | None):
+    """--workload chat|agent|coding|PROMPT:GEN[:DEPTH], then --prompt/--gen/--depth over it."""
+    from dataclasses import replace
+
+    from moeplan.planner.plan import Workload
+    from moeplan.planner.search import WORKLOADS
+    from moeplan.units import parse_ctx
+
+    key = text.strip().lower()
+    if key in WORKLOADS:
+        w = WORKLOADS[key]
+    else:
+        parts = key.split(":")
+        try:
+            if len(parts) not in (2, 3):
+                raise InputError("", "")
+            nums = [parse_ctx(x) for x in parts]
+        except InputError:
+            raise InputError(f"cannot read --workload {text!r}",
+                             "chat, agent, coding, or PROMPT:GEN[:DEPTH] in tokens, for example 8k:500 or "
+                             "8k:500:20k") from None
+        w = Workload("custom", nums[0], nums[1], nums[2] if len(nums) == 3 else 0)
+    w = replace(w, prompt_tokens=w.prompt_tokens if prompt is None else prompt,
+                gen_tokens=w.gen_tokens if gen is None else gen, depth=w.depth if depth is None else depth)
+    if w.prompt_tokens < 1 or w.gen_tokens < 0 or w.depth < 0:
+        raise InputError(f"workload {w.describe()} is not a request", "a prompt of 1+ tokens, 0+ generated")
+    return w
+
+
+def ctx_warnings(spec, n_ctx: int | None) -> list[str]:
+    """A context above the model's trained context: llama.cpp runs it, the model was not trained for it."""
+    if n_ctx and spec.n_ctx_train and n_ctx > spec.n_ctx_train:
+        return [f"--ctx {n_ctx:,} is above {spec.name}'s trained context of {spec.n_ctx_train:,} tokens: llama.cpp "
+                "runs it, but output past the trained length degrades unless the model supports RoPE scaling (YaRN) "
+                "and you enable it"]
+    return []
 
 
 def select_gpus(profile, gpus: str | None):
@@ -176,6 +219,10 @@ def register(app: typer.Typer) -> None:
                               no_flash_attn=no_flash_attn)
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
         check_backend_device(backend, p.n_gpus)
+        from moeplan.ui.console import warn
+
+        for w in ctx_warnings(spec, p.n_ctx):
+            warn(w)
         p = _device_split(spec, p, profile, tensor_split, gpus)
         check_placement(p, model=spec, profile=profile)
         e = estimate(spec, p, profile, read_priors(backend), depth=depth, n_prompt=prompt, prompt_depth=prompt_depth)
@@ -193,10 +240,23 @@ def register(app: typer.Typer) -> None:
         hw: HwOpt = None, quant: QuantOpt = None, size: SizeOpt = None,
         vram: VramOpt = None, ram: RamOpt = None,
         ctx: Annotated[Optional[str], typer.Option("--ctx", help="Exact context size.")] = None,
-        min_ctx: Annotated[str, typer.Option("--min-ctx", help="At least this context; grown to fill spare VRAM.")] = "4096",
+        min_ctx: Annotated[Optional[str], typer.Option(
+            "--min-ctx", help="At least this context, grown to fill spare VRAM (default: the model's trained context "
+            "up to 32k when it fits, else the largest that fits).")] = None,
         backend: BackendOpt = "llama.cpp",
-        objective: Annotated[str, typer.Option("--objective", help="decode | prefill | balanced")] = "decode",
-        depth: DepthOpt = 0, prompt: PromptOpt = 4096, threads: ThreadsOpt = None,
+        objective: Annotated[str, typer.Option(
+            "--objective", help="workload (the shortest --workload request, the default) | decode | prefill | "
+            "balanced")] = "workload",
+        workload: WorkloadOpt = "chat", gen: GenOpt = None,
+        depth: Annotated[Optional[int], typer.Option("--depth", help="Tokens already in context (the workload's "
+                                                     "cached tokens; with --objective decode: when decoding).")] = None,
+        prompt: Annotated[Optional[int], typer.Option("--prompt", help="Prompt tokens (the workload's; with "
+                                                      "--objective decode/prefill: for the prefill figure).")] = None,
+        threads: ThreadsOpt = None,
+        numa: Annotated[Optional[str], typer.Option(
+            "--numa", help="Only this NUMA policy: none | bind | interleave | distribute (default: every one that "
+            "fits, each policy's figures shown).")] = None,
+        cpu_only: CpuOnlyOpt = False, all_cpu_moe: AllCpuMoeOpt = False,
         emit: Annotated[Optional[Path], typer.Option("--emit", help="Write launch.sh, plan.json, bench.sh and configs here.")] = None,
         plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a picture of the Pareto front (PNG/SVG).")] = None,
         out: Annotated[Optional[Path], typer.Option("--out", help="Write plan.json here.")] = None,
@@ -216,19 +276,28 @@ def register(app: typer.Typer) -> None:
         from moeplan import __version__
         from moeplan.planner.limits import check_ctx, check_run_shape, check_threads
         from moeplan.planner.placement import BACKENDS
-        from moeplan.planner.search import Request, build_plan, choose_plan
+        from moeplan.planner.search import DEFAULT_CTX_CAP, Request, build_plan, choose_plan
         from moeplan.probes.models import resolve_model
         from moeplan.profiles.backends import read_priors
+        from moeplan.ui.console import warn
         from moeplan.units import parse_ctx
 
         # every input is checked before the first model byte is read or file written
         if objective not in OBJECTIVES:
-            raise InputError(f"unknown objective {objective!r}", "use decode, prefill or balanced")
+            raise InputError(f"unknown objective {objective!r}", "use workload, decode, prefill or balanced")
         if backend not in BACKENDS:
             raise InputError(f"unknown backend {backend!r}", "use one of " + ", ".join(BACKENDS))
+        from moeplan.planner.placement import NUMA_POLICIES
+
+        if numa is not None and numa not in NUMA_POLICIES:
+            raise InputError(f"unknown NUMA policy {numa!r}", "use one of " + ", ".join(NUMA_POLICIES))
+        wl = parse_workload(workload, prompt, gen, depth) if objective == "workload" else None
+        depth = 0 if depth is None else depth
+        prompt = 4096 if prompt is None else prompt
         check_run_shape(depth, prompt)
         n_ctx = parse_ctx(ctx) if ctx else None
-        n_min_ctx = parse_ctx(min_ctx)
+        min_ctx_given = min_ctx is not None
+        n_min_ctx = parse_ctx(min_ctx or "4096")
         if validate:
             from moeplan.tuner.validate import parse_budget, require_runner
 
@@ -243,16 +312,25 @@ def register(app: typer.Typer) -> None:
             if n is not None:
                 check_ctx(n, flag, spec.name, spec.n_ctx_train)
         profile = select_gpus(_hardware(hw, vram, ram), gpus)
+        if cpu_only:
+            from dataclasses import replace as _replace
+
+            profile = _replace(profile, gpus=(), notes=profile.notes + ("--cpu-only: the GPUs are not used",))
         check_backend_device(backend, len(profile.gpus))
         if threads is not None:
             check_threads(threads, profile.cpu.n_threads)
         priors = read_priors(backend)
         n_gpu_layers = check_ngl(ngl, spec, backend)
+        for w in ctx_warnings(spec, n_ctx):
+            warn(w)
         req = Request(backend=backend, objective=objective, n_ctx=n_ctx,
-                      min_ctx=n_min_ctx, depth=depth, n_prompt=prompt, threads=threads, n_gpu_layers=n_gpu_layers)
+                      min_ctx=n_min_ctx, depth=depth, n_prompt=prompt, threads=threads, n_gpu_layers=n_gpu_layers,
+                      workload=wl, ctx_cap=0 if min_ctx_given else DEFAULT_CTX_CAP,
+                      numa_policies=(numa,) if numa else (), all_cpu_moe=all_cpu_moe)
         result = choose_plan(spec, profile, priors, req)
         result = _with_devices(result, gpus)
         plan = build_plan(spec, profile, result, objective, size or "", moeplan_version=__version__)
+        plan = _replace_plan(plan, workload=wl, notes=tuple(ctx_warnings(spec, n_ctx)) + plan.notes)
         if validate:
             report = _validate(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,
                                binary=binary, as_json=as_json, wait_idle=wait_idle, show_progress=show_progress)
@@ -261,6 +339,12 @@ def register(app: typer.Typer) -> None:
             report = None
         _write_outputs(plan, spec, emit, plot, out, backend, binary)
         _render_tune(plan, spec, as_json, emit, explain, report)
+
+
+def _replace_plan(plan, **kw):
+    from dataclasses import replace
+
+    return replace(plan, **kw)
 
 
 def _validate(plan, spec, profile, priors, req, *, runner, trials, budget, binary, as_json, wait_idle,

@@ -242,9 +242,14 @@ def alternatives_table(plan: Plan) -> Table:
 
 def tune_render(model: ModelSpec, plan: Plan, command: str = "", explain: bool = False) -> Group:
     e = plan.estimate
-    parts = [Text(f"recommended for {plan.objective}: {model.name} ({model.quant}) on {plan.hardware_name}",
-                  style="bold"),
+    wl = plan.workload
+    goal = (f"the shortest {wl.describe()}" if plan.objective == "workload" and wl is not None else plan.objective)
+    parts = [Text(f"recommended for {goal}: {model.name} ({model.quant}) on {plan.hardware_name}", style="bold"),
              speed_line(e)]
+    if plan.objective == "workload" and wl is not None:
+        parts.append(Text(f"one {wl.name} request: {wl.seconds(e.prefill_tok_s, e.decode_tok_s):.1f} s "
+                          f"({wl.prompt_tokens:,} / {e.prefill_tok_s:,.0f} tok/s prefill + {wl.gen_tokens:,} / "
+                          f"{e.decode_tok_s:.2f} tok/s decode)"))
     if command:
         # one line, never wrapped inside an argument: it is copied into a shell (print the
         # group with crop=False so a line wider than the terminal overflows instead of being cut)
