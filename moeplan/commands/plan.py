@@ -291,10 +291,12 @@ def register(app: typer.Typer) -> None:
 
         if numa is not None and numa not in NUMA_POLICIES:
             raise InputError(f"unknown NUMA policy {numa!r}", "use one of " + ", ".join(NUMA_POLICIES))
+        check_run_shape(0 if depth is None else depth, 4096 if prompt is None else prompt)
+        if gen is not None and gen < 0:
+            raise InputError(f"--gen = {gen} is negative", "tokens generated per request, for example --gen 512")
         wl = parse_workload(workload, prompt, gen, depth) if objective == "workload" else None
         depth = 0 if depth is None else depth
         prompt = 4096 if prompt is None else prompt
-        check_run_shape(depth, prompt)
         n_ctx = parse_ctx(ctx) if ctx else None
         min_ctx_given = min_ctx is not None
         n_min_ctx = parse_ctx(min_ctx or "4096")
@@ -338,6 +340,12 @@ def register(app: typer.Typer) -> None:
         else:
             report = None
         _write_outputs(plan, spec, emit, plot, out, backend, binary)
+        if report is not None and report.stopped.startswith("interrupted"):
+            from moeplan.errors import Interrupted
+
+            raise Interrupted(f"--validate interrupted (Ctrl-C) after {len(report.trials)} trial(s)",
+                              f"the runs so far are kept in {report.results_path}; rerun `tune --validate` to add "
+                              "to them (the plan was not re-planned)")
         _render_tune(plan, spec, as_json, emit, explain, report)
 
 
@@ -352,6 +360,7 @@ def _validate(plan, spec, profile, priors, req, *, runner, trials, budget, binar
     """Run tune --validate, showing each run and trial as it lands (stderr under --json)."""
     import time
 
+    from moeplan.commands.validation import replan, trial_placements
     from moeplan.tuner.validate import parse_budget, validate_plan
     from moeplan.ui.console import progress, stderr_console, stdout_console
     from moeplan.ui.tuner_tables import trial_row, validation_render
@@ -374,9 +383,11 @@ def _validate(plan, spec, profile, priors, req, *, runner, trials, budget, binar
             if not as_json:
                 bar.print(trial_row(t))
 
-        report = validate_plan(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,
-                               binary=binary, wait_idle=wait_idle, on_start=on_start, on_run=on_run,
-                               on_trial=on_trial)
+        report, new_hw = validate_plan(plan, spec, profile, priors, trial_placements(plan, spec, profile, priors),
+                                       runner=runner, trials=trials, budget=budget, binary=binary,
+                                       wait_idle=wait_idle, on_start=on_start, on_run=on_run, on_trial=on_trial)
+        if report.calibration_accepted and new_hw is not profile:
+            report = replan(plan, spec, new_hw, priors, req, report)
     if not as_json:
         for r in validation_render(report):
             con.print(r)

@@ -334,6 +334,46 @@ def _numa_options(hw: HardwareProfile, req: Request, pr: BackendPriors) -> tuple
     return tuple(out)
 
 
+def validation_trials(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
+               vram: int, ram: int) -> list[tuple[str, Placement]]:
+    """The placements `tune --validate` runs: the plan and the placements around it, most
+    informative first (each must fit), as (label, placement):
+      1. the plan itself;
+      2. two more CPU-expert layers (separates CPU-side time per layer from the GPU side);
+      3. the other ubatch (prefill: PCIe copies against GPU compute);
+      4. half the threads (per-core against per-node DRAM bandwidth);
+      5. the other NUMA policy on multi-node machines (remote/local ratio);
+      6. one fewer CPU layer, when it still fits;
+      7. op-offload toggled."""
+
+    order = cpu_layer_order(model, pr)
+    c = len(p.cpu_moe_layers)
+    moe = len(order)
+    out: list[tuple[str, Placement]] = [("plan", p)]
+    if c + 2 <= moe:
+        out.append(("+2 CPU layers", p.with_(cpu_moe_layers=tuple(sorted(order[:c + 2])))))
+    elif c + 1 <= moe:
+        out.append(("+1 CPU layer", p.with_(cpu_moe_layers=tuple(sorted(order[:c + 1])))))
+    other_ub = 2048 if p.n_ubatch < 2048 else 512
+    out.append((f"ubatch {other_ub}", p.with_(n_ubatch=other_ub, n_batch=max(p.n_batch, other_ub))))
+    if p.n_threads >= 2:
+        out.append((f"{p.n_threads // 2} threads", p.with_(n_threads=p.n_threads // 2,
+                                                           n_threads_batch=p.n_threads // 2)))
+    nodes = [n for n in hw.numa_nodes if n.cpus and not n.memory_only]
+    if len(nodes) > 1:
+        if p.numa == "bind":
+            out.append(("no NUMA policy", p.with_(numa="none", numa_nodes=())))
+        else:
+            gpu_node = hw.gpus[0].numa_node if hw.gpus and hw.gpus[0].numa_node is not None else nodes[0].id
+            out.append((f"bind node {gpu_node}", p.with_(numa="bind", numa_nodes=(gpu_node,))))
+    if c >= 1:
+        out.append(("-1 CPU layer", p.with_(cpu_moe_layers=tuple(sorted(order[:c - 1])))))
+    if p.cpu_moe_layers:
+        out.append(("op-offload " + ("off" if p.op_offload else "on"), p.with_(op_offload=not p.op_offload)))
+    consts = MemoryConstants()
+    return [(lab, q) for lab, q in out if lab == "plan" or not shortfall(model, q, hw, vram, ram, consts, pr)]
+
+
 def _win_mask(hw: HardwareProfile, node_ids: tuple[int, ...]) -> str:
     """start /AFFINITY's mask for the bound node (launch.cmd reads it from Placement.extra)."""
     for n in hw.numa_nodes:
