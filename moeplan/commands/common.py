@@ -32,9 +32,9 @@ def command(fn: Callable[..., Any]) -> Callable[..., Any]:
             print_error(err, as_json)
             raise typer.Exit(err.exit_code) from None
         except KeyboardInterrupt:
-            err = Interrupted("interrupted (Ctrl-C)", "files are written whole or not at all; rerun the command")
-            print_error(err, as_json)
-            raise typer.Exit(err.exit_code) from None
+            stop = Interrupted("interrupted (Ctrl-C)", "files are written whole or not at all; rerun the command")
+            print_error(stop, as_json)
+            raise typer.Exit(stop.exit_code) from None
         except Exception as exc:  # a bug: say so in one line unless debugging
             if os.environ.get(DEBUG_ENV):
                 raise

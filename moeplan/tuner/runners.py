@@ -214,7 +214,7 @@ def trials_of_sweep(records: list[dict], points: list[tuple[str, Plan, str]], pr
             with_decode = n_prompt == max(prompts) and tg is not None
             lab = label if n_prompt == max(prompts) else f"{label}, prompt {n_prompt}"
             out.append(Trial(label=lab, placement=p, runner="llama-bench", n_prompt=n_prompt,
-                             measured_decode_tok_s=tg.get("avg_ts") if with_decode else None,
+                             measured_decode_tok_s=tg.get("avg_ts") if tg is not None and with_decode else None,
                              measured_prefill_tok_s=pp.get("avg_ts") if pp else None,
                              decode_spread=_rel_sd(tg) if with_decode else None,
                              prefill_spread=_rel_sd(pp) if pp else None,

@@ -1,7 +1,7 @@
 """Tables and JSON for `moeplan estimate` and `moeplan tune`."""
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -28,7 +28,9 @@ def _layers(p: Placement, model: ModelSpec) -> str:
 
 
 def compact_ranges(idx: tuple[int, ...]) -> str:
-    out, start, prev = [], None, None
+    out: list[str] = []
+    start: int | None = None
+    prev = -2
     for i in sorted(idx):
         if start is None:
             start = prev = i
@@ -195,7 +197,7 @@ def _quant_notes(model: ModelSpec) -> list[str]:
 
 
 def estimate_render(model: ModelSpec, p: Placement, e: Estimate, fit=None) -> Group:
-    parts = [placement_table(model, p), memory_table(e, fit=fit)]
+    parts: list[RenderableType] = [placement_table(model, p), memory_table(e, fit=fit)]
     gt = gpu_table(e)
     if gt is not None:
         parts.append(gt)
@@ -244,8 +246,9 @@ def tune_render(model: ModelSpec, plan: Plan, command: str = "", explain: bool =
     e = plan.estimate
     wl = plan.workload
     goal = (f"the shortest {wl.describe()}" if plan.objective == "workload" and wl is not None else plan.objective)
-    parts = [Text(f"recommended for {goal}: {model.name} ({model.quant}) on {plan.hardware_name}", style="bold"),
-             speed_line(e)]
+    parts: list[RenderableType] = [
+        Text(f"recommended for {goal}: {model.name} ({model.quant}) on {plan.hardware_name}", style="bold"),
+        speed_line(e)]
     if plan.objective == "workload" and wl is not None:
         parts.append(Text(f"one {wl.name} request: {wl.seconds(e.prefill_tok_s, e.decode_tok_s):.1f} s "
                           f"({wl.prompt_tokens:,} / {e.prefill_tok_s:,.0f} tok/s prefill + {wl.gen_tokens:,} / "
