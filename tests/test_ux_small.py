@@ -1,0 +1,49 @@
+"""Issue 32 item 10: the smaller items."""
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from moeplan.cli import app
+
+
+def run(*args):
+    return CliRunner().invoke(app, list(args))
+
+
+def _render80(renderables) -> str:
+    con = Console(width=80, record=True)
+    with con.capture() as cap:
+        for r in renderables:
+            con.print(r)
+    return cap.get()
+
+
+def test_tables_at_80_columns_keep_their_words():
+    from moeplan.profiles.model_profiles import list_profiles
+    from moeplan.ui.hardware_tables import numa_tables
+    from moeplan.ui.model_tables import models_table
+
+    rows = list_profiles()
+    text = _render80([models_table(rows)])
+    for line in text.splitlines()[3:]:
+        assert line.rstrip().endswith(("partial", "verified")), line
+    from moeplan.planner.hardware.profile import HardwareProfile
+    from moeplan.ui.hardware_tables import gpu_tables
+
+    doc = json.loads(run("hardware", "--gpu", "RTX 3090", "--cpu", "Ryzen 9 5950X", "--ram", "128G", "--json").stdout)
+    hw = HardwareProfile.from_dict(doc)
+    assert "spec-sheet" in _render80(numa_tables(hw)) and "spec-sheet" in _render80(gpu_tables(hw))
+
+
+def test_one_more_layer_grammar():
+    from moeplan.planner.search import Request, choose_plan
+    from moeplan.probes.hwprofile import load_hardware
+    from moeplan.probes.models import resolve_model
+    from moeplan.profiles.backends import read_priors
+
+    res = choose_plan(resolve_model("glm-4.5-air"), load_hardware("desktop-4090-ddr5"), read_priors("llama.cpp"),
+                      Request(n_ctx=32768))
+    assert "layer' experts" not in res.one_more_gib
