@@ -47,3 +47,16 @@ def test_one_more_layer_grammar():
     res = choose_plan(resolve_model("glm-4.5-air"), load_hardware("desktop-4090-ddr5"), read_priors("llama.cpp"),
                       Request(n_ctx=32768))
     assert "layer' experts" not in res.one_more_gib
+
+
+def test_vram_on_a_machine_without_gpu_is_a_what_if_gpu(tmp_path):
+    hw = tmp_path / "cpu.json"
+    assert run("hardware", "--cpu", "Ryzen 9 5950X", "--ram", "128G", "--out", str(hw)).exit_code == 0
+    r = run("tune", "deepseek-v4-flash", "--hw", str(hw), "--vram", "96G", "--json")
+    assert r.exit_code == 0, r.stdout
+    plan = json.loads(r.stdout)["plan"]
+    assert plan["placement"]["n_gpus"] == 1 and "what-if 96 GiB GPU" in plan["hardware_name"]
+    note = plan["notes"][0]
+    assert note.startswith("--vram 96 GiB on") and "PCIe 4.0 x16" in note and "GB/s assumed" in note
+    r = run("estimate", "qwen3-30b-a3b", "--hw", str(hw), "--vram", "24G", "--all-cpu-moe", "--json")
+    assert r.exit_code == 0 and "what-if GPU" in r.stderr

@@ -172,8 +172,43 @@ def _hardware(hw: str | None, vram: str | None = None, ram: str | None = None):
     from moeplan.units import parse_size
 
     profile = load_hardware(hw)
-    return apply_overrides(profile, vram_bytes=parse_size(vram, "--vram") if vram else None,
-                           ram_bytes=parse_size(ram, "--ram") if ram else None)
+    vram_bytes = parse_size(vram, "--vram") if vram else None
+    if vram_bytes and not profile.gpus:
+        profile = what_if_gpu(profile, vram_bytes)
+    return apply_overrides(profile, vram_bytes=vram_bytes, ram_bytes=parse_size(ram, "--ram") if ram else None)
+
+
+# a what-if GPU's host link when the user names none: the common one of current cards
+WHAT_IF_PCIE = (4, 16)
+
+
+def what_if_gpu(profile, vram_bytes: int):
+    """--vram on a profile without a GPU ("what if I had a 96 GB card"): one GPU of that size,
+    its memory bandwidth the median of the catalog's cards of that size, on PCIe 4.0 x16 to the
+    first node; the notes say what was assumed."""
+    from dataclasses import replace
+
+    from moeplan.planner.hardware.spec import SpecRequest
+    from moeplan.profiles import catalog
+
+    if vram_bytes <= 0:
+        return profile
+    spec = catalog.build_profile(SpecRequest(gpu_vram_bytes=vram_bytes, pcie_gen=WHAT_IF_PCIE[0],
+                                             pcie_width=WHAT_IF_PCIE[1], ram_bytes=max(profile.ram_bytes, 1 << 30)))
+    node = profile.numa_nodes[0].id if profile.numa_nodes else 0
+    gpu = replace(spec.gpus[0], name=f"what-if GPU ({vram_bytes / 2**30:.0f} GiB)", numa_node=node,
+                  local_cpus=profile.numa_nodes[0].cpus_str if profile.numa_nodes and
+                  hasattr(profile.numa_nodes[0], "cpus_str") else spec.gpus[0].local_cpus)
+    bw = [n for n in spec.notes if n.startswith("GPU memory bandwidth")]
+    note = (f"--vram {vram_bytes / 2**30:.0f} GiB on {profile.name}, which has no GPU: planned with a what-if GPU of "
+            f"that size on PCIe {WHAT_IF_PCIE[0]}.0 x{WHAT_IF_PCIE[1]}"
+            + (f"; {bw[0]}" if bw else "") + "; name one with `moeplan hardware --gpu NAME` for its own figures")
+    return replace(profile, gpus=(gpu,), notes=profile.notes + (note,),
+                   name=f"{profile.name} + what-if {vram_bytes / 2**30:.0f} GiB GPU")
+
+
+def what_if_notes(profile) -> tuple[str, ...]:
+    return tuple(n for n in profile.notes if n.startswith("--vram ") and "what-if GPU" in n)
 
 
 def register(app: typer.Typer) -> None:
@@ -223,6 +258,8 @@ def register(app: typer.Typer) -> None:
 
         for w in ctx_warnings(spec, p.n_ctx):
             warn(w)
+        for n in what_if_notes(profile):
+            warn(n)
         p = _device_split(spec, p, profile, tensor_split, gpus)
         check_placement(p, model=spec, profile=profile)
         e = estimate(spec, p, profile, read_priors(backend), depth=depth, n_prompt=prompt, prompt_depth=prompt_depth)
@@ -332,7 +369,8 @@ def register(app: typer.Typer) -> None:
         result = choose_plan(spec, profile, priors, req)
         result = _with_devices(result, gpus)
         plan = build_plan(spec, profile, result, objective, size or "", moeplan_version=__version__)
-        plan = _replace_plan(plan, workload=wl, notes=tuple(ctx_warnings(spec, n_ctx)) + plan.notes)
+        plan = _replace_plan(plan, workload=wl,
+                             notes=what_if_notes(profile) + tuple(ctx_warnings(spec, n_ctx)) + plan.notes)
         if validate:
             report = _validate(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,
                                binary=binary, as_json=as_json, wait_idle=wait_idle, show_progress=show_progress)
