@@ -60,3 +60,17 @@ def test_vram_on_a_machine_without_gpu_is_a_what_if_gpu(tmp_path):
     assert note.startswith("--vram 96 GiB on") and "PCIe 4.0 x16" in note and "GB/s assumed" in note
     r = run("estimate", "qwen3-30b-a3b", "--hw", str(hw), "--vram", "24G", "--all-cpu-moe", "--json")
     assert r.exit_code == 0 and "what-if GPU" in r.stderr
+
+
+def test_emit_says_what_the_windows_scripts_do(tmp_path):
+    hw = tmp_path / "win.json"
+    assert run("hardware", "--gpu", "RTX 4090", "--cpu", "Ryzen 9 7950X", "--ram", "128G", "--os", "windows",
+               "--out", str(hw)).exit_code == 0
+    r = run("tune", "qwen3-30b-a3b", "--hw", str(hw), "--emit", str(tmp_path / "run"))
+    assert r.exit_code == 0, r.stdout
+    r = run("emit", str(tmp_path / "run" / "plan.json"), "--out", str(tmp_path / "run2"))
+    assert r.exit_code == 0, r.stdout
+    text = " ".join(r.stdout.split())
+    for name in ("launch.cmd", "launch.ps1"):
+        assert name in text
+    assert "Windows: the server, from cmd.exe" in text and "Windows: the server, from PowerShell" in text
