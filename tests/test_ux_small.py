@@ -74,3 +74,13 @@ def test_emit_says_what_the_windows_scripts_do(tmp_path):
     for name in ("launch.cmd", "launch.ps1"):
         assert name in text
     assert "Windows: the server, from cmd.exe" in text and "Windows: the server, from PowerShell" in text
+
+
+def test_plot_has_the_vram_budget_line(tmp_path):
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "p.svg"
+    r = run("tune", "glm-4.5-air", "--hw", "desktop-4090-ddr5", "--plot", str(out))
+    assert r.exit_code == 0, r.stdout
+    assert "VRAM budget 24.0 GiB less the 1 GiB margin" in out.read_text()

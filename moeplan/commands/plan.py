@@ -377,7 +377,7 @@ def register(app: typer.Typer) -> None:
             plan = report.plan
         else:
             report = None
-        _write_outputs(plan, spec, emit, plot, out, backend, binary)
+        _write_outputs(plan, spec, emit, plot, out, backend, binary, _plot_budget(profile, backend))
         if report is not None and report.stopped.startswith("interrupted"):
             from moeplan.errors import Interrupted
 
@@ -385,6 +385,15 @@ def register(app: typer.Typer) -> None:
                               f"the runs so far are kept in {report.results_path}; rerun `tune --validate` to add "
                               "to them (the plan was not re-planned)")
         _render_tune(plan, spec, as_json, emit, explain, report)
+
+
+def _plot_budget(profile, backend: str) -> tuple[int, int]:
+    """(VRAM budget of all GPUs, llama.cpp's margin over them) for the plot's budget line."""
+    from moeplan.planner.memory.constants import memory_constants
+    from moeplan.planner.search import budgets
+
+    vram, _ = budgets(profile)
+    return vram, memory_constants(profile, backend).margin_bytes * max(1, len(profile.gpus))
 
 
 def _replace_plan(plan, **kw):
@@ -448,7 +457,7 @@ def check_outputs(emit: Path | None, plot: Path | None, out: Path | None) -> Non
 
 
 def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path | None, backend: str,
-                   binary: str | None) -> None:
+                   binary: str | None, plot_budget: tuple[int, int] | None = None) -> None:
     from moeplan.io import write_text_atomic
 
     if out:
@@ -460,7 +469,7 @@ def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path |
     if plot:
         from moeplan.ui.plot import write_pareto_plot
 
-        write_pareto_plot(plan, plot)
+        write_pareto_plot(plan, plot, *(plot_budget or (0, 0)))
 
 
 def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = False, report=None) -> None:
