@@ -233,21 +233,29 @@ def run_llama_bench_sweep(points: list[tuple[str, Plan]], model: ModelSpec, s: R
                           predict_at) -> tuple[list[Trial], float, str]:
     """Run the trial placements `points` (the plan first; they differ in threads and CPU
     layers only) in one llama-bench process: (trials, wall seconds, error or '')."""
-    from moeplan.launch import emit_launch, find_programs
+    from moeplan.launch import emit_launch
     from moeplan.launch.benchjson import parse_bench_json
 
     if not s.model_path or not Path(s.model_path).exists():
         raise RunnerError("llama-bench needs the real GGUF file of the plan",
                           "plan from the .gguf file itself (moeplan tune /path/model.gguf) or use --runner executor")
-    programs = find_programs("llama.cpp", s.binary)
+    from moeplan.launch.binaries import find_llama_programs
+    from moeplan.launch.llamacpp import release_flags
+
+    # only llama-bench runs here: a --bin folder without llama-server will do
+    programs = find_llama_programs("llama.cpp", s.binary, release_flags(), need_server=False)
     if not programs.programs.get("bench") and not s.binary:
         raise RunnerError("llama-bench not found on PATH", "install llama.cpp or pass --bin /path/to/llama-bench")
     base = points[0][1]
     launch = emit_launch(base, model, "llama.cpp", programs, model_path=s.model_path)
     bench = launch.script("bench.sh")
     tagged = []
+    seen = set()
     for label, plan in points:
         ot = emit_launch(plan, model, "llama.cpp", programs, model_path=s.model_path).bench_overrides
+        if (plan.placement.n_threads, ot) in seen:
+            continue  # the same run for llama-bench (CPU layers of a CPU-only run: every weight is on the CPU)
+        seen.add((plan.placement.n_threads, ot))
         tagged.append((label, plan, ot))
     threads = sorted({plan.placement.n_threads for _, plan, _ in tagged})
     sets = list(dict.fromkeys(ot for _, _, ot in tagged if ot != "none"))

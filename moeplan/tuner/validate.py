@@ -487,7 +487,7 @@ def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: Backend
     if runner == "executor":
         dev = device or ("cuda" if _cuda() else "cpu")
     else:
-        dev = "cuda"
+        dev = "cuda" if hw.gpus else "cpu"
     view = runner_view(runner, model, hw, pr, dev, dtype)
     settings = RunSettings(tokens=tokens, prompt=prompt, sample_layers=_sample_layers(model), dtype=dtype,
                            timeout_s=min(600.0, max(60.0, budget_s)), device=dev if runner == "executor" else "",

@@ -31,8 +31,8 @@ def summary_table(r: dict) -> Table:
     t = Table(title=f"bench: {m['name']} ({m['arch']})\non {ex['device_name']}, {ex['dtype']}, routing {ex['routing']}")
     t.add_column("figure")
     t.add_column("value", justify="right")
-    t.add_row("decode, measured by the executor (tok/s)", _f(r["decode_tok_s"]))
-    t.add_row(f"prefill at ubatch {ex['n_ubatch']}, measured by the executor (tok/s)", _f(r["prefill_tok_s"], "{:.1f}"))
+    t.add_row("decode (tok/s), measured by the executor", _f(r["decode_tok_s"]))
+    t.add_row(f"prefill at ubatch {ex['n_ubatch']} (tok/s), measured by the executor", _f(r["prefill_tok_s"], "{:.1f}"))
     if r.get("plan_estimate"):
         pe = r["plan_estimate"]
         t.add_row(f"plan's estimate for {pe.get('runtime', 'its backend')}, not this executor: decode / prefill (tok/s)",
