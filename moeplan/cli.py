@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from moeplan import __version__
-from moeplan.commands.common import DEBUG_ENV
+from moeplan.commands.common import DEBUG_ENV, group_class
 
 
 def _quiet_flag_types() -> None:
@@ -37,7 +37,8 @@ app = typer.Typer(
     help="Plan, predict and verify how to run a huge Mixture-of-Experts LLM on the machine you have.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
-    add_completion=False,
+    add_completion=True,
+    cls=group_class(),
     # plain help: rich's help renderer (markdown-it, pygments) costs more start-up than the rest of the CLI
     rich_markup_mode=None,
 )

@@ -2,7 +2,8 @@
 
 `G`, `GiB`, `Gi` are binary (1024**3: what llama.cpp and nvidia-smi print);
 `GB` is decimal (1000**3: what file listings on Hugging Face and spec sheets print).
-A bare number is bytes. Rates take a `/s` suffix: `1792GB/s`, `25GiB/s`.
+A bare number is refused (`--ram 128` stored 128 bytes once): bytes are written `1024B`.
+Rates take a `/s` suffix: `1792GB/s`, `25GiB/s`.
 """
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ MIB = 1024**2
 
 
 def parse_size(text: str | int | float, what: str = "size") -> int:
-    """Parse '96G', '96GiB', '151GB', '512M', '1.5T', '1024' into bytes.
+    """Parse '96G', '96GiB', '151GB', '512M', '1.5T', '1024B' into bytes.
 
-    Binary: G, GiB, Gi (and lowercase). Decimal: GB. Raises InputError with a hint.
+    Binary: G, GiB, Gi (and lowercase). Decimal: GB. A bare number ('128') is refused: it was
+    meant as 128G or 128GB, never 128 bytes. Raises InputError with a hint.
     """
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if text < 0:
@@ -36,6 +38,10 @@ def parse_size(text: str | int | float, what: str = "size") -> int:
             "write a number with a unit: 96G or 96GiB (binary), 151GB (decimal), 512M",
         )
     number, prefix, suffix = m.group(1), m.group(2).upper(), m.group(3).upper()
+    if not prefix and not suffix:
+        raise InputError(f"{what} {s!r} has no unit",
+                         f"{number}G (binary, what nvidia-smi prints) or {number}GB (decimal)? "
+                         f"bytes are written {number}B")
     if suffix in ("B",) and prefix:
         mult = _DECIMAL[prefix]
     elif suffix in ("", "I", "IB"):
@@ -48,6 +54,20 @@ def parse_size(text: str | int | float, what: str = "size") -> int:
     return int(round(value))
 
 
+MIN_PLAUSIBLE_BYTES = 1024**2
+
+
+def check_plausible_bytes(value: int | float, where: str, exc: type[Exception] = InputError) -> None:
+    """A memory size read from a file (a profile's `*_bytes`) below 1 MiB is a size written
+    without its unit (`"ram_total_bytes": 128`), never a real machine: refuse it with the bytes
+    the user probably meant."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or value >= MIN_PLAUSIBLE_BYTES:
+        return
+    n = f"{value:g}"
+    raise exc(f"{where} = {n} bytes: a memory size without its unit?",
+              f"the field is in bytes: {n} GiB is {int(value * 1024**3)}, {n} GB is {int(value * 1000**3)}")
+
+
 def parse_rate(text: str | int | float, what: str = "rate") -> float:
     """Parse '1792GB/s', '25GiB/s', '64G/s' into bytes per second."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
@@ -55,6 +75,9 @@ def parse_rate(text: str | int | float, what: str = "rate") -> float:
     s = str(text).strip()
     if s.lower().endswith("/s"):
         s = s[:-2]
+    if re.match(r"^\s*[0-9]*\.?[0-9]+\s*$", s):
+        raise InputError(f"{what} {str(text).strip()!r} has no unit",
+                         f"{s.strip()}GB/s (decimal, as spec sheets print) or {s.strip()}GiB/s?")
     return float(parse_size(s, what))
 
 

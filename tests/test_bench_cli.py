@@ -63,7 +63,7 @@ def test_bench_with_plan_file(gguf, tmp_path):
     path.write_text(plan.to_json())
     r = _json([gguf, "--plan", str(path), "--prompt", "16", "--tokens", "3", "--warmup", "0"])
     assert r["placement"]["cpu_moe_layers"] == [3, 4]
-    assert r["plan_estimate"] == {"decode_tok_s": 12.5, "prefill_tok_s": 300.0}
+    assert r["plan_estimate"] == {"decode_tok_s": 12.5, "prefill_tok_s": 300.0, "runtime": "llama.cpp"}
     res = runner.invoke(app, ["bench", gguf, "--plan", str(path), "--cpu-moe-layers", "1", "--json"])
     assert res.exit_code == 2 and "either --plan or placement flags" in json.loads(res.stdout)["error"]["message"]
     (tmp_path / "junk.json").write_text("[1, 2]")

@@ -210,7 +210,7 @@ def _projection(plan: dict) -> dict:
 
 @pytest.mark.parametrize("model, extra, hw", CASES)
 def test_golden_plans(model, extra, hw):
-    plan = _json(["tune", model, *extra, "--hw", hw, "--json"])["plan"]
+    plan = _json(["tune", model, *extra, "--hw", hw, "--objective", "decode", "--min-ctx", "4096", "--json"])["plan"]
     got = _projection(plan)
     path = GOLDEN / f"{model}--{hw}.json"
     if os.environ.get("MOEPLAN_UPDATE_GOLDEN"):

@@ -18,10 +18,11 @@ from moeplan.errors import InputError, RunnerError
 from moeplan.planner.cost.estimate import estimate
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Plan, model_ref
+from moeplan.planner.search import validation_trials as neighbours
 from moeplan.probes.gguf_model import read_gguf_model
 from moeplan.tuner.calibrate import Trial
 from moeplan.tuner.runners import RunSettings, run_llama_bench
-from moeplan.tuner.validate import neighbours, parse_budget, run_trials
+from moeplan.tuner.validate import parse_budget, run_trials
 
 MODEL = toy_model(n_layers=8, n_experts=16, k=4, n_embd=1024, n_ff_exp=512)
 PR = unit_priors(s_sync_s=100e-6, t_token_s=1e-3)
@@ -49,6 +50,12 @@ def test_neighbours_are_informative_and_fit():
     assert any(lab.startswith("bind node") for lab in labels)
 
 
+def _cands(hw):
+    """The trial placements the planner gives the tuner (planner/search.py validation_trials)."""
+    vram = sum(g.vram_bytes for g in hw.gpus)
+    return neighbours(MODEL, _plan(hw=hw).placement, hw, PR, vram, hw.ram_bytes)
+
+
 def _fake_trial(ok_err: float):
     """A runner whose measurement is the prediction times (1 + ok_err)."""
     calls = []
@@ -66,7 +73,7 @@ def _fake_trial(ok_err: float):
 def test_early_stop_when_predictions_hold(tmp_path):
     hw = toy_hw(vram_gib=4)
     run_one, calls = _fake_trial(0.03)
-    rep = run_trials(_plan(hw=hw), MODEL, hw, PR, runner="fake", trials=6, budget_s=60,
+    rep = run_trials(_plan(hw=hw), MODEL, hw, PR, runner="fake", candidates=_cands(hw), trials=6, budget_s=60,
                      settings=RunSettings(), results_path=tmp_path / "r.json",
                      predict=lambda p: estimate(MODEL, p, hw, PR), run_one=run_one,
                      load_meter=Meter(lambda i: 0.0))  # an idle machine: these tests are not about load
@@ -79,7 +86,7 @@ def test_early_stop_when_predictions_hold(tmp_path):
 def test_no_early_stop_when_they_do_not(tmp_path):
     hw = toy_hw(vram_gib=4)
     run_one, calls = _fake_trial(0.4)
-    rep = run_trials(_plan(hw=hw), MODEL, hw, PR, runner="fake", trials=4, budget_s=60,
+    rep = run_trials(_plan(hw=hw), MODEL, hw, PR, runner="fake", candidates=_cands(hw), trials=4, budget_s=60,
                      settings=RunSettings(), results_path=tmp_path / "r.json",
                      predict=lambda p: estimate(MODEL, p, hw, PR), run_one=run_one,
                      load_meter=Meter(lambda i: 0.0))  # an idle machine: these tests are not about load
@@ -95,7 +102,7 @@ def test_interruption_keeps_the_runs_so_far(tmp_path):
             raise KeyboardInterrupt
         return inner(trial_plan, label, timeout_s)
 
-    rep = run_trials(_plan(hw=hw), MODEL, hw, PR, runner="fake", trials=6, budget_s=60,
+    rep = run_trials(_plan(hw=hw), MODEL, hw, PR, runner="fake", candidates=_cands(hw), trials=6, budget_s=60,
                      settings=RunSettings(), results_path=tmp_path / "r.json",
                      predict=lambda p: estimate(MODEL, p, hw, PR), run_one=run_one,
                      load_meter=Meter(lambda i: 0.0))  # an idle machine: these tests are not about load

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 from model_builders import toy_hw, toy_model, unit_priors
 
+from moeplan.commands.validation import calibrate_and_replan, trial_placements
 from moeplan.planner.cost.estimate import estimate
 from moeplan.planner.hardware.profile import Calibration
 from moeplan.planner.search import Request, build_plan, choose_plan
@@ -18,7 +19,7 @@ from moeplan.tuner.holdout import leave_one_out
 from moeplan.tuner.results import read_results
 from moeplan.tuner.runners import RunSettings
 from moeplan.tuner.trials import Trial
-from moeplan.tuner.validate import RunnerView, calibrate_and_replan, run_trials
+from moeplan.tuner.validate import RunnerView, run_trials
 
 MODEL = toy_model(n_layers=8, n_experts=16, k=4, n_embd=1024, n_ff_exp=512)
 PR = unit_priors(eta_cpu=0.6, s_sync_s=100e-6, t_token_s=1e-3,
@@ -89,7 +90,8 @@ def scripted_runner(clock, truth_hw=HW, wall_s=10.0, noise=0.02, seed=0, outlier
 
 
 def _run(tmp_path, run_one, clock, *, trials=4, budget_s=1000.0, meter=None, path="r.json", **kw):
-    return run_trials(_plan(), MODEL, HW, PR, runner="fake", trials=trials, budget_s=budget_s,
+    return run_trials(_plan(), MODEL, HW, PR, runner="fake",
+                      candidates=trial_placements(_plan(), MODEL, HW, PR), trials=trials, budget_s=budget_s,
                       settings=RunSettings(prompt=256, timeout_s=600), results_path=tmp_path / path,
                       predict=lambda p: estimate(MODEL, p, HW, PR, n_prompt=256), run_one=run_one, clock=clock,
                       load_meter=meter or Meter(lambda i: 0.0), **kw)
@@ -255,7 +257,7 @@ def test_validate_plan_writes_the_calibrated_profile_when_kept(tmp_path, monkeyp
     monkeypatch.setattr(v, "require_runner", lambda runner: None)
     monkeypatch.setattr(v, "runner_view", lambda *a, **k: _view())
     monkeypatch.setattr(v, "run_trials", lambda *a, **k: _run(tmp_path, run_one, clock, trials=6))
-    rep = v.validate_plan(_plan(), MODEL, HW, PR, REQ, runner="executor", device="cpu", budget="10m")
+    rep, _ = v.validate_plan(_plan(), MODEL, HW, PR, runner="executor", device="cpu", budget="10m")
     assert rep.calibration_accepted, rep.reason
     assert rep.profile_path and os.path.isfile(rep.profile_path)
     assert stat.S_IMODE(os.stat(rep.profile_path).st_mode) == 0o600

@@ -152,7 +152,9 @@ def register(app: typer.Typer) -> None:
                                  "the plan already says where every layer goes")
             the_plan, notes = read_plan_placement(plan, spec, plan_doc)
             placement = the_plan.placement
-            estimate = {"decode_tok_s": the_plan.estimate.decode_tok_s, "prefill_tok_s": the_plan.estimate.prefill_tok_s}
+            # the plan's figures are for the runtime it was planned for, not for this executor
+            estimate = {"decode_tok_s": the_plan.estimate.decode_tok_s, "prefill_tok_s": the_plan.estimate.prefill_tok_s,
+                        "runtime": the_plan.placement.backend}
         else:
             placement = resolve_placement(
                 spec, backend=backend, cpu_moe_layers=cpu_moe_layers, cpu_layers=cpu_layers,

@@ -49,8 +49,93 @@ def model_for(run, plan, model_arg: str | None, quant: str | None = None, size: 
     named = run.model_path or (run.bench[0].get("model_filename") if run.bench else "") or ""
     if named and Path(str(named)).is_file():
         return resolve_model(str(named))
+    bundled = bundled_model_of(run, str(named), quant, size)
+    if bundled is not None:
+        return bundled
     raise InputError(f"{run.source}: the log's model {named or '(not named)'} is not on this machine",
                      "pass --model with the GGUF file or a profile name, or --plan with the plan it ran")
+
+
+def _norm(text: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def bundled_model_of(run, named: str, quant: str | None, size: str | None):
+    """The bundled profile the log's model is (its general.name, else its file name without the
+    quant), read with the quant its file name says (or --quant); None when none matches. The
+    spec carries a note saying it came from the log."""
+    import re
+    from dataclasses import replace
+
+    from moeplan.planner.model.quants import ALIASES, QUANTS
+    from moeplan.probes.models import resolve_model
+    from moeplan.profiles.model_profiles import read_profiles
+
+    stem = Path(named).name
+    stem = re.sub(r"(-\d{5}-of-\d{5})?\.gguf$", "", stem)
+    file_quant = next((q for q in sorted({*QUANTS, *ALIASES}, key=len, reverse=True)
+                       if re.search(rf"(^|[-_.]){re.escape(q)}$", stem, re.IGNORECASE)), None)
+    base = stem[: -len(file_quant) - 1] if file_quant else stem
+    wanted = [_norm(x) for x in (run.model_meta.get("general.name") or "", base) if x]
+    for prof in read_profiles().values():
+        keys = {_norm(k) for k in [prof["name"], prof.get("display_name", ""), *prof.get("aliases", [])] if k}
+        if any(w in keys for w in wanted):
+            q = quant or file_quant
+            spec = resolve_model(prof["name"], quant=q, size=size)
+            how = f"the bundled profile {prof['name']} ({spec.quant})"
+            return replace(spec, notes=spec.notes + (f"model from the log: {stem or named} is not on this machine; "
+                                                      f"compared with {how}",))
+    return None
+
+
+LOG_META_KEYS = (("n_layer", "n_layers"), ("n_expert", "n_experts"), ("n_expert_used", "n_experts_used"),
+                 ("n_head_kv", "n_head_kv"), ("n_embd_head_k", "head_dim_k"), ("n_embd_head_v", "head_dim_v"),
+                 ("n_embd", "n_embd"), ("n_ctx_train", "n_ctx_train"))
+
+
+def model_differences(run, model) -> list[str]:
+    """What the log's own model metadata says that differs from the compared model."""
+    out = []
+    for log_key, attr in LOG_META_KEYS:
+        raw = run.model_meta.get(log_key)
+        if raw is None:
+            continue
+        try:
+            logged = int(str(raw).split(",")[0].split()[0])
+        except ValueError:
+            continue
+        ours = len(model.layers) if attr == "n_layers" else getattr(model, attr, None)
+        if ours is not None and logged != ours:
+            out.append(f"{log_key} {logged} in the log, {ours} in {model.name}")
+    return out
+
+
+def hardware_of(run, hw: str | None):
+    """--hw, else the GPUs the log names (a spec profile from the parts catalog, the CPU side a
+    common desktop, said in a note), else this machine."""
+    from moeplan.probes.hwprofile import load_hardware
+
+    if hw is not None or not run.devices:
+        return load_hardware(hw)
+    from moeplan.errors import InputError as _Input
+    from moeplan.planner.hardware.spec import SpecRequest
+    from moeplan.profiles import catalog
+
+    names = [d.description for d in run.devices if d.description]
+    if not names:
+        return load_hardware(hw)
+    gpu = names[0].replace("NVIDIA ", "").replace("GeForce ", "")
+    try:
+        prof = catalog.build_profile(SpecRequest(gpu=gpu, gpu_count=len(names), ram_bytes=128 * 1024**3))
+    except _Input:
+        return load_hardware(hw)
+    from dataclasses import replace
+
+    return replace(prof, notes=prof.notes + (
+        f"hardware from the log: {len(names)} x {names[0]}; the CPU and RAM are not in the log (costed as a common "
+        "desktop with 128 GiB): pass --hw for the machine it ran on",))
 
 
 def check_one(name: str, text: str, plan, model_arg: str | None, hw_profile, quant: str | None = None,
@@ -66,6 +151,8 @@ def check_one(name: str, text: str, plan, model_arg: str | None, hw_profile, qua
         raise InputError(f"{name}: no llama.cpp, ik_llama.cpp, llama-bench, KTransformers or SGLang figures found",
                          "give the program's full output (stderr too: 2>&1), or llama-bench -o json/jsonl/md")
     model = model_for(run, plan, model_arg, quant, size)
+    if hw_profile is None or isinstance(hw_profile, str):
+        hw_profile = hardware_of(run, hw_profile)
     rec = recover_placement(run, model, plan.placement if plan is not None else None)
     pr = read_priors(rec.placement.backend)
     consts = memory_constants(hw_profile, pr.name)
@@ -76,6 +163,12 @@ def check_one(name: str, text: str, plan, model_arg: str | None, hw_profile, qua
     arch = run.model_meta.get("arch") or ""
     if arch and arch != model.arch:
         notes.insert(0, f"the log's model architecture is {arch}, the compared model's {model.arch}")
+    diffs = model_differences(run, model)
+    if diffs:
+        notes.insert(0, "the log's model is not the compared one (" + "; ".join(diffs)
+                     + "): memory and speed errors below compare different models")
+    notes = [n for n in model.notes if n.startswith("model from the log")] + notes
+    notes += [n for n in hw_profile.notes if n.startswith("hardware from the log")]
     if plan is not None and run.model_path and Path(run.model_path).name != Path(plan.model.path).name \
             and plan.model.source != "profile":
         notes.insert(0, f"the log loaded {run.model_path}, the plan is for {plan.model.path}"
@@ -104,7 +197,7 @@ def register(app: typer.Typer) -> None:
 
         plan = read_plan(plan_path) if plan_path is not None else None  # the one plan reader
         inputs = read_inputs(logs)
-        profile = load_hardware(hw)
+        profile = load_hardware(hw) if hw is not None else None  # None: the log's GPUs, else this machine
         results = [check_one(name, text, plan, model, profile, quant, size) for name, text in inputs]
         if as_json:
             emit_json({"logs": [{"parsed": run.to_dict(), "check": res.to_dict()} for run, res in results]})

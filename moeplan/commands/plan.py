@@ -51,7 +51,50 @@ RamOpt = Annotated[Optional[str], typer.Option("--ram", help="What-if host RAM, 
 TsOpt = Annotated[Optional[str], typer.Option("--ts", help="Several GPUs: llama.cpp -ts weights (blocks per GPU, the output counted on the last), e.g. 57,7,7,9; default: the split moeplan would choose.")]
 GpusOpt = Annotated[Optional[str], typer.Option("--gpus", help="Use only these GPUs of the profile, by index: 0,2 (emitted as -dev CUDA0,CUDA2; ROCm0 or Vulkan0 for AMD GPUs).")]
 
-OBJECTIVES = ("decode", "prefill", "balanced")
+OBJECTIVES = ("workload", "decode", "prefill", "balanced")
+WorkloadOpt = Annotated[str, typer.Option(
+    "--workload", help="The request tune minimises the time of: chat (1,024-token prompt, 512 generated), agent or "
+    "coding (16,384-token prompt, 1,024 generated), or PROMPT:GEN[:DEPTH] in tokens (8k:500:20k: a 8k prompt after "
+    "20k cached tokens, 500 generated). --prompt, --gen, --depth change one number of it.")]
+GenOpt = Annotated[Optional[int], typer.Option("--gen", help="Tokens generated per request (the workload's).")]
+
+
+def parse_workload(text: str, prompt: int | None, gen: int | None, depth: int | None):
+    """--workload chat|agent|coding|PROMPT:GEN[:DEPTH], then --prompt/--gen/--depth over it."""
+    from dataclasses import replace
+
+    from moeplan.planner.plan import Workload
+    from moeplan.planner.search import WORKLOADS
+    from moeplan.units import parse_ctx
+
+    key = text.strip().lower()
+    if key in WORKLOADS:
+        w = WORKLOADS[key]
+    else:
+        parts = key.split(":")
+        try:
+            if len(parts) not in (2, 3):
+                raise InputError("", "")
+            nums = [parse_ctx(x) for x in parts]
+        except InputError:
+            raise InputError(f"cannot read --workload {text!r}",
+                             "chat, agent, coding, or PROMPT:GEN[:DEPTH] in tokens, for example 8k:500 or "
+                             "8k:500:20k") from None
+        w = Workload("custom", nums[0], nums[1], nums[2] if len(nums) == 3 else 0)
+    w = replace(w, prompt_tokens=w.prompt_tokens if prompt is None else prompt,
+                gen_tokens=w.gen_tokens if gen is None else gen, depth=w.depth if depth is None else depth)
+    if w.prompt_tokens < 1 or w.gen_tokens < 0 or w.depth < 0:
+        raise InputError(f"workload {w.describe()} is not a request", "a prompt of 1+ tokens, 0+ generated")
+    return w
+
+
+def ctx_warnings(spec, n_ctx: int | None) -> list[str]:
+    """A context above the model's trained context: llama.cpp runs it, the model was not trained for it."""
+    if n_ctx and spec.n_ctx_train and n_ctx > spec.n_ctx_train:
+        return [f"--ctx {n_ctx:,} is above {spec.name}'s trained context of {spec.n_ctx_train:,} tokens: llama.cpp "
+                "runs it, but output past the trained length degrades unless the model supports RoPE scaling (YaRN) "
+                "and you enable it"]
+    return []
 
 
 def select_gpus(profile, gpus: str | None):
@@ -121,14 +164,58 @@ def _device_split(spec, p, profile, ts: str | None, gpus: str | None):
                                                for g in profile.gpus), MemoryConstants()) or p
 
 
+def _fit_of(spec, p, profile):
+    """Whether the placement fits the profile's budgets (planner/search.py check_fit)."""
+    from moeplan.planner.memory.constants import memory_constants
+    from moeplan.planner.search import budgets, check_fit
+
+    vram, ram = budgets(profile)
+    return check_fit(spec, p, profile, vram, ram, memory_constants(profile, p.backend))
+
+
 def _hardware(hw: str | None, vram: str | None = None, ram: str | None = None):
     from moeplan.planner.hardware.profile import apply_overrides
     from moeplan.probes.hwprofile import load_hardware
     from moeplan.units import parse_size
 
     profile = load_hardware(hw)
-    return apply_overrides(profile, vram_bytes=parse_size(vram, "--vram") if vram else None,
-                           ram_bytes=parse_size(ram, "--ram") if ram else None)
+    vram_bytes = parse_size(vram, "--vram") if vram else None
+    if vram_bytes and not profile.gpus:
+        profile = what_if_gpu(profile, vram_bytes)
+    return apply_overrides(profile, vram_bytes=vram_bytes, ram_bytes=parse_size(ram, "--ram") if ram else None)
+
+
+# a what-if GPU's host link when the user names none: the common one of current cards
+WHAT_IF_PCIE = (4, 16)
+
+
+def what_if_gpu(profile, vram_bytes: int):
+    """--vram on a profile without a GPU ("what if I had a 96 GB card"): one GPU of that size,
+    its memory bandwidth the median of the catalog's cards of that size, on PCIe 4.0 x16 to the
+    first node; the notes say what was assumed."""
+    from dataclasses import replace
+
+    from moeplan.planner.hardware.spec import SpecRequest
+    from moeplan.profiles import catalog
+
+    if vram_bytes <= 0:
+        return profile
+    spec = catalog.build_profile(SpecRequest(gpu_vram_bytes=vram_bytes, pcie_gen=WHAT_IF_PCIE[0],
+                                             pcie_width=WHAT_IF_PCIE[1], ram_bytes=max(profile.ram_bytes, 1 << 30)))
+    node = profile.numa_nodes[0].id if profile.numa_nodes else 0
+    gpu = replace(spec.gpus[0], name=f"what-if GPU ({vram_bytes / 2**30:.0f} GiB)", numa_node=node,
+                  local_cpus=profile.numa_nodes[0].cpus_str if profile.numa_nodes and
+                  hasattr(profile.numa_nodes[0], "cpus_str") else spec.gpus[0].local_cpus)
+    bw = [n for n in spec.notes if n.startswith("GPU memory bandwidth")]
+    note = (f"--vram {vram_bytes / 2**30:.0f} GiB on {profile.name}, which has no GPU: planned with a what-if GPU of "
+            f"that size on PCIe {WHAT_IF_PCIE[0]}.0 x{WHAT_IF_PCIE[1]}"
+            + (f"; {bw[0]}" if bw else "") + "; name one with `moeplan hardware --gpu NAME` for its own figures")
+    return replace(profile, gpus=(gpu,), notes=profile.notes + (note,),
+                   name=f"{profile.name} + what-if {vram_bytes / 2**30:.0f} GiB GPU")
+
+
+def what_if_notes(profile) -> tuple[str, ...]:
+    return tuple(n for n in profile.notes if n.startswith("--vram ") and "what-if GPU" in n)
 
 
 def register(app: typer.Typer) -> None:
@@ -152,6 +239,7 @@ def register(app: typer.Typer) -> None:
         from moeplan.planner.cost.estimate import default_threads, estimate
         from moeplan.planner.limits import check_placement, check_run_shape
         from moeplan.planner.placement import Placement
+        from moeplan.planner.search import as_run
         from moeplan.probes.models import resolve_model
         from moeplan.profiles.backends import read_priors
         from moeplan.ui.console import emit_json, stdout_console
@@ -173,13 +261,21 @@ def register(app: typer.Typer) -> None:
                               no_flash_attn=no_flash_attn)
         p = p.with_(n_gpus=0 if cpu_only else len(profile.gpus))
         check_backend_device(backend, p.n_gpus)
+        from moeplan.ui.console import warn
+
+        for w in ctx_warnings(spec, p.n_ctx):
+            warn(w)
+        for n in what_if_notes(profile):
+            warn(n)
         p = _device_split(spec, p, profile, tensor_split, gpus)
         check_placement(p, model=spec, profile=profile)
         e = estimate(spec, p, profile, read_priors(backend), depth=depth, n_prompt=prompt, prompt_depth=prompt_depth)
+        fit = _fit_of(spec, p, profile)
+        e = as_run(e, fit)
         if as_json:
-            emit_json(estimate_data(spec, p, e, profile.name))
+            emit_json(estimate_data(spec, p, e, profile.name, fit))
         else:
-            stdout_console().print(estimate_render(spec, p, e))
+            stdout_console().print(estimate_render(spec, p, e, fit))
 
     @app.command("tune")
     @command
@@ -188,10 +284,23 @@ def register(app: typer.Typer) -> None:
         hw: HwOpt = None, quant: QuantOpt = None, size: SizeOpt = None,
         vram: VramOpt = None, ram: RamOpt = None,
         ctx: Annotated[Optional[str], typer.Option("--ctx", help="Exact context size.")] = None,
-        min_ctx: Annotated[str, typer.Option("--min-ctx", help="At least this context; grown to fill spare VRAM.")] = "4096",
+        min_ctx: Annotated[Optional[str], typer.Option(
+            "--min-ctx", help="At least this context, grown to fill spare VRAM (default: the model's trained context "
+            "up to 32k when it fits, else the largest that fits).")] = None,
         backend: BackendOpt = "llama.cpp",
-        objective: Annotated[str, typer.Option("--objective", help="decode | prefill | balanced")] = "decode",
-        depth: DepthOpt = 0, prompt: PromptOpt = 4096, threads: ThreadsOpt = None,
+        objective: Annotated[str, typer.Option(
+            "--objective", help="workload (the shortest --workload request, the default) | decode | prefill | "
+            "balanced")] = "workload",
+        workload: WorkloadOpt = "chat", gen: GenOpt = None,
+        depth: Annotated[Optional[int], typer.Option("--depth", help="Tokens already in context (the workload's "
+                                                     "cached tokens; with --objective decode: when decoding).")] = None,
+        prompt: Annotated[Optional[int], typer.Option("--prompt", help="Prompt tokens (the workload's; with "
+                                                      "--objective decode/prefill: for the prefill figure).")] = None,
+        threads: ThreadsOpt = None,
+        numa: Annotated[Optional[str], typer.Option(
+            "--numa", help="Only this NUMA policy: none | bind | interleave | distribute (default: every one that "
+            "fits, each policy's figures shown).")] = None,
+        cpu_only: CpuOnlyOpt = False, all_cpu_moe: AllCpuMoeOpt = False,
         emit: Annotated[Optional[Path], typer.Option("--emit", help="Write launch.sh, plan.json, bench.sh and configs here.")] = None,
         plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a picture of the Pareto front (PNG/SVG).")] = None,
         out: Annotated[Optional[Path], typer.Option("--out", help="Write plan.json here.")] = None,
@@ -211,19 +320,30 @@ def register(app: typer.Typer) -> None:
         from moeplan import __version__
         from moeplan.planner.limits import check_ctx, check_run_shape, check_threads
         from moeplan.planner.placement import BACKENDS
-        from moeplan.planner.search import Request, build_plan, choose_plan
+        from moeplan.planner.search import DEFAULT_CTX_CAP, Request, build_plan, choose_plan
         from moeplan.probes.models import resolve_model
         from moeplan.profiles.backends import read_priors
+        from moeplan.ui.console import warn
         from moeplan.units import parse_ctx
 
         # every input is checked before the first model byte is read or file written
         if objective not in OBJECTIVES:
-            raise InputError(f"unknown objective {objective!r}", "use decode, prefill or balanced")
+            raise InputError(f"unknown objective {objective!r}", "use workload, decode, prefill or balanced")
         if backend not in BACKENDS:
             raise InputError(f"unknown backend {backend!r}", "use one of " + ", ".join(BACKENDS))
-        check_run_shape(depth, prompt)
+        from moeplan.planner.placement import NUMA_POLICIES
+
+        if numa is not None and numa not in NUMA_POLICIES:
+            raise InputError(f"unknown NUMA policy {numa!r}", "use one of " + ", ".join(NUMA_POLICIES))
+        check_run_shape(0 if depth is None else depth, 4096 if prompt is None else prompt)
+        if gen is not None and gen < 0:
+            raise InputError(f"--gen = {gen} is negative", "tokens generated per request, for example --gen 512")
+        wl = parse_workload(workload, prompt, gen, depth) if objective == "workload" else None
+        depth = 0 if depth is None else depth
+        prompt = 4096 if prompt is None else prompt
         n_ctx = parse_ctx(ctx) if ctx else None
-        n_min_ctx = parse_ctx(min_ctx)
+        min_ctx_given = min_ctx is not None
+        n_min_ctx = parse_ctx(min_ctx or "4096")
         if validate:
             from moeplan.tuner.validate import parse_budget, require_runner
 
@@ -238,24 +358,55 @@ def register(app: typer.Typer) -> None:
             if n is not None:
                 check_ctx(n, flag, spec.name, spec.n_ctx_train)
         profile = select_gpus(_hardware(hw, vram, ram), gpus)
+        if cpu_only:
+            from dataclasses import replace as _replace
+
+            profile = _replace(profile, gpus=(), notes=profile.notes + ("--cpu-only: the GPUs are not used",))
         check_backend_device(backend, len(profile.gpus))
         if threads is not None:
             check_threads(threads, profile.cpu.n_threads)
         priors = read_priors(backend)
         n_gpu_layers = check_ngl(ngl, spec, backend)
+        for w in ctx_warnings(spec, n_ctx):
+            warn(w)
         req = Request(backend=backend, objective=objective, n_ctx=n_ctx,
-                      min_ctx=n_min_ctx, depth=depth, n_prompt=prompt, threads=threads, n_gpu_layers=n_gpu_layers)
+                      min_ctx=n_min_ctx, depth=depth, n_prompt=prompt, threads=threads, n_gpu_layers=n_gpu_layers,
+                      workload=wl, ctx_cap=0 if min_ctx_given else DEFAULT_CTX_CAP,
+                      numa_policies=(numa,) if numa else (), all_cpu_moe=all_cpu_moe)
         result = choose_plan(spec, profile, priors, req)
         result = _with_devices(result, gpus, profile)
         plan = build_plan(spec, profile, result, objective, size or "", moeplan_version=__version__)
+        plan = _replace_plan(plan, workload=wl,
+                             notes=what_if_notes(profile) + tuple(ctx_warnings(spec, n_ctx)) + plan.notes)
         if validate:
             report = _validate(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,
                                binary=binary, as_json=as_json, wait_idle=wait_idle, show_progress=show_progress)
             plan = report.plan
         else:
             report = None
-        _write_outputs(plan, spec, emit, plot, out, backend, binary)
+        _write_outputs(plan, spec, emit, plot, out, backend, binary, _plot_budget(profile, backend))
+        if report is not None and report.stopped.startswith("interrupted"):
+            from moeplan.errors import Interrupted
+
+            raise Interrupted(f"--validate interrupted (Ctrl-C) after {len(report.trials)} trial(s)",
+                              f"the runs so far are kept in {report.results_path}; rerun `tune --validate` to add "
+                              "to them (the plan was not re-planned)")
         _render_tune(plan, spec, as_json, emit, explain, report)
+
+
+def _plot_budget(profile, backend: str) -> tuple[int, int]:
+    """(VRAM budget of all GPUs, llama.cpp's margin over them) for the plot's budget line."""
+    from moeplan.planner.memory.constants import memory_constants
+    from moeplan.planner.search import budgets
+
+    vram, _ = budgets(profile)
+    return vram, memory_constants(profile, backend).margin_bytes * max(1, len(profile.gpus))
+
+
+def _replace_plan(plan, **kw):
+    from dataclasses import replace
+
+    return replace(plan, **kw)
 
 
 def _validate(plan, spec, profile, priors, req, *, runner, trials, budget, binary, as_json, wait_idle,
@@ -263,6 +414,7 @@ def _validate(plan, spec, profile, priors, req, *, runner, trials, budget, binar
     """Run tune --validate, showing each run and trial as it lands (stderr under --json)."""
     import time
 
+    from moeplan.commands.validation import replan, trial_placements
     from moeplan.tuner.validate import parse_budget, validate_plan
     from moeplan.ui.console import progress, stderr_console, stdout_console
     from moeplan.ui.tuner_tables import trial_row, validation_render
@@ -285,9 +437,11 @@ def _validate(plan, spec, profile, priors, req, *, runner, trials, budget, binar
             if not as_json:
                 bar.print(trial_row(t))
 
-        report = validate_plan(plan, spec, profile, priors, req, runner=runner, trials=trials, budget=budget,
-                               binary=binary, wait_idle=wait_idle, on_start=on_start, on_run=on_run,
-                               on_trial=on_trial)
+        report, new_hw = validate_plan(plan, spec, profile, priors, trial_placements(plan, spec, profile, priors),
+                                       runner=runner, trials=trials, budget=budget, binary=binary,
+                                       wait_idle=wait_idle, on_start=on_start, on_run=on_run, on_trial=on_trial)
+        if report.calibration_accepted and new_hw is not profile:
+            report = replan(plan, spec, new_hw, priors, req, report)
     if not as_json:
         for r in validation_render(report):
             con.print(r)
@@ -310,7 +464,7 @@ def check_outputs(emit: Path | None, plot: Path | None, out: Path | None) -> Non
 
 
 def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path | None, backend: str,
-                   binary: str | None) -> None:
+                   binary: str | None, plot_budget: tuple[int, int] | None = None) -> None:
     from moeplan.io import write_text_atomic
 
     if out:
@@ -322,7 +476,7 @@ def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path |
     if plot:
         from moeplan.ui.plot import write_pareto_plot
 
-        write_pareto_plot(plan, plot)
+        write_pareto_plot(plan, plot, *(plot_budget or (0, 0)))
 
 
 def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = False, report=None) -> None:

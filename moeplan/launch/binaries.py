@@ -70,8 +70,9 @@ def _is_ik(fs: FlagSet) -> bool:
 
 def find_llama_programs(backend: str, binary: str | None, release: dict[str, FlagSet],
                         which: Callable[[str], str | None] = shutil.which,
-                        reader: HelpReader = read_help, exe_suffix: str = "") -> Programs:
+                        reader: HelpReader = read_help, exe_suffix: str = "", need_server: bool = True) -> Programs:
     """Programs of llama.cpp or ik_llama.cpp (both name them llama-server / llama-bench).
+    need_server False: a --bin folder without llama-server is fine (a llama-bench-only run).
     exe_suffix: '.exe' for Windows builds (llama-server.exe, in --bin's folder or on PATH)."""
     ik = backend == "ik_llama.cpp"
     tools = {k: tuple(n + exe_suffix for n in v) for k, v in (IK_TOOLS if ik else LLAMA_TOOLS).items()}
@@ -121,7 +122,7 @@ def find_llama_programs(backend: str, binary: str | None, release: dict[str, Fla
             programs[tool], flags[tool] = found, fs
             break
         if tool not in programs:
-            if binary and tool == "server":
+            if binary and tool == "server" and need_server:
                 raise InputError(f"no llama-server in {folder}", "give --bin the folder that holds the built programs")
             programs[tool], flags[tool] = names[0], release[tool]
             if binary:

@@ -443,8 +443,14 @@ def check_hardware(profile: Any, where: str) -> None:
                   ProbeError, hint)
     if len(set(ids)) != len(ids):
         raise ProbeError(f"{where}: numa_nodes lists node {next(i for i in ids if ids.count(i) > 1)} twice", hint)
+    from moeplan.units import check_plausible_bytes  # sizes written without a unit (issue 32 item 1)
+
+    check_plausible_bytes(profile.system.ram_total_bytes, f"{where}: system.ram_total_bytes", ProbeError)
+    for i, n in enumerate(profile.numa_nodes):
+        check_plausible_bytes(n.mem_total_bytes, f"{where}: numa_nodes[{i}].mem_total_bytes", ProbeError)
     for i, g in enumerate(profile.gpus):
         check_int(g.vram_bytes, f"{where}: gpus[{i}].vram_bytes", Limit(1, MAX_BYTES, "bytes"), ProbeError, hint)
+        check_plausible_bytes(g.vram_bytes, f"{where}: gpus[{i}].vram_bytes", ProbeError)
         if g.numa_node is not None and ids and g.numa_node not in ids:
             raise ProbeError(f"{where}: gpus[{i}].numa_node = {g.numa_node} is not one of the profile's NUMA "
                              f"nodes ({', '.join(map(str, ids))})", hint)

@@ -162,6 +162,30 @@ class Alternative:
 
 
 @dataclass(frozen=True)
+class Workload:
+    """The request a plan is chosen for: `prompt_tokens` new tokens prefilled after `depth`
+    tokens already in the context (a conversation's history, an agent's files), then
+    `gen_tokens` generated. Its time is what `tune` minimises by default."""
+
+    name: str
+    prompt_tokens: int
+    gen_tokens: int
+    depth: int = 0
+
+    @property
+    def decode_depth(self) -> int:
+        """The context depth of the average generated token."""
+        return self.depth + self.prompt_tokens + self.gen_tokens // 2
+
+    def seconds(self, prefill_tok_s: float, decode_tok_s: float) -> float:
+        return self.prompt_tokens / max(prefill_tok_s, 1e-9) + self.gen_tokens / max(decode_tok_s, 1e-9)
+
+    def describe(self) -> str:
+        at = f" after {self.depth:,} cached tokens" if self.depth else ""
+        return f"{self.name}: {self.prompt_tokens:,}-token prompt{at}, {self.gen_tokens:,} tokens generated"
+
+
+@dataclass(frozen=True)
 class Plan:
     model: ModelRef
     hardware_name: str
@@ -175,6 +199,7 @@ class Plan:
     moeplan_version: str = ""
     schema_version: int = PLAN_SCHEMA_VERSION
     hardware_os: str = "linux"  # the profile's OS family: emit's default for which launch files to write
+    workload: Workload | None = None  # the request the plan was chosen for (tune's --workload)
 
     def to_dict(self) -> dict:
         d = to_jsonable(self)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from moeplan.errors import MoeplanError, RunnerError
@@ -164,3 +164,118 @@ def _have(program: str) -> bool:
     from shutil import which
 
     return which(program) is not None
+
+
+# ---- several trials in one llama-bench process ----------------------------------------------
+
+SWEEP_FLAGS = ("-t", "-ot", "-p", "-n")  # what a sweep sets; every other flag stays the plan's
+
+
+def sweep_argv(argv: list[str], threads: list[int], override_sets: list[str], prompts: list[int],
+               n_gen: int, repeats: int = 3) -> list[str]:
+    """bench.sh's llama-bench argv with comma lists: `-t a,b`, one `-ot` per CPU-layer set,
+    `-p x,y`, so every combination runs in one process (llama-bench reloads the model only when
+    the overrides change; a thread count or a prompt length only makes a new context)."""
+    out: list[str] = []
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a in SWEEP_FLAGS + ("-r",) and i + 1 < len(argv):
+            skip = True
+            continue
+        out.append(a)
+    out += ["-t", ",".join(str(t) for t in threads)]
+    for ot in override_sets:
+        out += ["-ot", ot]
+    out += ["-p", ",".join(str(p) for p in prompts), "-n", str(n_gen), "-r", str(repeats)]
+    return out
+
+
+def trials_of_sweep(records: list[dict], points: list[tuple[str, Plan, str]], prompts: list[int],
+                    predict_at) -> list[Trial]:
+    """One Trial per (point, prompt length) from a sweep's records. `points`: (label, plan,
+    its llama-bench override string); a record belongs to the point with its thread count and
+    overrides. The decode figure goes with the longest prompt's trial. `predict_at(placement,
+    n_prompt)` gives the Estimate the trial is compared with."""
+    out = []
+    for label, plan, ot in points:
+        p = plan.placement
+        mine = [r for r in records if r.get("n_threads") == p.n_threads and r.get("tensor_buft_overrides") == ot]
+        tg = next((r for r in mine if r.get("n_gen") and not r.get("n_prompt")), None)
+        for n_prompt in sorted(prompts):
+            pp = next((r for r in mine if r.get("n_prompt") == n_prompt and not r.get("n_gen")), None)
+            if pp is None and (tg is None or n_prompt != max(prompts)):
+                continue
+            e = predict_at(p, n_prompt)
+            rec = pp or tg or {}
+            reps = int(rec.get("n_reps", 0) or len(rec.get("samples_ts", [])))
+            with_decode = n_prompt == max(prompts) and tg is not None
+            lab = label if n_prompt == max(prompts) else f"{label}, prompt {n_prompt}"
+            out.append(Trial(label=lab, placement=p, runner="llama-bench", n_prompt=n_prompt,
+                             measured_decode_tok_s=tg.get("avg_ts") if tg is not None and with_decode else None,
+                             measured_prefill_tok_s=pp.get("avg_ts") if pp else None,
+                             decode_spread=_rel_sd(tg) if with_decode else None,
+                             prefill_spread=_rel_sd(pp) if pp else None,
+                             predicted_decode_tok_s=e.decode_tok_s if with_decode else None,
+                             predicted_prefill_tok_s=e.prefill_tok_s, n_repeats=reps))
+    return out
+
+
+def _rel_sd(r: dict | None) -> float | None:
+    if not r or not r.get("avg_ts"):
+        return None
+    return float(r.get("stddev_ts", 0.0)) / float(r["avg_ts"])
+
+
+def run_llama_bench_sweep(points: list[tuple[str, Plan]], model: ModelSpec, s: RunSettings, prompts: list[int],
+                          predict_at) -> tuple[list[Trial], float, str]:
+    """Run the trial placements `points` (the plan first; they differ in threads and CPU
+    layers only) in one llama-bench process: (trials, wall seconds, error or '')."""
+    from moeplan.launch import emit_launch
+    from moeplan.launch.benchjson import parse_bench_json
+
+    if not s.model_path or not Path(s.model_path).exists():
+        raise RunnerError("llama-bench needs the real GGUF file of the plan",
+                          "plan from the .gguf file itself (moeplan tune /path/model.gguf) or use --runner executor")
+    from moeplan.launch.binaries import find_llama_programs
+    from moeplan.launch.llamacpp import release_flags
+
+    # only llama-bench runs here: a --bin folder without llama-server will do
+    programs = find_llama_programs("llama.cpp", s.binary, release_flags(), need_server=False)
+    if not programs.programs.get("bench") and not s.binary:
+        raise RunnerError("llama-bench not found on PATH", "install llama.cpp or pass --bin /path/to/llama-bench")
+    base = points[0][1]
+    launch = emit_launch(base, model, "llama.cpp", programs, model_path=s.model_path)
+    bench = launch.script("bench.sh")
+    tagged = []
+    seen = set()
+    for label, plan in points:
+        ot = emit_launch(plan, model, "llama.cpp", programs, model_path=s.model_path).bench_overrides
+        if (plan.placement.n_threads, ot) in seen:
+            continue  # the same run for llama-bench (CPU layers of a CPU-only run: every weight is on the CPU)
+        seen.add((plan.placement.n_threads, ot))
+        tagged.append((label, plan, ot))
+    threads = sorted({plan.placement.n_threads for _, plan, _ in tagged})
+    sets = list(dict.fromkeys(ot for _, _, ot in tagged if ot != "none"))
+    argv = sweep_argv([str(a) for a in bench.command.full_argv], threads, sets, prompts, s.tokens)
+    env = {**os.environ, **{k: str(v) for k, v in bench.command.env}}
+    t0 = time.perf_counter()
+    try:
+        out = _run(argv, s.timeout_s, env)
+    except FileNotFoundError:
+        raise RunnerError(f"cannot run {argv[0]}", "pass --bin with the folder of llama-bench") from None
+    except subprocess.TimeoutExpired:
+        return [], time.perf_counter() - t0, f"llama-bench timed out after {s.timeout_s:.0f} s (the budget)"
+    wall = time.perf_counter() - t0
+    if out.returncode:
+        return [], wall, f"llama-bench exit {out.returncode}: {_tail(out.stderr)}"
+    try:
+        records = parse_bench_json(out.stdout)
+    except RunnerError as err:
+        return [], wall, err.message
+    trials = trials_of_sweep(records, tagged, prompts, predict_at)
+    if not trials:
+        return [], wall, "llama-bench ran none of the trial placements (were the -ot overrides dropped?)"
+    return [replace(t, wall_s=wall / max(1, len(trials))) for t in trials], wall, ""

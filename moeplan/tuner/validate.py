@@ -1,15 +1,8 @@
-"""`tune --validate`: run the plan and its most informative neighbours, compare, calibrate,
-re-plan.
+"""`tune --validate`: run the plan and the trial placements it is given, compare, calibrate.
 
-Neighbours, in the order they teach the cost model most per run:
-  1. the plan itself;
-  2. two more CPU-expert layers (separates CPU-side time per layer from the GPU side);
-  3. the other ubatch (prefill: PCIe copies against GPU compute);
-  4. half the threads (per-core against per-node DRAM bandwidth);
-  5. the other NUMA policy on multi-node machines (remote/local ratio);
-  6. one fewer CPU layer, when it still fits;
-  7. op-offload toggled.
-A warm-up run comes first (not counted); then each placement is run at least twice, more
+The tuner only reads a plan (docs/design.md): the trial placements come from the planner
+(planner/search.py validation_trials) and the re-plan with a kept calibration is the command's
+(commands/validation.py). A warm-up run comes first (not counted); then each placement is run at least twice, more
 while its runs spread more than 10% (tuner/trials.py), and its figure is their median; a
 run far from the others, or taken while other processes kept the cores busy when idle runs
 exist, is dropped with a note. Each run records the load (probes/load.py). It stops early
@@ -35,7 +28,6 @@ from moeplan.planner.hardware.profile import Calibration, HardwareProfile
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Plan
-from moeplan.planner.search import Request, shortfall
 from moeplan.tuner.calibrate import CalibrationResult, store_calibration
 from moeplan.tuner.holdout import HoldoutResult
 from moeplan.tuner.trials import RunLoad, Trial
@@ -51,40 +43,6 @@ def parse_budget(text: str) -> float:
     if not m:
         raise InputError(f"cannot read --budget {text!r}", "for example 5m, 90s or 1h")
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
-
-
-def neighbours(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
-               vram: int, ram: int) -> list[tuple[str, Placement]]:
-    """The plan and the placements around it, most informative first (all must fit RAM)."""
-    from moeplan.planner.memory.accounting import MemoryConstants
-    from moeplan.planner.search import cpu_layer_order
-
-    order = cpu_layer_order(model, pr)
-    c = len(p.cpu_moe_layers)
-    moe = len(order)
-    out: list[tuple[str, Placement]] = [("plan", p)]
-    if c + 2 <= moe:
-        out.append(("+2 CPU layers", p.with_(cpu_moe_layers=tuple(sorted(order[:c + 2])))))
-    elif c + 1 <= moe:
-        out.append(("+1 CPU layer", p.with_(cpu_moe_layers=tuple(sorted(order[:c + 1])))))
-    other_ub = 2048 if p.n_ubatch < 2048 else 512
-    out.append((f"ubatch {other_ub}", p.with_(n_ubatch=other_ub, n_batch=max(p.n_batch, other_ub))))
-    if p.n_threads >= 2:
-        out.append((f"{p.n_threads // 2} threads", p.with_(n_threads=p.n_threads // 2,
-                                                           n_threads_batch=p.n_threads // 2)))
-    nodes = [n for n in hw.numa_nodes if n.cpus and not n.memory_only]
-    if len(nodes) > 1:
-        if p.numa == "bind":
-            out.append(("no NUMA policy", p.with_(numa="none", numa_nodes=())))
-        else:
-            gpu_node = hw.gpus[0].numa_node if hw.gpus and hw.gpus[0].numa_node is not None else nodes[0].id
-            out.append((f"bind node {gpu_node}", p.with_(numa="bind", numa_nodes=(gpu_node,))))
-    if c >= 1:
-        out.append(("-1 CPU layer", p.with_(cpu_moe_layers=tuple(sorted(order[:c - 1])))))
-    if p.cpu_moe_layers:
-        out.append(("op-offload " + ("off" if p.op_offload else "on"), p.with_(op_offload=not p.op_offload)))
-    consts = MemoryConstants()
-    return [(lab, q) for lab, q in out if lab == "plan" or not shortfall(model, q, hw, vram, ram, consts, pr)]
 
 
 MIN_REPEATS = 2  # runs per placement at least (after the warm-up)
@@ -198,8 +156,10 @@ def is_busy(other_cpu_busy: float | None, n_cpus: int, threads: int) -> bool:
 def run_trials(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, *, runner: str,
                trials: int, budget_s: float, settings, results_path: Path, predict, on_trial=None,
                run_one=None, on_run=None, wait_idle: bool = False, clock=time.monotonic,
-               load_meter=None, idle_wait=None) -> ValidationReport:
-    """Warm up, then run the plan and its neighbours, each at least MIN_REPEATS times.
+               load_meter=None, idle_wait=None,
+               candidates: list[tuple[str, Placement]] | None = None) -> ValidationReport:
+    """Warm up, then run the plan and the `candidates` placements (label, placement; the plan
+    first), each at least MIN_REPEATS times; without candidates the plan alone.
 
     `predict(placement) -> Estimate` is the cost model's view of the runner (RunnerView);
     `run_one(trial_plan, label, timeout_s) -> Trial` is one run (default: the runner's
@@ -228,8 +188,7 @@ def run_trials(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPri
     deadline = t0 + budget_s
     started = _now()
     results = ResultsFile(results_path, plan, {"started": started, "runner": runner, "budget_s": budget_s})
-    vram = sum((g.vram_free_bytes or g.vram_bytes) for g in hw.gpus)
-    cands = neighbours(model, plan.placement, hw, pr, vram, hw.ram_bytes)[:max(1, trials)]
+    cands = list(candidates or [("plan", plan.placement)])[:max(1, trials)]
     done: list[Trial] = []
     notes: list[str] = [results.note] if results.note else []
     walls: list[float] = []  # walls of finished (non-warm-up) runs
@@ -482,13 +441,11 @@ def guarded_calibration(view: RunnerView, trials: list[Trial], strict: bool = Fa
     return GuardedCalibration(ho, full, cal, changes)
 
 
-def calibrate_and_replan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request,
-                         report: ValidationReport, view: RunnerView) -> tuple[ValidationReport, HardwareProfile]:
-    """Calibrate on every successful trial of this and earlier validations of the plan, keep
-    it only when its held-out error is lower, and search again with it. Fills the report."""
-    from moeplan import __version__
-    from moeplan.planner.search import build_plan, choose_plan
-
+def calibrate_report(plan: Plan, hw: HardwareProfile, report: ValidationReport,
+                     view: RunnerView) -> tuple[ValidationReport, HardwareProfile]:
+    """Calibrate on every successful trial of this and earlier validations of the plan and keep
+    it only when its held-out error is lower: (the report filled in, the calibrated profile or
+    `hw` when nothing was kept). No search: re-planning is the command's."""
     trials = [t for t in report.all_trials if t.ok] or [t for t in report.trials if t.ok]
     report.trials_used = len(trials)
     report.plan = plan
@@ -506,31 +463,19 @@ def calibrate_and_replan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: 
         report.notes.append("held at their priors (fewer placements than factors): " + ", ".join(g.result.held))
     if not ho.accepted or g.calibration is None:
         return report, hw
-    new_hw = store_calibration(hw, g.calibration)
-    new = choose_plan(model, new_hw, pr, req)
-    before = estimate(model, plan.placement, new_hw, pr, n_prompt=req.n_prompt)
-    after = new.best.estimate
-    report.choice_changed = new.best.placement != plan.placement
-    if not report.choice_changed:
-        report.replanned = f"the choice stands (recalibrated: {after.decode_tok_s:.1f} tok/s decode)"
-    else:
-        gain = after.decode_tok_s / max(1e-9, before.decode_tok_s) - 1
-        report.replanned = (f"the choice changed: {len(new.best.placement.cpu_moe_layers)} CPU layers, "
-                            f"ubatch {new.best.placement.n_ubatch}, numa {new.best.placement.numa}: "
-                            f"{after.decode_tok_s:.1f} tok/s against {before.decode_tok_s:.1f} ({gain:+.0%})")
-    new_plan = build_plan(model, new_hw, new, plan.objective, plan.model.size_arg, moeplan_version=__version__)
-    report.plan = replace(new_plan, notes=new_plan.notes + (report.calibration_summary, report.replanned))
-    return report, new_hw
+    return report, store_calibration(hw, g.calibration)
 
 
-def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request, *,
+def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPriors,
+                  candidates: list[tuple[str, Placement]] | None = None, *,
                   runner: str = "executor", trials: int = 6, budget: str = "5m", binary: str | None = None,
                   out_dir: Path | None = None, device: str = "", dtype: str = "bf16", tokens: int = 16,
                   prompt: int = 256, wait_idle: bool = False, on_start=None, on_run=None,
-                  on_trial=None) -> ValidationReport:
-    """`tune --validate`: runs, calibration guarded by held-out error, re-plan. Prints nothing:
-    `on_start(text)`, `on_run(label, i, expected_s)` and `on_trial(trial)` let the command
-    show progress; the returned report says what was found (report.plan: the new plan)."""
+                  on_trial=None) -> tuple[ValidationReport, HardwareProfile]:
+    """`tune --validate`: runs of the plan and the trial placements it is given, calibration
+    guarded by held-out error. Prints nothing: `on_start(text)`, `on_run(label, i, expected_s)`
+    and `on_trial(trial)` let the command show progress. Returns the report and the calibrated
+    profile (`hw` when no calibration was kept); re-planning with it is the caller's."""
     from moeplan.io import PRIVATE
     from moeplan.probes.hwprofile import cache_dir, write_json_atomic
     from moeplan.tuner.runners import RunSettings
@@ -542,7 +487,7 @@ def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: Backend
     if runner == "executor":
         dev = device or ("cuda" if _cuda() else "cpu")
     else:
-        dev = "cuda"
+        dev = "cuda" if hw.gpus else "cpu"
     view = runner_view(runner, model, hw, pr, dev, dtype)
     settings = RunSettings(tokens=tokens, prompt=prompt, sample_layers=_sample_layers(model), dtype=dtype,
                            timeout_s=min(600.0, max(60.0, budget_s)), device=dev if runner == "executor" else "",
@@ -553,16 +498,70 @@ def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: Backend
     if on_start:
         on_start(f"validating with the {runner} ({dev}{', sampled layers' if settings.sample_layers else ''}); "
                  f"runs are appended to {results_path}")
-    report = run_trials(plan, model, hw, pr, runner=runner, trials=trials, budget_s=budget_s, settings=settings,
-                        results_path=results_path, predict=lambda p: view.predict(p, settings.prompt),
-                        on_trial=on_trial, on_run=on_run, wait_idle=wait_idle)
+    if runner == "llama-bench":
+        report = run_bench_sweep(plan, model, settings, candidates, view, budget_s, results_path, on_run, on_trial)
+    else:
+        report = run_trials(plan, model, hw, pr, runner=runner, trials=trials, budget_s=budget_s, settings=settings,
+                            results_path=results_path, predict=lambda p: view.predict(p, settings.prompt),
+                            on_trial=on_trial, on_run=on_run, wait_idle=wait_idle, candidates=candidates)
     report.device = dev
-    report, new_hw = calibrate_and_replan(plan, model, hw, pr, req, report, view)
+    report, new_hw = calibrate_report(plan, hw, report, view)
     if report.calibration_accepted:
         prof_path = folder / f"hardware-calibrated-{stamp}.json"
         write_json_atomic(str(prof_path), new_hw.to_dict(), None if out_dir else PRIVATE)
         report.profile_path = str(prof_path)
-    return report
+    return report, new_hw
+
+# a prompt this short runs its CPU experts on the CPU even with op-offload (ggml offloads an op
+# to the GPU from a batch of 32 tokens: ggml-cuda.cu GGML_OP_OFFLOAD_MIN_BATCH); the sweep's
+# two prompt lengths sit on both sides of it
+SHORT_PROMPT = 16
+
+
+def sweep_points(plan: Plan, candidates: list[tuple[str, Placement]] | None) -> list[tuple[str, Placement]]:
+    """The trials one llama-bench process can run (its comma lists): the plan, the candidate
+    with other CPU layers, the one with other threads, and their cross (llama-bench runs every
+    combination anyway): a 2 x 2 design that separates the CPU-layer term from the thread term."""
+    p = plan.placement
+    same = [(lab, q) for lab, q in (candidates or []) if q.with_(n_threads=p.n_threads, n_threads_batch=p.n_threads_batch,
+                                                               cpu_moe_layers=p.cpu_moe_layers) == p]
+    layers = next(((lab, q) for lab, q in same if q.cpu_moe_layers != p.cpu_moe_layers), None)
+    threads = next(((lab, q) for lab, q in same if q.n_threads != p.n_threads), None)
+    out = [("plan", p)] + [x for x in (layers, threads) if x is not None]
+    if layers and threads:
+        out.append((f"{layers[0]}, {threads[0]}", layers[1].with_(n_threads=threads[1].n_threads,
+                                                                  n_threads_batch=threads[1].n_threads_batch)))
+    return out
+
+
+def run_bench_sweep(plan: Plan, model: ModelSpec, settings, candidates, view: RunnerView, budget_s: float,
+                    results_path: Path, on_run=None, on_trial=None) -> ValidationReport:
+    """tune --validate --runner llama-bench: every trial in one llama-bench process (the model
+    loads once per CPU-layer set; llama-bench repeats each test itself)."""
+    from moeplan.tuner.results import ResultsFile
+    from moeplan.tuner.runners import run_llama_bench_sweep
+
+    started = _now()
+    results = ResultsFile(results_path, plan, {"started": started, "runner": "llama-bench", "budget_s": budget_s})
+    points = sweep_points(plan, candidates)
+    prompts = sorted({SHORT_PROMPT, settings.prompt})
+    if on_run:
+        on_run(f"llama-bench: {len(points)} placements x prompts {', '.join(map(str, prompts))} in one process", 0,
+               None)
+    trials, wall, error = run_llama_bench_sweep(
+        [(lab, replace(plan, placement=q)) for lab, q in points], model, replace(settings, timeout_s=budget_s),
+        prompts, lambda q, n: estimate(view.model, q, view.hw(q), view.pr, n_prompt=n))
+    if on_trial:
+        for t in trials:
+            on_trial(t)
+    stopped = error or f"{len(trials)} trials from one llama-bench run"
+    if error and "timed out" in error:
+        stopped = f"wall-time budget of {budget_s:.0f} s spent: {error}"
+    results.write(trials, stopped, _now())
+    return ValidationReport(trials=trials, stopped=stopped, runner="llama-bench", results_path=str(results_path),
+                            started=started, wall_s=wall, budget_s=budget_s, n_runs=1,
+                            notes=[results.note] if results.note else [], all_trials=results.all_trials(trials))
+
 
 def _cuda() -> bool:
     try:

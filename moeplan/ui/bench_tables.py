@@ -31,11 +31,11 @@ def summary_table(r: dict) -> Table:
     t = Table(title=f"bench: {m['name']} ({m['arch']})\non {ex['device_name']}, {ex['dtype']}, routing {ex['routing']}")
     t.add_column("figure")
     t.add_column("value", justify="right")
-    t.add_row("decode (tok/s)", _f(r["decode_tok_s"]))
-    t.add_row(f"prefill at ubatch {ex['n_ubatch']} (tok/s)", _f(r["prefill_tok_s"], "{:.1f}"))
+    t.add_row("decode (tok/s), measured by the executor", _f(r["decode_tok_s"]))
+    t.add_row(f"prefill at ubatch {ex['n_ubatch']} (tok/s), measured by the executor", _f(r["prefill_tok_s"], "{:.1f}"))
     if r.get("plan_estimate"):
         pe = r["plan_estimate"]
-        t.add_row("plan's estimate: decode / prefill (tok/s)",
+        t.add_row(f"plan's estimate for {pe.get('runtime', 'its backend')}, not this executor: decode / prefill (tok/s)",
                   f"{_f(pe.get('decode_tok_s'))} / {_f(pe.get('prefill_tok_s'), '{:.1f}')}")
     t.add_row("GPU expert cache hit rate (%)", _f(None if r["cache_hit_rate"] is None else 100 * r["cache_hit_rate"], "{:.1f}"))
     t.add_row("peak VRAM (GiB)", _f(None if r["peak_vram_bytes"] is None else r["peak_vram_bytes"] / GIB)

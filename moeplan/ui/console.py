@@ -44,6 +44,11 @@ def print_error(err: MoeplanError, as_json: bool) -> None:
         con.print(f"hint: {err.hint}", markup=False, highlight=False, soft_wrap=True)
 
 
+def warn(text: str) -> None:
+    """One `warning:` line on stderr (never on stdout: --json keeps stdout for its document)."""
+    stderr_console().print(f"[bold yellow]warning:[/] {text}", markup=True, highlight=False, soft_wrap=True)
+
+
 class _Lines:
     """The progress bar's information as plain stderr lines: step, count, elapsed time, ETA (from
     the mean time per completed unit so far)."""
@@ -81,15 +86,16 @@ class _Lines:
 @contextmanager
 def progress(description: str, total: float | None = None, enabled: bool = True,
              force: bool = False) -> Iterator[Any]:
-    """A progress bar with elapsed time and ETA on stderr (silent when disabled, e.g. under
-    --json, or when stderr is no terminal, unless `force`: --progress).
+    """A progress bar with elapsed time and ETA on stderr; plain lines (one per step) when stderr
+    is no terminal (a pipe, a log, nohup); silent when disabled (under --json) unless `force`
+    (--progress).
 
     Yields an object with `advance(n)`, `update(description=..., total=..., completed=...)`
     and `print(text)` (a line above the bar).
     """
     if force:
         enabled = True
-    if not enabled or not (sys.stderr.isatty() or force):
+    if not enabled:
         class _Quiet:
             def advance(self, n: float = 1) -> None:
                 pass

@@ -62,13 +62,22 @@ def summary_table(p: HardwareProfile) -> Table:
     return t
 
 
+def _whole(col: str, values: list[str]) -> dict:
+    """A source column's words are never broken at 80 columns ("spec-she|et"): the figures' headers
+    wrap instead."""
+    if col != "source" or not values:
+        return {}
+    return {"no_wrap": True, "min_width": max(len(v) for v in values)}
+
+
 def numa_tables(p: HardwareProfile) -> list[Table]:
     """`numactl --hardware` as tables: nodes, distances, and the cross-node read matrix."""
     nodes = p.numa_nodes
     ids = [n.id for n in nodes]
     t = Table(title=f"NUMA: available: {len(nodes)} node(s) ({format_cpulist(ids)})")
     for col in ("node", "cpus", "cores", "size GiB", "free GiB", "read GB/s", "effective GB/s", "source"):
-        t.add_column(col, justify="left" if col in ("cpus", "source") else "right", overflow="fold")
+        t.add_column(col, justify="left" if col in ("cpus", "source") else "right", overflow="fold",
+                     **_whole(col, [_src(n.dram_read_bytes_per_s) for n in nodes]))
     for n in nodes:
         t.add_row(str(n.id), format_cpulist(n.cpus) or "(memory only)", str(n.n_physical_cores),
                   _gib(n.mem_total_bytes), _gib(n.mem_free_bytes), _gbs(n.dram_read_bytes_per_s),
@@ -107,7 +116,8 @@ def gpu_tables(p: HardwareProfile) -> list[Table]:
                   _gbs(g.mem_bw_bytes_per_s), fp16, g.compute_capability or "-")
     link = Table(title="host links (GB/s = 1e9 bytes/s; H2D host-to-GPU, D2H GPU-to-host)")
     for col in ("gpu", "PCIe now", "PCIe max", "under load", "H2D pinned", "H2D pageable", "D2H", "source"):
-        link.add_column(col, justify="left" if col.startswith("PCIe") or col in ("under load", "source") else "right")
+        link.add_column(col, justify="left" if col.startswith("PCIe") or col in ("under load", "source") else "right",
+                        **_whole(col, [_src(g.h2d_bytes_per_s) for g in p.gpus] if col == "source" else []))
     for g in p.gpus:
         loaded = f"gen{g.pcie_gen_loaded} x{g.pcie_width_loaded or '?'}" if g.pcie_gen_loaded else "-"
         link.add_row(str(g.index), f"gen{g.pcie_gen or '?'} x{g.pcie_width or '?'}",

@@ -27,6 +27,14 @@ def launch_table(launch: Launch, paths: list[Path]) -> Table:
     purposes.update({c.name: c.purpose for c in launch.configs})
     purposes.setdefault("plan.json", "the plan these files run")
     purposes.setdefault("launch.json", "every command as an argv list (for programs)")
+    # Windows scripts (launch/winscripts.py): the same server command as launch.sh
+    purposes.setdefault("launch.cmd", "Windows: the server, from cmd.exe (binds the NUMA node with start /NODE when "
+                                      "the plan does)")
+    purposes.setdefault("launch.ps1", "Windows: the server, from PowerShell (the same argv as launch.cmd)")
+    for name in ("bench.cmd", "bench.ps1", "complete.cmd", "complete.ps1"):
+        unix = name.split(".")[0] + ".sh"
+        if unix in purposes:
+            purposes.setdefault(name, f"Windows: {purposes[unix]}")
     for p in paths:
         t.add_row(str(p), purposes.get(p.name, ""))
     return t

@@ -87,7 +87,7 @@ def _b(v) -> str:
 
 def models_table(rows: list[dict]) -> Table:
     t = Table(title="bundled model profiles (params in billions, as model cards print them)",
-              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+              box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, padding=(0, 0), show_edge=False)
     cells = [[r["name"], r["arch"], _b(r.get("total_params_b")), _b(r.get("active_params_b")),
               f"{r.get('n_experts_used', '?')}/{r.get('n_experts', '?')}", str(r.get("n_layers", "?")),
               str(r.get("default_quant", "")), str(r.get("status", "")).split(" ")[0]] for r in rows]
@@ -95,7 +95,7 @@ def models_table(rows: list[dict]) -> Table:
         width = max([len(col)] + [len(c[i]) for c in cells])
         # names are copied into commands: never broken; the short columns keep their width
         # (the arch column gives way first: the name says the family)
-        t.add_column(col, min_width=None if i == 1 else width, no_wrap=i == 0,
+        t.add_column(col, min_width=None if i == 1 else width, max_width=None if i == 1 else width, no_wrap=i == 0,
                      overflow="ellipsis")
     for c in cells:
         t.add_row(*c)

@@ -1,7 +1,7 @@
 """Tables and JSON for `moeplan estimate` and `moeplan tune`."""
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -28,7 +28,9 @@ def _layers(p: Placement, model: ModelSpec) -> str:
 
 
 def compact_ranges(idx: tuple[int, ...]) -> str:
-    out, start, prev = [], None, None
+    out: list[str] = []
+    start: int | None = None
+    prev = -2
     for i in sorted(idx):
         if start is None:
             start = prev = i
@@ -42,11 +44,15 @@ def compact_ranges(idx: tuple[int, ...]) -> str:
     return ",".join(out)
 
 
-def estimate_data(model: ModelSpec, p: Placement, e: Estimate, hw_name: str) -> dict:
-    """The stable JSON of `estimate`: top-level figures, then terms and the placement."""
+def estimate_data(model: ModelSpec, p: Placement, e: Estimate, hw_name: str, fit=None) -> dict:
+    """The stable JSON of `estimate`: top-level figures, then terms and the placement. `fits`
+    false: `fit` says which budget, by how much and what a run does; the speeds are then what
+    really happens (0 when it fails to load), the figures if it fit are in `notes`."""
     return {
         "model": model.summary_dict(),
         "hardware": hw_name,
+        "fits": True if fit is None else fit.fits,
+        "fit": None if fit is None else fit.to_dict(),
         "vram_bytes": e.vram_bytes,
         "vram_required_bytes": e.vram_required_bytes,
         "ram_bytes": e.ram_bytes,
@@ -116,7 +122,7 @@ def placement_table(model: ModelSpec, p: Placement) -> Table:
     return t
 
 
-def memory_table(e: Estimate, explain: bool = True) -> Table:
+def memory_table(e: Estimate, explain: bool = True, fit=None) -> Table:
     t = Table(title="memory (GiB = 1024^3 bytes)")
     t.add_column("item")
     t.add_column("where")
@@ -135,6 +141,11 @@ def memory_table(e: Estimate, explain: bool = True) -> Table:
               *(("llama.cpp --fit keeps 1 GiB free",) if explain else ()))
     t.add_row("host RAM", "host", f"{e.ram_bytes / GIB:.2f}",
               *((", ".join(f"node {n}: {b / GIB:.1f}" for n, b in e.ram_bytes_per_node),) if explain else ()))
+    if fit is not None and not fit.fits:
+        t.add_row(f"OVER BUDGET: {fit.budget}", "gpu" if fit.budget == "vram" else "host",
+                  f"-{fit.short_bytes / GIB:.2f}",
+                  *((f"needs {fit.needed_bytes / GIB:.2f}, budget {fit.budget_bytes / GIB:.2f}",) if explain else ()),
+                  style="bold red")
     return t
 
 
@@ -156,7 +167,21 @@ def terms_table(title: str, terms, total_label: str, explain: bool = True) -> Ta
     return t
 
 
+def fit_line(fit) -> Text | None:
+    """A placement over a budget, said before the figures: which budget, by how much, and what
+    a real run does."""
+    if fit is None or fit.fits:
+        return None
+    names = {"vram": "VRAM", "ram": "host RAM", "numa_node": "the bound NUMA node's RAM"}
+    return Text.assemble(("DOES NOT FIT ", "bold red"),
+                         f"{names.get(fit.budget, fit.budget)}: needs {fit.needed_bytes / GIB:.2f} GiB, budget "
+                         f"{fit.budget_bytes / GIB:.2f} GiB, short by {fit.short_bytes / GIB:.2f} GiB. "
+                         f"Run as it is: {fit.outcome}.")
+
+
 def speed_line(e: Estimate) -> Text:
+    if e.decode_tok_s <= 0 and e.prefill_tok_s <= 0:
+        return Text.assemble(("decode ", "bold"), "- ", ("  prefill ", "bold"), "-  (it does not load)")
     lo, hi = e.decode_tok_s_range
     plo, phi = e.prefill_tok_s_range
     return Text.assemble(
@@ -171,15 +196,21 @@ def _quant_notes(model: ModelSpec) -> list[str]:
     return [n for n in model.notes if n.startswith("quant: ")]
 
 
-def estimate_render(model: ModelSpec, p: Placement, e: Estimate) -> Group:
-    parts = [placement_table(model, p), memory_table(e)]
+def estimate_render(model: ModelSpec, p: Placement, e: Estimate, fit=None) -> Group:
+    parts: list[RenderableType] = [placement_table(model, p), memory_table(e, fit=fit)]
     gt = gpu_table(e)
     if gt is not None:
         parts.append(gt)
-    parts += [terms_table(f"decode: where the time goes (per token, depth {e.depth})", e.decode_terms, "per token"),
-             terms_table("prefill: where the time goes (per prompt token)", e.prefill_terms, "per prompt token"),
-             speed_line(e)]
-    for n in _quant_notes(model) + list(e.notes):
+    over = fit_line(fit)
+    cond = " if it fit" if over is not None else ""
+    parts += [terms_table(f"decode: where the time goes (per token, depth {e.depth}{cond})", e.decode_terms,
+                          "per token"),
+              terms_table(f"prefill: where the time goes (per prompt token{cond})", e.prefill_terms,
+                          "per prompt token"),
+              speed_line(e)]
+    if over is not None:
+        parts.append(over)
+    for n in _quant_notes(model) + [n for n in e.notes if not n.startswith("does not fit: ")]:
         parts.append(Text(f"note: {n}"))
     return Group(*parts)
 
@@ -213,9 +244,15 @@ def alternatives_table(plan: Plan) -> Table:
 
 def tune_render(model: ModelSpec, plan: Plan, command: str = "", explain: bool = False) -> Group:
     e = plan.estimate
-    parts = [Text(f"recommended for {plan.objective}: {model.name} ({model.quant}) on {plan.hardware_name}",
-                  style="bold"),
-             speed_line(e)]
+    wl = plan.workload
+    goal = (f"the shortest {wl.describe()}" if plan.objective == "workload" and wl is not None else plan.objective)
+    parts: list[RenderableType] = [
+        Text(f"recommended for {goal}: {model.name} ({model.quant}) on {plan.hardware_name}", style="bold"),
+        speed_line(e)]
+    if plan.objective == "workload" and wl is not None:
+        parts.append(Text(f"one {wl.name} request: {wl.seconds(e.prefill_tok_s, e.decode_tok_s):.1f} s "
+                          f"({wl.prompt_tokens:,} / {e.prefill_tok_s:,.0f} tok/s prefill + {wl.gen_tokens:,} / "
+                          f"{e.decode_tok_s:.2f} tok/s decode)"))
     if command:
         # one line, never wrapped inside an argument: it is copied into a shell (print the
         # group with crop=False so a line wider than the terminal overflows instead of being cut)

@@ -24,7 +24,9 @@ def check_plot_path(path: Path) -> str:
     return fmt
 
 
-def write_pareto_plot(plan: Plan, path: Path) -> Path:
+def write_pareto_plot(plan: Plan, path: Path, vram_budget_bytes: int = 0, margin_bytes: int = 0) -> Path:
+    """The front, the recommended plan with its range, and the VRAM budget as a vertical line
+    (at the budget less llama.cpp's margin, on the same "in use" scale as the points)."""
     check_plot_path(path)
     try:
         import matplotlib
@@ -46,6 +48,11 @@ def write_pareto_plot(plan: Plan, path: Path) -> Path:
     lo, hi = e.decode_tok_s_range
     ax.errorbar([e.vram_bytes / GIB], [e.decode_tok_s], yerr=[[e.decode_tok_s - lo], [hi - e.decode_tok_s]],
                 color="red", capsize=4)
+    if vram_budget_bytes:
+        x = (vram_budget_bytes - margin_bytes) / GIB
+        ax.axvline(x, color="gray", linestyle="--",
+                   label=f"VRAM budget {vram_budget_bytes / GIB:.1f} GiB"
+                   + (f" less the {margin_bytes / GIB:.0f} GiB margin" if margin_bytes else ""))
     ax.set_xlabel("VRAM in use (GiB)")
     ax.set_ylabel("predicted decode (tok/s)")
     ax.set_title(f"{plan.model.name} {plan.model.quant} on {plan.hardware_name}")

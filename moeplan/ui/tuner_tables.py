@@ -26,7 +26,8 @@ def trial_row(t: Trial) -> Text:
     if t.error:
         return Text(f"  {t.label}: failed after {t.wall_s:.0f} s: {t.error}", style="red")
     load = f"; {t.load_note}" if t.load_note else ""
-    return Text(f"  {t.label}: decode {_v(t.measured_decode_tok_s, '.2f')} tok/s {_spread(t.decode_spread)} (predicted "
+    return Text(f"  {t.label} [{t.runner}]: decode {_v(t.measured_decode_tok_s, '.2f')} tok/s {_spread(t.decode_spread)} "
+                f"(predicted for the {t.runner} "
                 f"{_v(t.predicted_decode_tok_s, '.2f')}, {_err(t.predicted_decode_tok_s, t.measured_decode_tok_s)}), "
                 f"prefill {_v(t.measured_prefill_tok_s, '.1f')} {_spread(t.prefill_spread)} (predicted "
                 f"{_v(t.predicted_prefill_tok_s, '.1f')}, {_err(t.predicted_prefill_tok_s, t.measured_prefill_tok_s)}), "
@@ -34,7 +35,9 @@ def trial_row(t: Trial) -> Text:
 
 
 def trials_table(trials: list[Trial]) -> Table:
-    t = Table(title="predicted against measured (tok/s; median of the runs, ± half their spread)")
+    runtimes = sorted({x.runner for x in trials}) or ["the runner"]
+    t = Table(title=f"predicted for and measured by the {', '.join(runtimes)} (tok/s; median of the runs, ± half "
+                    "their spread): not the plan's backend unless that is the runner")
     for col in ("run", "decode pred", "decode meas", "err", "prefill pred", "prefill meas", "err", "runs", "s",
                 "load"):
         t.add_column(col, justify="left" if col in ("run", "load") else "right")
@@ -95,6 +98,33 @@ def validation_render(report) -> list:
     out.append(Text(report.calibration_summary))
     if report.replanned:
         out.append(Text(report.replanned))
+    for step in next_steps(report):
+        out.append(Text(f"next: {step}"))
     if report.profile_path:
         out.append(Text(f"calibrated hardware profile: {report.profile_path} (use it with --hw)"))
+    return out
+
+
+def next_steps(report) -> list[str]:
+    """What the validation learned, as what to do next: the budget against a run's time, a busy
+    machine, a runner whose figures are not the plan's backend's."""
+    out = []
+    ok = [t for t in report.trials if t.ok]
+    walls = [t.wall_s / max(1, t.n_repeats) for t in ok if t.wall_s]
+    per_run = max(walls) if walls else 0.0
+    if "budget" in report.stopped and per_run:
+        need = per_run * (1 + 2 * 3) * 1.15  # a warm-up and 3 trials of 2 runs: the least a calibration fits on
+        out.append(f"a run takes about {per_run:.0f} s: calibrating needs 3 placements of 2 runs, about "
+                   f"{need:.0f} s: rerun with --budget {int(need // 60) + 1}m, or fewer --trials")
+    if report.busy_trials:
+        out.append("other processes kept the cores busy: rerun with --wait-idle, or when the machine is quiet")
+    if ok and report.runner == "executor" and not report.calibration_accepted:
+        errs = [abs(t.predicted_decode_tok_s / t.measured_decode_tok_s - 1) for t in ok
+                if t.predicted_decode_tok_s and t.measured_decode_tok_s]
+        if errs and max(errs) > 1.0:
+            out.append("the executor's runs are far from its prediction (its per-operation overhead dominates a "
+                       "small model): they say little about llama.cpp; validate with the real runtime: "
+                       "--runner llama-bench --bin DIR")
+    if not ok and report.trials:
+        out.append("every trial failed: see the errors above; `moeplan bench` runs one placement with its output")
     return out

@@ -875,9 +875,12 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
                               f" - read time)"))
             errs["gpu_compute_excess"] = f.gpu_flop_per_s.rel_err
         if kv_bytes:
-            t_kv = kv_bytes / f.bw_gpu_bytes_per_s.value
-            terms.append(Term("kv_read", t_kv, "gpu-mem", f"{kv_bytes / 1e9:.3f} GB of KV at depth {depth}"))
-            errs["kv_read"] = f.bw_gpu_bytes_per_s.rel_err
+            # -nkvo (kv_offload False): the cache sits in RAM and is read at the host's rate
+            kv_bw = f.bw_gpu_bytes_per_s if p.kv_offload else f.bw_cpu_bytes_per_s
+            t_kv = kv_bytes / kv_bw.value
+            terms.append(Term("kv_read", t_kv, "gpu-mem" if p.kv_offload else "cpu-mem",
+                              f"{kv_bytes / 1e9:.3f} GB of KV{'' if p.kv_offload else ' in RAM'} at depth {depth}"))
+            errs["kv_read"] = kv_bw.rel_err
             attn = (attention_flops_per_token(model, depth) - split.attention_flops(model, depth)) * n_step
             t_af = attn / max(1.0, f.gpu_flop_per_s.value)
             if t_af > t_kv:
