@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from moeplan.check.parse import RunLog, is_host_buffer
+from moeplan.planner import backends
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement, layers_from_last
 
@@ -162,7 +163,8 @@ def _cpu_layer_count_from_buffers(run: RunLog, model: ModelSpec) -> int | None:
 def program_of(run: RunLog) -> str:
     if run.program:
         return run.program
-    return {"ktransformers": "ktransformers", "sglang": "sglang"}.get(run.tool, "")
+    b = backends.of_log(run.tool)
+    return b.log_program if b else ""
 
 
 def _int(v) -> int | None:
@@ -181,10 +183,8 @@ def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = No
     flags = flag_values(run.args) if run.args else {}
     rec = run.bench[0] if run.bench else {}
     ch: dict = {}
-    backend = "ik_llama.cpp" if run.tool == "ik_llama.cpp" else ("llama.cpp" if run.tool in ("llama.cpp", "llama-bench")
-                                                                 else p.backend)
-    if run.tool in ("ktransformers", "sglang"):
-        backend = run.tool
+    from_log = backends.of_log(run.tool)
+    backend = from_log.name if from_log else p.backend
     ch["backend"] = backend
     ev["backend"] = "log" if run.tool != "unknown" else "default"
 
@@ -204,7 +204,8 @@ def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = No
         cpu, n = cpu_layers_from_patterns(model, pats)
         ncm = _int(_first(flags, "--n-cpu-moe", "-ncmoe"))
         if ncm:
-            extra = layers_from_last(moe, ncm) if backend == "ik_llama.cpp" else tuple(i for i in moe if i < ncm)
+            extra = (layers_from_last(moe, ncm) if backends.behaviour(backend).n_cpu_moe_from == "last"
+                     else tuple(i for i in moe if i < ncm))
             cpu = tuple(sorted(set(cpu) | set(extra)))
         ch["cpu_moe_layers"], ev["cpu_moe_layers"] = cpu, "flags"
         notes += n

@@ -91,7 +91,7 @@ def check_backend_runs(model: ModelSpec, backend: str) -> None:
         raise InputError(f"--backend {backend} cannot run {model.name} ({model.arch}): {why}",
                          "use --backend " + " or ".join(able))
     ik_only = sorted({t.ggml_type for t in model.tensors if t.ggml_type in IK_TYPES})
-    if ik_only and backend != "ik_llama.cpp":
+    if ik_only and backends.behaviour(backend).cpu_kernels != "iqk":
         raise InputError(f"--backend {backend} cannot load {model.name}'s {', '.join(ik_only)} tensors: "
                          "ik_llama.cpp's own types",
                          "use --backend ik_llama.cpp, or a llama-quantize type (--quant Q4_K_M, IQ4_XS, UD-Q4_K_XL ...)")
@@ -125,10 +125,14 @@ def check_kv_type_v(model: ModelSpec, kv_k: str, kv_type_v: str | None, flash_at
     return kv_v
 
 
-def _only_for(backend: str, needed: str, what: str) -> None:
-    """A one-line error when a backend's own setting is given for another backend."""
-    if backend != needed:
-        raise InputError(what, f"add --backend {needed} or drop it")
+def _only_for(backend: str, option: str, what: str) -> None:
+    """A one-line error when a backend's own setting (a plan option its record takes) is given
+    for another backend."""
+    from moeplan.planner import backends
+
+    if not backends.behaviour(backend).takes(option):
+        able = " or ".join(b for b in backends.NAMES if backends.get(b).takes(option))
+        raise InputError(what, f"add --backend {able} or drop it")
 
 
 def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_layers: int | None = None,
@@ -145,6 +149,8 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
 
     The ranges are planner/limits.py's, shared with tune and with plan files; `logical_cpus`
     bounds --threads (the profile's CPUs for estimate, this machine's for bench)."""
+    from moeplan.planner.cost import machine
+
     if backend not in BACKENDS:
         raise InputError(f"unknown backend {backend!r}", "use one of " + ", ".join(BACKENDS))
     check_backend_runs(model, backend)
@@ -164,7 +170,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
         raise InputError(f"--batch {batch} is not a batch size", "give tokens per logical batch, e.g. --batch 4096")
     extra: tuple[tuple[str, str], ...] = ()
     if kt_gpu_experts is not None:
-        _only_for(backend, "ktransformers", "--kt-gpu-experts is KTransformers' --kt-num-gpu-experts")
+        _only_for(backend, machine.KT_GPU_EXPERTS_KEY, "--kt-gpu-experts is KTransformers' --kt-num-gpu-experts")
         if not 0 <= kt_gpu_experts <= model.n_experts:
             raise InputError(f"--kt-gpu-experts {kt_gpu_experts} is out of range",
                              f"{model.name} has {model.n_experts} experts per MoE layer")
@@ -214,7 +220,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
                          f"{model.name} has {model.n_experts} experts, {model.n_experts_used} used by default")
     cache_bytes = parse_size(gpu_expert_cache, "--gpu-expert-cache") if gpu_expert_cache else 0
     if kt_prefill_threshold is not None:
-        _only_for(backend, "ktransformers", "--kt-prefill-threshold is a KTransformers setting")
+        _only_for(backend, machine.KT_THRESHOLD_KEY, "--kt-prefill-threshold is a KTransformers setting")
         if kt_prefill_threshold < 0:
             raise InputError(f"--kt-prefill-threshold {kt_prefill_threshold} is negative",
                              "give a prompt length in tokens, or 0 for no layer-wise GPU prefill")
@@ -222,7 +228,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
 
         extra += ((KT_THRESHOLD_KEY, str(kt_prefill_threshold)),)
     if llama_build is not None:
-        _only_for(backend, "llama.cpp", "--llama-build is a llama.cpp build number")
+        _only_for(backend, machine.LLAMA_BUILD_KEY, "--llama-build is a llama.cpp build number")
         if llama_build <= 0:
             raise InputError(f"--llama-build {llama_build} is not a build number",
                              "give the number `llama-server --version` prints, e.g. 6263")
@@ -230,7 +236,7 @@ def resolve_placement(model: ModelSpec, *, backend: str = "llama.cpp", cpu_moe_l
 
         extra += ((LLAMA_BUILD_KEY, str(llama_build)),)
     if rtr:
-        _only_for(backend, "ik_llama.cpp", "--rtr is ik_llama.cpp's run-time repacking")
+        _only_for(backend, machine.RTR_KEY, "--rtr is ik_llama.cpp's run-time repacking")
         from moeplan.planner.cost.machine import RTR_KEY
 
         extra += ((RTR_KEY, "1"),)

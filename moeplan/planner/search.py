@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError
+from moeplan.planner import backends
 from moeplan.planner.cost.estimate import (
     cpu_nodes,
     default_threads,
@@ -332,7 +333,7 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
         grown = fit_placement(model, grown, hw, vram, consts) or grown
         e = estimate(model, grown, hw, pr, depth=req.depth, n_prompt=req.n_prompt, consts=consts)
         best = Candidate(grown, e, _score(e, req.objective, grown.cache_type_k))
-    if pr.name == "ktransformers" and has_gpu:
+    if backends.behaviour(pr.name).layerwise_gpu_prefill and has_gpu:
         # the layer-wise GPU prefill threshold the estimate assumed (cost/estimate.py
         # kt_prefill_crossover_tokens), written into the plan for the emitter
         thr = kt_plan_threshold(model, best.placement, hw, pr, consts)

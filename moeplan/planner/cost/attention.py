@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from moeplan.planner import backends
 from moeplan.planner.model.spec import ModelSpec
 
 # split-KV threshold and query tile (ops.cpp l. 9490; ggml-cpu/common.h GGML_FA_TILE_Q/KV)
@@ -245,7 +246,7 @@ def decode_attention(layers: list[AttnLayer], m: CpuMachine, backend: str, type_
             cyc = ((OPS_K_F16 * a.d_k + OPS_K_F16 * a.d_v) / m.lanes_per_cycle + NOFA_CELL_FIXED_CYCLES)
             t = a.cells * a.n_head * n_tokens * cyc / m.clock_hz / eff
             paths.add("mul_mat (-fa 0)")
-        elif backend == "ik_llama.cpp":
+        elif backends.behaviour(backend).cpu_kernels == "iqk":
             # iqk FlashAttn: per element one FMA per q row, the K/V load+convert shared by the
             # rows of a tile (up to q_step q heads of a GQA group)
             share = min(rk2, IK_Q_STEP) if n_tokens == 1 else min(n_tokens, IK_Q_STEP)
@@ -306,7 +307,7 @@ def prefill_attention(layers: list[AttnLayer], m: CpuMachine, backend: str, type
             # the latent cache times wkv_b into every head's K and V: a GEMM over all cells
             total += a.expand_flop_per_cell * a.cells / max(1.0, m.gemm_flop_per_s)
             paths.add("MLA heads expanded")
-        if not flash_attn or backend == "ik_llama.cpp" and u >= IK_Q_STEP:
+        if not flash_attn or backends.behaviour(backend).cpu_kernels == "iqk" and u >= IK_Q_STEP:
             # GEMMs (-fa 0 mul_mat; iqk's tiled FlashAttn) at the matmul rate, plus the softmax
             t = fl / max(1.0, m.gemm_flop_per_s) + rows * a.cells * NOFA_CELL_FIXED_CYCLES / 2 / m.clock_hz / eff
             paths.add("GEMM (-fa 0)" if not flash_attn else "iqk tiled")

@@ -48,6 +48,7 @@ uncertainty; the range of a prediction combines them over the terms they feed.
 """
 from __future__ import annotations
 
+from moeplan.planner import backends
 from moeplan.planner.cost import attention, graph, machine
 from moeplan.planner.cost.decode import estimate_decode_terms
 from moeplan.planner.cost.prefill import kt_chunk_tokens
@@ -168,7 +169,7 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
         notes.append("one KTransformers thread pool on a multi-node machine: most expert reads cross the socket "
                      "links; per-node pools (--numa distribute: kt-kernel --kt-threadpool-count, or a USE_NUMA=1 "
                      "build of 0.2/0.3) read node-local memory")
-    if pr.name == "ktransformers" and p.op_offload and p.cpu_moe_layers and not f.cpu_only:
+    if backends.behaviour(pr.name).layerwise_gpu_prefill and p.op_offload and p.cpu_moe_layers and not f.cpu_only:
         thr = kt_prefill_threshold(model, p, hw, pr, f, devices)
         own = machine.kt_threshold_of(p.extra) is not None
         notes.append(f"prefill: layer-wise on the GPU (every CPU layer's experts uploaded per "

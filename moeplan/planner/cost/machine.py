@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 from moeplan.errors import InputError
+from moeplan.planner import backends
 from moeplan.planner.hardware.profile import HardwareProfile
 
 LINE_BYTES = 64
@@ -191,6 +192,13 @@ class ThreadUse:
     oversubscribed: int  # threads beyond the logical CPUs (time-sliced by the OS)
 
 
+# What a thread on a core's second hardware thread (an SMT sibling) adds to the batch-1 dot
+# rate, in cores: the dequantise-and-dot loops are bound by the vector ALU ports the two
+# threads share (see VECTOR_ALU_PIPES), so the sibling adds little. An assumed figure, not
+# measured in benchmarks/ (a thread sweep past the physical cores would measure it).
+SMT_SIBLING_X = 0.1
+
+
 def thread_use(threads: int, cores: int, logical: int) -> ThreadUse:
     cores, logical = max(1, cores), max(cores, logical)
     t = max(1, threads)
@@ -286,11 +294,8 @@ def all_core_clock_hz(hw: HardwareProfile, ref_hz: float) -> tuple[float, str]:
 #   kernels are ik's iqk_mul_mat, whose 512-bit path needs VNNI (third_party/llamafile/
 #   iqk_mul_mat_x86.inc:1071: HAVE_FANCY_SIMD = AVX512F+VNNI+VL+BW+DQ), so an AVX-512 part
 #   without VNNI (Skylake-SP) runs the AVX2 kernels.
-ISA_DOT_SCALE = {
-    "llama.cpp": {"neon": 0.7, "avx2": 0.75, "avx_vnni": 1.0, "avx512f": 0.8, "avx512_vnni": 1.0, "amx": 1.0},
-    "ik_llama.cpp": {"neon": 0.7, "avx2": 0.8, "avx_vnni": 1.0, "avx512f": 0.9, "avx512_vnni": 1.3, "amx": 1.3},
-    "ktransformers": {"neon": 0.6, "avx2": 0.7, "avx_vnni": 0.8, "avx512f": 0.7, "avx512_vnni": 1.0, "amx": 1.0},
-}
+# Each backend's table is its record's isa_dot_scale (planner/runtimes/); a runner without one
+# (the executor) has mainline's.
 # Zen 4 executes a 512-bit op as two 256-bit halves (cpus.toml families.zen4): the 512-bit
 # kernels gain only their lower instruction count
 HALF_WIDTH_AVX512_FAMILIES = {"zen4", "zen5-mobile", "rocket-lake"}
@@ -322,7 +327,7 @@ ANCHOR_VECTOR_ALU_PIPES = 3
 
 def isa_dot_scale(hw: HardwareProfile, backend: str) -> tuple[float, str]:
     cls = dot_isa_class(hw)
-    table = ISA_DOT_SCALE.get(backend, ISA_DOT_SCALE["llama.cpp"])
+    table = backends.behaviour(backend).isa_dot_scale
     x = table.get(cls, 1.0)
     if x > 1.0 and cpu_family(hw) in HALF_WIDTH_AVX512_FAMILIES:
         x = 1.0 + (x - 1.0) / 3
@@ -389,13 +394,12 @@ def kt_pool_count(numa: str, n_nodes_used: int) -> int:
 # The planner sets the threshold to the prompt length where the layer-wise path gets faster
 # (estimate.kt_prefill_crossover_tokens); a plan carries it in Placement.extra under this key.
 KT_THRESHOLD_KEY = "kt_gpu_prefill_token_threshold"
-KT_CHUNKED_PREFILL_TOKENS = 4096  # the plan's default n_batch for KTransformers
 
 
 def default_batch(backend: str) -> int:
     """The logical batch a plan runs without -b: llama.cpp's 2048; for KTransformers SGLang's
-    --chunked-prefill-size as `kt run` passes it."""
-    return KT_CHUNKED_PREFILL_TOKENS if backend == "ktransformers" else 2048
+    --chunked-prefill-size as `kt run` passes it (the backend record's default_batch)."""
+    return backends.behaviour(backend).default_batch
 
 
 def kt_threshold_of(extra: tuple[tuple[str, str], ...]) -> int | None:
@@ -451,7 +455,7 @@ def llama_build_of(extra: tuple[tuple[str, str], ...]) -> int | None:
 def kt_layerwise_prefill(backend: str, n_prompt: int, has_cpu_experts_and_gpu: bool, threshold: int) -> bool:
     """KTransformers' layer-wise GPU prefill runs for prompts of at least `threshold` tokens
     (0 = never)."""
-    return (backend == "ktransformers" and has_cpu_experts_and_gpu and threshold > 0
+    return (backends.behaviour(backend).layerwise_gpu_prefill and has_cpu_experts_and_gpu and threshold > 0
             and n_prompt >= threshold)
 
 
@@ -532,7 +536,7 @@ def kt_threads(threads: int, cores: int, logical: int, pools: int = 1, node_logi
     # the helpers spin on cores too: the scheduler spreads busy threads over idle cores first,
     # SMT siblings next; a core's second thread adds ~0.1 of a core (as thread_use)
     tu = thread_use(busy, cores, logical)
-    dot = min(float(t), (tu.on_cores + 0.1 * tu.smt_threads) * t / busy)
+    dot = min(float(t), (tu.on_cores + SMT_SIBLING_X * tu.smt_threads) * t / busy)
     wait, how = 0.0, ""
     if over:
         k = math.ceil(busy / logical) if busy > logical else 2  # runnable per loaded CPU

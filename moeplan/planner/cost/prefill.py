@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from moeplan.planner import backends
 from moeplan.planner.cost import attention, kernels, machine
 from moeplan.planner.cost.multi_device import _multi_gpu_prefill
 from moeplan.planner.cost.priors import BackendPriors
@@ -80,7 +81,8 @@ def _cpu_block_prefill_terms(model: ModelSpec, f: Factors, u: int, scale: float,
 def layerwise_possible(p: Placement, pr: BackendPriors, f: Factors) -> bool:
     """Whether the backend's layer-wise GPU prefill can run this plan: CPU experts, a GPU and
     op-offload on."""
-    return pr.name == "ktransformers" and p.op_offload and bool(set(p.cpu_moe_layers)) and not f.cpu_only
+    return (backends.behaviour(pr.name).layerwise_gpu_prefill and p.op_offload and bool(set(p.cpu_moe_layers))
+            and not f.cpu_only)
 
 
 def prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
@@ -118,13 +120,14 @@ def prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: Backe
         offload = pr.op_offload == "weights"
     offload = offload or layerwise
     rates = cpu_rates(hw, pr, f)
-    if pr.name == "ik_llama.cpp" and machine.rtr_of(p.extra):
+    backend = backends.behaviour(pr.name)
+    if backend.takes(machine.RTR_KEY) and machine.rtr_of(p.extra):
         rates = replace(rates, repack=True)
     # ik_llama.cpp: experts of an interleaved type its CUDA backend does not multiply stay on the
     # CPU whatever the batch (kernels.IK_CUDA_INTERLEAVED); `stay` is their share of the weights
     stay_w: dict[str, float] = {}
     stay = 0.0
-    if offload and not layerwise and pr.name == "ik_llama.cpp" and moe_cpu:
+    if offload and not layerwise and backend.interleaved_types_stay_on_cpu and moe_cpu:
         w = rates.as_run(expert_weights_by_type(moe_cpu, per_tok))
         stay_w = {t: x for t, x in w.items() if not kernels.ik_cuda_multiplies(t)}
         stay = sum(stay_w.values()) / max(1e-9, sum(w.values()))
@@ -167,7 +170,7 @@ def prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: Backe
         t_g, how, t_h = _multi_gpu_prefill(model, p, hw, f, u, share, per_tok, attn,
                                            (exp_params(moe_cpu) * (1 - stay) if offload else 0.0)
                                            + (split.params if dense_offload else 0.0), devices)
-        if pr.name == "ktransformers":
+        if backend.tensor_parallel_gpus:
             # SGLang --tp-size n (launch/ktransformers.py): every GPU computes its 1/n of every
             # layer at once, not the layers one device after another
             t_g, how, t_h = t_g / len(devices), f"tensor-parallel over {len(devices)} GPUs: ({how}) / {len(devices)}", 0.0

@@ -4,6 +4,7 @@ least the threshold; the planner picks the threshold where that path gets faster
 """
 from __future__ import annotations
 
+from moeplan.planner import backends
 from moeplan.planner.cost import machine
 from moeplan.planner.cost.prefill import kt_chunk_tokens, layerwise_possible, prefill_terms
 from moeplan.planner.cost.priors import BackendPriors
@@ -31,7 +32,7 @@ def kt_prefill_crossover_tokens(model: ModelSpec, p: Placement, hw: HardwareProf
     full chunk (kt_chunk_tokens) is faster on the CPU (longer prompts only repeat
     chunks, so the layer-wise path never wins). The upload is a fixed cost per chunk and the
     CPU path grows with the prompt, so the difference changes sign once: bisection."""
-    if pr.name != "ktransformers" or f.cpu_only or not p.cpu_moe_layers or not p.op_offload:
+    if not backends.behaviour(pr.name).layerwise_gpu_prefill or f.cpu_only or not p.cpu_moe_layers or not p.op_offload:
         return 0
 
     def faster_on_gpu(n: int) -> bool:

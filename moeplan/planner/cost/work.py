@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moeplan.planner import backends
 from moeplan.planner.cost import attention, graph, kernels, machine
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.cost.resolve import REF_CLOCK_HZ, Factors, _mm_eff_prior, cpu_isa_class, physical_cores
@@ -143,7 +144,7 @@ def cpu_attention_decode(model: ModelSpec, p: Placement, hw: HardwareProfile, pr
 def _pre_split_kv_build(p: Placement, pr: BackendPriors) -> int | None:
     """The plan's llama.cpp build when it predates the split-KV decode attention (PR #19209),
     else None (no build named: a current one)."""
-    build = machine.llama_build_of(p.extra) if pr.name == "llama.cpp" else None
+    build = machine.llama_build_of(p.extra) if backends.behaviour(pr.name).takes(machine.LLAMA_BUILD_KEY) else None
     return build if build is not None and build < attention.FA_SPLIT_KV_FROM_BUILD else None
 
 
@@ -151,7 +152,7 @@ def ik_mla_prompt_ubatch(model: ModelSpec, p: Placement, pr: BackendPriors, u: i
     """u when ik_llama.cpp takes its expanded-heads MLA path for batches of u tokens (-mla 2/3
     with flash attention, attention.IK_MLA_PP_MIN_TOKENS) on a model whose GGUF gives the heads'
     sizes, else 0."""
-    ok = (pr.name == "ik_llama.cpp" and p.flash_attn and u >= attention.IK_MLA_PP_MIN_TOKENS
+    ok = (backends.behaviour(pr.name).mla_expanded_prompt and p.flash_attn and u >= attention.IK_MLA_PP_MIN_TOKENS
           and attention.mla_prompt_dims(model) is not None)
     return u if ok else 0
 
