@@ -510,7 +510,7 @@ def parse_log(text: str, source: str = "-") -> RunLog:
         tool = "ik_llama.cpp"
     elif records:
         tool = "llama-bench"
-    elif serving := [b.log_program for b in backends.BACKENDS.values() if b.log_program in tool_hits]:
+    elif serving := [b.log_program for b in backends.BACKENDS.values() if b.log_program and b.log_program in tool_hits]:
         tool = serving[0]  # KTransformers' lines before SGLang's (it serves through SGLang)
     elif buffers or overrides or meta or speeds or memory:
         tool = "llama.cpp"
