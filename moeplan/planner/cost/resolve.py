@@ -399,7 +399,7 @@ def _cpu_compute(hw: HardwareProfile, pr: BackendPriors, p: Placement, lay: _Lay
     # a thread on an SMT sibling shares its core's vector units; an oversubscribed one waits
     dot_threads = tu.on_cores + machine.SMT_SIBLING_X * tu.smt_threads
     kt = None
-    if backends.get(pr.name).spinning_worker_pools:
+    if backends.behaviour(pr.name).spinning_worker_pools:
         # --cpu_infer threads plus the spinning hand-over threads (machine.kt_threads)
         node_logical = min((len(n.cpus) for n in lay.thread_nodes), default=0)
         kt = machine.kt_threads(T, n_cores, n_logical, pools, node_logical, hw.system.kernel)
