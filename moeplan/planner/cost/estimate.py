@@ -141,25 +141,11 @@ def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPri
         return _estimate(model, p, hw, pr, depth, n_prompt, consts, repack_types, prompt_depth)
 
 
-def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, depth: int,
-              n_prompt: int, consts: MemoryConstants | None, repack_types: tuple[str, ...],
-              prompt_depth: int = 0) -> Estimate:
-    p, mem, f = _memory_and_factors(model, p, hw, pr, consts, repack_types)
-    other_host = mem.ram_bytes - mem.get("weights_experts_cpu")
-    res_share = _resident_share(model, p, hw, other_host)
-    devices = mem.devices if not f.cpu_only else ()
-    dterms, derrs, per_step = estimate_decode_terms(model, p, hw, pr, f, depth, res_share, devices)
-    dterms = fitted_term_scales(dterms, pr.term_scale.get("decode", {}))
-    t_step = sum(t.seconds for t in dterms)
-    decode = per_step / t_step if t_step > 0 else 0.0
-    dr = _terms_range(dterms, derrs)
-    pterms, perrs = estimate_prefill_terms(model, p, hw, pr, f, n_prompt, devices, prompt_depth)
-    pterms = fitted_term_scales(pterms, pr.term_scale.get("prefill", {}))
-    t_pp = sum(t.seconds for t in pterms)
-    prefill = 1.0 / t_pp if t_pp > 0 else 0.0
-    prr = _terms_range(pterms, perrs)
-    host = mem.ram_bytes
-    notes = []
+def _notes(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f, mem, devices: tuple,
+           res_share: float, short: int, paging: float, dterms: list[Term], per_step: float) -> list[str]:
+    """What an estimate tells beside its figures: NUMA pools, the prefill path, memory pressure,
+    the build, a stand-in CPU, speculation and the -ngl split."""
+    notes: list[str] = []
     pools = machine.kt_pool_count(p.numa, len(used_nodes(hw, p))) if pr.numa_aware and p.cpu_moe_layers else 1
     if pools > 1:
         notes.append(f"{pools} kt-kernel pools split every CPU expert between the nodes (RAM counted once); "
@@ -180,8 +166,6 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
                      "is never faster here, or the plan's threshold is 0)")
     if res_share < 1.0:
         notes.append(f"only {res_share:.0%} of the CPU experts fit in RAM: the rest is read from NVMe")
-    short = page_cache_short_bytes(model, p, hw, pr, mem.ram_anon_bytes)
-    paging = paging_decode_tok_s(dterms, f, per_step) if short else 0.0
     if paging:
         notes.append(f"page cache: the {model.file_bytes / 1e9:.1f} GB file, {mem.ram_anon_bytes / 2**30:.1f} GiB of "
                      f"buffers and {OS_RESERVE_BYTES / 2**30:.0f} GiB for the OS exceed the {hw.ram_bytes / 2**30:.1f} GiB "
@@ -206,6 +190,30 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
         if blocks or not out_gpu:
             notes.append(f"-ngl {p.n_gpu_layers}: {len(blocks)} of {len(model.layers)} blocks"
                          + ("" if out_gpu else " and the output layer") + " run on the CPU with their KV cache")
+    return notes
+
+
+def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, depth: int,
+              n_prompt: int, consts: MemoryConstants | None, repack_types: tuple[str, ...],
+              prompt_depth: int = 0) -> Estimate:
+    p, mem, f = _memory_and_factors(model, p, hw, pr, consts, repack_types)
+    other_host = mem.ram_bytes - mem.get("weights_experts_cpu")
+    res_share = _resident_share(model, p, hw, other_host)
+    devices = mem.devices if not f.cpu_only else ()
+    dterms, derrs, per_step = estimate_decode_terms(model, p, hw, pr, f, depth, res_share, devices)
+    dterms = fitted_term_scales(dterms, pr.term_scale.get("decode", {}))
+    t_step = sum(t.seconds for t in dterms)
+    decode = per_step / t_step if t_step > 0 else 0.0
+    dr = _terms_range(dterms, derrs)
+    pterms, perrs = estimate_prefill_terms(model, p, hw, pr, f, n_prompt, devices, prompt_depth)
+    pterms = fitted_term_scales(pterms, pr.term_scale.get("prefill", {}))
+    t_pp = sum(t.seconds for t in pterms)
+    prefill = 1.0 / t_pp if t_pp > 0 else 0.0
+    prr = _terms_range(pterms, perrs)
+    host = mem.ram_bytes
+    short = page_cache_short_bytes(model, p, hw, pr, mem.ram_anon_bytes)
+    paging = paging_decode_tok_s(dterms, f, per_step) if short else 0.0
+    notes = _notes(model, p, hw, pr, f, mem, devices, res_share, short, paging, dterms, per_step)
     d_range = (held_out_range(decode, dterms, pr.term_range_log.get("decode", {}), _stand_in_extra(hw, dterms),
                               pr.term_range_center.get("decode"))
                or (decode / (1 + dr), decode / max(0.1, 1 - dr)))
