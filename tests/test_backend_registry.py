@@ -82,3 +82,22 @@ def test_a_stand_in_runner_is_costed_with_mainline_kernels():
     assert s.isa_dot_scale == backends.get("llama.cpp").isa_dot_scale
     with pytest.raises(KeyError):
         backends.get("executor")
+
+
+def test_plan_options_are_a_typed_record_that_refuses_unknown_keys():
+    from moeplan.errors import InputError
+    from moeplan.planner.options import PlanOptions
+    from moeplan.planner.placement import Placement
+
+    p = Placement(extra=(("kt_gpu_prefill_token_threshold", "500"), ("rtr", "1"), ("llama_build", "6263"),
+                         ("tensor_split", "3,1")))
+    assert p.options == PlanOptions(kt_gpu_prefill_token_threshold=500, rtr=True, llama_build=6263,
+                                    tensor_split="3,1")
+    assert Placement().options == PlanOptions()
+    with pytest.raises(InputError, match="unknown plan option 'kt_gpu_prefil_token_threshold'"):
+        _ = Placement(extra=(("kt_gpu_prefil_token_threshold", "500"),)).options
+    with pytest.raises(InputError, match="is not a build number"):
+        _ = Placement(extra=(("llama_build", "0"),)).options
+    # a backend's own settings are its record's options
+    assert backends.get("ktransformers").takes("kt_num_gpu_experts")
+    assert not backends.get("llama.cpp").takes("rtr") and backends.get("ik_llama.cpp").takes("rtr")

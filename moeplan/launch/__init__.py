@@ -6,7 +6,8 @@ writes launch.sh (the server), bench.sh (the measurement that verifies the plan)
 launch.json (every command as an argv list, for programs) and, per backend, complete.sh
 (llama.cpp, ik_llama.cpp: one short completion), vllm.yaml, ray-*.sh, launch-nodeN.sh.
 
-Backend settings a plan may carry in Placement.extra (all optional):
+Backend settings a plan may carry in Placement.extra (all optional; planner/options.py PlanOptions
+reads them into a typed record and refuses any other key):
   op_offload_min_batch  llama.cpp: GGML_OP_OFFLOAD_MIN_BATCH for the run
   tensor_split, devices llama.cpp/ik: -ts and -dev with several GPUs (default: an even split)
   draft_model, spec_type  speculative decoding (default: the model's MTP blocks if it has any)

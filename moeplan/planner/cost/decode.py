@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moeplan.planner.cost import attention, machine
+from moeplan.planner.cost import attention
 from moeplan.planner.cost.multi_device import _multi_gpu_decode_terms
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.cost.resolve import Factors
@@ -205,7 +205,7 @@ def _cpu_experts_decode(model: ModelSpec, p: Placement, pr: BackendPriors, f: Fa
     # block does not (its barriers are in cpu_blocks_barriers); KTransformers' G GPU
     # experts of every layer leave CPU experts, and a hand-over, in every layer
     n_sync = sum(1 for layer in cpu_exp if layer.index not in split.blocks)
-    if machine.kt_gpu_experts_of(p.extra) is not None:
+    if p.options.kt_num_gpu_experts is not None:
         n_sync = len(model.moe_layers)
     if n_sync or not split.blocks:
         terms.append(Term("sync", n_sync * f.s_sync_s.value, "sync",

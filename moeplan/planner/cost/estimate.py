@@ -157,7 +157,7 @@ def _notes(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPrior
                      "build of 0.2/0.3) read node-local memory")
     if backends.behaviour(pr.name).layerwise_gpu_prefill and p.op_offload and p.cpu_moe_layers and not f.cpu_only:
         thr = kt_prefill_threshold(model, p, hw, pr, f, devices)
-        own = machine.kt_threshold_of(p.extra) is not None
+        own = p.options.kt_gpu_prefill_token_threshold is not None
         notes.append(f"prefill: layer-wise on the GPU (every CPU layer's experts uploaded per "
                      f"{kt_chunk_tokens(p)}-token chunk, --chunked-prefill-size) for prompts of {thr} tokens or more, the CPU "
                      f"experts below (--kt-gpu-prefill-token-threshold {thr}, "

@@ -21,9 +21,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from moeplan.errors import InputError
 from moeplan.planner import backends
 from moeplan.planner.hardware.profile import HardwareProfile
+from moeplan.planner.options import KT_GPU_EXPERTS_KEY as KT_GPU_EXPERTS_KEY  # the keys' old home, re-exported
+from moeplan.planner.options import KT_THRESHOLD_KEY as KT_THRESHOLD_KEY
+from moeplan.planner.options import LLAMA_BUILD_KEY as LLAMA_BUILD_KEY
+from moeplan.planner.options import RTR_KEY as RTR_KEY
+from moeplan.planner.options import PlanOptions
 
 LINE_BYTES = 64
 
@@ -392,8 +396,8 @@ def kt_pool_count(numa: str, n_nodes_used: int) -> int:
 # published recipes set 2048 to 65536. Shorter prompts than the threshold run the CPU experts
 # on the CPU pools. KTransformers 0.2/0.3 prefill on the CPU.
 # The planner sets the threshold to the prompt length where the layer-wise path gets faster
-# (estimate.kt_prefill_crossover_tokens); a plan carries it in Placement.extra under this key.
-KT_THRESHOLD_KEY = "kt_gpu_prefill_token_threshold"
+# (cost/prefill_path.py kt_prefill_crossover_tokens); a plan carries it among its options
+# (planner/options.py KT_THRESHOLD_KEY).
 
 
 def default_batch(backend: str) -> int:
@@ -404,52 +408,22 @@ def default_batch(backend: str) -> int:
 
 def kt_threshold_of(extra: tuple[tuple[str, str], ...]) -> int | None:
     """The plan's --kt-gpu-prefill-token-threshold (0 = off), None when the plan sets none."""
-    for k, v in extra:
-        if k == KT_THRESHOLD_KEY:
-            if not str(v).strip().isdigit():
-                raise InputError(f"{KT_THRESHOLD_KEY} {v!r} is not a token count",
-                                 "give a whole number of prompt tokens (0 turns the layer-wise GPU prefill off)")
-            return int(v)
-    return None
-
-
-# KTransformers --kt-num-gpu-experts G as the plan was given it (estimate --kt-gpu-experts): the
-# plan keeps the GPU layers of the same bytes; every MoE layer still has CPU experts and hands
-# over to the CPU pools, and `emit` passes G itself
-KT_GPU_EXPERTS_KEY = "kt_num_gpu_experts"
+    return PlanOptions.parse(extra).kt_gpu_prefill_token_threshold
 
 
 def kt_gpu_experts_of(extra: tuple[tuple[str, str], ...]) -> int | None:
     """The plan's --kt-num-gpu-experts when it was given as such, else None."""
-    v = dict(extra).get(KT_GPU_EXPERTS_KEY)
-    if v is None:
-        return None
-    if not str(v).strip().isdigit():
-        raise InputError(f"{KT_GPU_EXPERTS_KEY} {v!r} is not an expert count", "give a whole number of experts per layer")
-    return int(v)
-
-
-# ik_llama.cpp -rtr: the CPU weights repacked to row-interleaved types at load (launch/ikllama.py)
-RTR_KEY = "rtr"
-# the llama.cpp build a plan is costed for (`llama-server --version`: "version: 6263 (...)"):
-# kernels that changed between builds run as that build runs them; absent = the vendored build's
-LLAMA_BUILD_KEY = "llama_build"
+    return PlanOptions.parse(extra).kt_num_gpu_experts
 
 
 def rtr_of(extra: tuple[tuple[str, str], ...]) -> bool:
     """Whether the plan runs ik_llama.cpp with -rtr."""
-    return any(k == RTR_KEY and str(v) == "1" for k, v in extra)
+    return PlanOptions.parse(extra).rtr
 
 
 def llama_build_of(extra: tuple[tuple[str, str], ...]) -> int | None:
     """The plan's llama.cpp build number, None when the plan names none (the vendored build)."""
-    for k, v in extra:
-        if k == LLAMA_BUILD_KEY:
-            if not str(v).strip().isdigit() or int(v) <= 0:
-                raise InputError(f"{LLAMA_BUILD_KEY} {v!r} is not a build number",
-                                 "give the number `llama-server --version` prints, e.g. 6263")
-            return int(v)
-    return None
+    return PlanOptions.parse(extra).llama_build
 
 
 def kt_layerwise_prefill(backend: str, n_prompt: int, has_cpu_experts_and_gpu: bool, threshold: int) -> bool:

@@ -145,7 +145,7 @@ def _ubatch(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPrio
     offload = _offloads(pr, p, u, k, n, layerwise)
     rates = cpu_rates(hw, pr, f)
     backend = backends.behaviour(pr.name)
-    if backend.takes(machine.RTR_KEY) and machine.rtr_of(p.extra):
+    if backend.takes(machine.RTR_KEY) and p.options.rtr:
         rates = replace(rates, repack=True)
     # ik_llama.cpp: experts of an interleaved type its CUDA backend does not multiply stay on the
     # CPU whatever the batch (kernels.IK_CUDA_INTERLEAVED); `stay` is their share of the weights

@@ -18,8 +18,8 @@ from moeplan.planner.plan import Term
 def kt_prefill_threshold(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors,
                          f: Factors, devices: tuple = ()) -> int:
     """The --kt-gpu-prefill-token-threshold a KTransformers plan runs with: the plan's own
-    (Placement.extra), else the crossover the planner picks (kt_prefill_crossover_tokens)."""
-    own = machine.kt_threshold_of(p.extra)
+    (Placement.options), else the crossover the planner picks (kt_prefill_crossover_tokens)."""
+    own = p.options.kt_gpu_prefill_token_threshold
     if own is not None:
         return own
     return kt_prefill_crossover_tokens(model, p, hw, pr, f, devices)

@@ -144,7 +144,7 @@ def cpu_attention_decode(model: ModelSpec, p: Placement, hw: HardwareProfile, pr
 def _pre_split_kv_build(p: Placement, pr: BackendPriors) -> int | None:
     """The plan's llama.cpp build when it predates the split-KV decode attention (PR #19209),
     else None (no build named: a current one)."""
-    build = machine.llama_build_of(p.extra) if backends.behaviour(pr.name).takes(machine.LLAMA_BUILD_KEY) else None
+    build = p.options.llama_build if backends.behaviour(pr.name).takes(machine.LLAMA_BUILD_KEY) else None
     return build if build is not None and build < attention.FA_SPLIT_KV_FROM_BUILD else None
 
 
