@@ -136,7 +136,7 @@ def _bench_patterns(rec: dict) -> list[tuple[str, str]]:
     s = str(rec.get("tensor_buft_overrides") or "none")
     if s == "none":
         return []
-    return [tuple(item.rsplit("=", 1)) for item in s.split(";") if "=" in item]
+    return [(pat, buft) for pat, buft in (item.rsplit("=", 1) for item in s.split(";") if "=" in item)]
 
 
 def _cpu_layer_count_from_buffers(run: RunLog, model: ModelSpec) -> int | None:
@@ -217,10 +217,10 @@ def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = No
         cpu = tuple(sorted(set(cpu) | {i for i in moe if i < ncm}))
         ch["cpu_moe_layers"], ev["cpu_moe_layers"] = cpu, "llama-bench"
         notes += n
-    elif (n := _cpu_layer_count_from_buffers(run, model)) is not None:
+    elif (n_cpu := _cpu_layer_count_from_buffers(run, model)) is not None:
         # only how many: the first n MoE blocks stand for them (their bytes are what the buffers show)
-        ch["cpu_moe_layers"], ev["cpu_moe_layers"] = moe[:n], "buffer sizes"
-        notes.append(f"the host model buffer holds the experts of {n} MoE layers; which ones is not logged "
+        ch["cpu_moe_layers"], ev["cpu_moe_layers"] = moe[:n_cpu], "buffer sizes"
+        notes.append(f"the host model buffer holds the experts of {n_cpu} MoE layers; which ones is not logged "
                      "(run with -v so the loader logs each overridden tensor): the first are assumed")
     else:
         ev["cpu_moe_layers"] = "plan" if base else "default"

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from moeplan.planner import backends
 from moeplan.planner.model.spec import ModelSpec
@@ -122,7 +123,7 @@ IK_MLA_PP_MIN_TOKENS = 128
 
 def mla_prompt_dims(model: ModelSpec) -> tuple[int, int, int, int] | None:
     """(d_k, d_v, kv_lora_rank, rope) of an MLA model's expanded heads, None without MLA."""
-    extra = dict(model.extra)
+    extra: dict[str, Any] = dict(model.extra)
     dk, dv, rank = (int(extra.get(k) or 0) for k in ("attention.key_length_mla", "attention.value_length_mla",
                                                      "attention.kv_lora_rank"))
     if not (model.mla and dk and dv and rank):
@@ -166,7 +167,7 @@ def attention_layers(model: ModelSpec, depth: int, n_ubatch: int = 512,
     key_length_mla / value_length_mla after a latent-to-heads product, IK_MLA_PP_MIN_TOKENS).
     Sliding-window caches hold window + n_ubatch cells (KvComponent 'swa').
     `blocks`: only these blocks (the CPU blocks of a -ngl split)."""
-    extra = dict(model.extra)
+    extra: dict[str, Any] = dict(model.extra)
     n_head = max(1, model.n_head)
     d_k = int(extra.get("attention.key_length") or (model.n_embd // n_head))
     d_v = int(extra.get("attention.value_length") or d_k)

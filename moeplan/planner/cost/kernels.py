@@ -268,7 +268,8 @@ def matmul_time(weights: dict[str, float], tokens: float, ny: float | tuple[tupl
     kernel of each expert's matrix by its own count)."""
     spread = ny if isinstance(ny, tuple) else ((ny, 1.0),)
     weights = r.as_run(weights)
-    total, flops, by_path = 0.0, 0.0, {}
+    total, flops = 0.0, 0.0
+    by_path: dict[str, float] = {}
     for t, n in weights.items():
         if n <= 0:
             continue

@@ -4,7 +4,7 @@ after another (a pipeline with one token in flight), plus one hop per device bou
 from __future__ import annotations
 
 from moeplan.planner.cost.priors import BackendPriors
-from moeplan.planner.cost.resolve import Factors, _fig
+from moeplan.planner.cost.resolve import PCIE_PAYLOAD, Factors, _fig
 from moeplan.planner.cost.work import S_HOP_REL_ERR, S_HOP_S
 from moeplan.planner.hardware.profile import HardwareProfile
 from moeplan.planner.memory.accounting import kv_read_bytes
@@ -17,9 +17,10 @@ def device_link_bytes_per_s(hw: HardwareProfile, f: Factors, index: int) -> floa
     """Host<->GPU copy rate of GPU `index` (its own PCIe link), else the first GPU's figure."""
     if index < len(hw.gpus):
         fig = _fig(hw.gpus[index].h2d_bytes_per_s)
+        base = _fig(hw.gpus[0].h2d_bytes_per_s)
         if fig:
-            return fig[0] * (f.h2d_bytes_per_s.value / max(1.0, _fig(hw.gpus[0].h2d_bytes_per_s)[0])
-                             if _fig(hw.gpus[0].h2d_bytes_per_s) else 0.8)
+            # the first GPU's achieved share of its own figure, else the copy share of a link
+            return fig[0] * (f.h2d_bytes_per_s.value / max(1.0, base[0]) if base else PCIE_PAYLOAD)
     return f.h2d_bytes_per_s.value
 
 

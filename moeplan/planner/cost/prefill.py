@@ -109,7 +109,7 @@ class _Ubatch:
     p_dense_gpu: float
     rates: kernels.CpuRates
     ny_exp: float  # tokens each used expert's matrices multiply at once
-    cols_exp: object  # and how they spread (kernels.expert_columns)
+    cols_exp: float | tuple[tuple[int, float], ...]  # and how they spread (kernels.expert_columns)
 
     def exp_params(self, layers) -> float:
         return sum(layer.expert_elements for layer in layers) * self.per_tok

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from moeplan.errors import InputError
 from moeplan.planner import backends
@@ -79,8 +80,9 @@ def _one_socket(nodes: tuple[NumaNode, ...]) -> bool:
 
 def factors_used(f: Factors) -> FactorsUsed:
     """The factors as an estimate reports them (uncertainties rounded to 4 places: stable JSON)."""
-    return replace(f, **{name: replace(v, rel_err=round(v.rel_err, 4))
-                         for name, v in vars(f).items() if isinstance(v, FactorFigure)})
+    changes: dict[str, Any] = {name: replace(v, rel_err=round(v.rel_err, 4))
+                               for name, v in vars(f).items() if isinstance(v, FactorFigure)}
+    return replace(f, **changes)
 
 
 def _fig(fig: Figure | None) -> tuple[float, str, float] | None:
@@ -210,13 +212,13 @@ def _gpu_rates(hw: HardwareProfile, pr: BackendPriors, cpu_only: bool) -> tuple[
     if h:
         h2d = Rate(h[0] * pi, f"{h[1]} x {pi_src} pi={pi:.2f}", math.hypot(h[2], pi_err))
     elif gpu and gpu.pcie_gen and gpu.pcie_width:
-        peak = pcie_bytes_per_s(gpu.pcie_gen, gpu.pcie_width) or pcie_bytes_per_s(3, gpu.pcie_width)
+        peak = pcie_bytes_per_s(gpu.pcie_gen, gpu.pcie_width) or pcie_bytes_per_s(3, gpu.pcie_width) or 0.0
         h2d = Rate(peak * PCIE_PAYLOAD * pi, f"spec-sheet PCIe {gpu.pcie_gen}x{gpu.pcie_width} x prior",
                    math.hypot(0.15, pi_err))
     elif gpu and not cpu_only:
         # a GPU known by its VRAM alone: the link of most cards of the last generations, PCIe 4.0
         # x16, with the spread from a 3.0 x16 slot to a 5.0 x16 one
-        h2d = Rate(pcie_bytes_per_s(4, 16) * PCIE_PAYLOAD * pi, "prior: PCIe 4.0 x16 assumed (link not given)",
+        h2d = Rate((pcie_bytes_per_s(4, 16) or 0.0) * PCIE_PAYLOAD * pi, "prior: PCIe 4.0 x16 assumed (link not given)",
                    math.hypot(0.5, pi_err), "link not given: pass --pcie GENxLANES")
     else:
         h2d = Rate(0.0, "none", 0.0)

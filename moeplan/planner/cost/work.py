@@ -5,6 +5,7 @@ whole blocks onto the CPU, and how a decode thread's reads and dot products over
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from moeplan.planner import backends
 from moeplan.planner.cost import attention, graph, kernels, machine
@@ -113,7 +114,7 @@ def attention_flops_per_token(model: ModelSpec, depth: int, blocks: frozenset[in
         layers = attention.attention_layers(model, depth, mla_ubatch, blocks, mla_expanded=True)
         return attention.attention_flops(layers, mla_ubatch) / mla_ubatch
     extra = dict(model.extra)
-    d_k = int(extra.get("attention.key_length") or (model.n_embd // max(1, model.n_head)))
+    d_k = int(cast(int, extra.get("attention.key_length") or (model.n_embd // max(1, model.n_head))))
     flops = 0.0
     for layer in model.trunk_layers:
         if blocks is not None and layer.index not in blocks:
