@@ -1,7 +1,7 @@
 """The machine model behind the CPU terms: memory topology, read rate as a function of the
 threads used, socket links, clocks and ISA (pure; docs/cost-model.md "Machine model").
 
-Each function is one mechanism with its source. The cost model (estimate.py) calls them while
+Each function is one mechanism with its source. The cost model (cost/resolve.py) calls them while
 resolving its factors; a profile's measured figure (`moeplan probe`) always wins over these
 priors, and `moeplan calibrate` over both.
 
