@@ -7,7 +7,7 @@ fields -- and `moeplan estimate` gets the source's model, quant, file size, plac
 context and depth. A row whose CPU/GPU is not in the catalog, whose quant or placement is
 unknown, or whose model is not bundled is counted as *not estimable*, with the reason.
 
-The cost model's terms (moeplan/planner/cost/estimate.py) are grouped by the resource they
+The cost model's terms (moeplan/planner/cost/, groups in ranges.py) are grouped by the resource they
 charge (CPU, GPU, PCIe, fixed per-layer/per-token costs); a few machine factors -- one time
 scale per group (the CPU group per backend), shrunk towards 1 -- are fitted on the rows, and
 the prediction's range is the 80th percentile of the held-out log residuals of the group that
@@ -44,6 +44,7 @@ from typer.testing import CliRunner
 from moeplan.cli import app
 from moeplan.errors import InputError
 from moeplan.planner.cost.attention import FA_SPLIT_KV_FROM_BUILD
+from moeplan.planner.cost.ranges import TERM_GROUP
 from moeplan.profiles import backends as backends_mod
 from moeplan.profiles.catalog import find_cpu
 
@@ -102,9 +103,8 @@ MODEL_MAP = [
 # the software as written -> backend; forks and wrappers are not the backend the priors describe
 BACKENDS = [(r"^ik_llama\.cpp", "ik_llama.cpp"), (r"^ktransformers", "ktransformers"),
             (r"^llama\.cpp(?! fork)", "llama.cpp")]
-# term resource (estimate.py) -> fitted group
-GROUP = {"cpu-mem": "cpu", "cpu-compute": "cpu", "nvme": "cpu", "gpu-mem": "gpu", "gpu-compute": "gpu",
-         "pcie": "pcie", "sync": "fixed"}
+# term resource -> fitted group: the cost model's own table (cost/ranges.py)
+GROUP = TERM_GROUP
 
 
 # ---- running one row -------------------------------------------------------------------------
