@@ -35,6 +35,11 @@ FABRIC_READ = 0.90
 LINK_READ = 0.70
 
 
+# 1-sigma relative uncertainty of a profile figure by where it came from. Assumed figures, not
+# fitted: a measured or calibrated rate repeats within a few percent (benchmarks/probe_accuracy.py
+# compares the probe with a C/OpenMP reference), a spec sheet's or a user's number is a nominal
+# rate some parts miss by 10-20%, a prior is a class average. The ranges that ship are the
+# held-out residuals' (cost/ranges.py); these only order the terms' uncertainties.
 _SOURCE_ERR = {"measured": 0.07, "calibrated": 0.05, "nvml": 0.1, "sysfs": 0.1, "user": 0.15,
                "spec-sheet": 0.15, "prior": 0.3}
 
@@ -114,6 +119,7 @@ def _factor(spec: F.FactorSpec, prior: float, pr: BackendPriors, hw: HardwarePro
     for c in hw.calibration:
         if name in MACHINE_FACTORS and c.backend != pr.name and name in c.factors and c.priors.get(name):
             ratio = c.factors[name] / c.priors[name]
+            # assumed: half the prior's uncertainty plus 0.1 for the other runner's kernels
             return prior * ratio, f"calibrated via {c.backend}", pr.err(err_key) * 0.5 + 0.1
     return prior, "prior", pr.err(err_key)
 
