@@ -9,7 +9,8 @@ unknown, or whose model is not bundled is counted as *not estimable*, with the r
 
 The rows are split by source into train and test (benchmarks/split.py, a rule fixed in the
 repository; benchmarks/data/split.json lists it). Nothing is fitted, chosen or ranged on a test
-row: the cost model's terms (moeplan/planner/cost/estimate.py) are grouped by the resource they
+row: the cost model's terms (moeplan/planner/cost/, groups in
+ranges.py) are grouped by the resource they
 charge (CPU, GPU, PCIe, fixed per-layer/per-token costs); one time scale per group (the CPU group
 per backend), shrunk towards 1, is fitted on train rows, and the prediction's range is centred
 and sized by the conformal 80th percentile of the train rows' log residuals, held out by source,
@@ -51,6 +52,7 @@ from typer.testing import CliRunner
 from moeplan.cli import app
 from moeplan.errors import InputError
 from moeplan.planner.cost.attention import FA_SPLIT_KV_FROM_BUILD
+from moeplan.planner.cost.ranges import TERM_GROUP
 from moeplan.profiles import backends as backends_mod
 from moeplan.profiles.catalog import find_cpu
 
@@ -123,9 +125,8 @@ MODEL_MAP = [
 # the software as written -> backend; forks and wrappers are not the backend the priors describe
 BACKENDS = [(r"^ik_llama\.cpp", "ik_llama.cpp"), (r"^ktransformers", "ktransformers"),
             (r"^llama\.cpp(?! fork)", "llama.cpp")]
-# term resource (estimate.py) -> fitted group
-GROUP = {"cpu-mem": "cpu", "cpu-compute": "cpu", "nvme": "cpu", "gpu-mem": "gpu", "gpu-compute": "gpu",
-         "pcie": "pcie", "sync": "fixed"}
+# term resource -> fitted group: the cost model's own table (cost/ranges.py)
+GROUP = TERM_GROUP
 
 
 # ---- running one row -------------------------------------------------------------------------

@@ -111,7 +111,7 @@ def _t(m, hw, pr, p, f, n, layerwise):
 def test_crossover_is_where_the_layerwise_path_gets_faster():
     m, hw, pr, p, f = _kt_case(25e9)
     n = kt_prefill_crossover_tokens(m, p, hw, pr, f)
-    assert 1 < n < machine.KT_CHUNKED_PREFILL_TOKENS
+    assert 1 < n < 4096  # within one chunk of `kt run`'s --chunked-prefill-size
     assert _t(m, hw, pr, p, f, n, True) < _t(m, hw, pr, p, f, n, False)
     assert _t(m, hw, pr, p, f, n - 1, True) >= _t(m, hw, pr, p, f, n - 1, False)
 
@@ -181,7 +181,7 @@ def test_the_batch_flag_is_the_chunk_and_defaults_per_backend():
     from moeplan.commands.placement_opts import resolve_placement
 
     m = toy_model()
-    assert resolve_placement(m, backend="ktransformers").n_batch == machine.KT_CHUNKED_PREFILL_TOKENS
+    assert resolve_placement(m, backend="ktransformers").n_batch == 4096  # kt run: resolve(..., 4096)
     assert resolve_placement(m, backend="llama.cpp").n_batch == 2048
     assert resolve_placement(m, backend="ktransformers", batch=32768).n_batch == 32768
     assert resolve_placement(m, backend="llama.cpp", batch=256, ubatch=1024).n_batch == 1024  # -b >= -ub

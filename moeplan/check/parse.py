@@ -51,6 +51,8 @@ import re
 import shlex
 from dataclasses import asdict, dataclass, field
 
+from moeplan.planner import backends
+
 MIB = 1024 * 1024
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -508,10 +510,8 @@ def parse_log(text: str, source: str = "-") -> RunLog:
         tool = "ik_llama.cpp"
     elif records:
         tool = "llama-bench"
-    elif "ktransformers" in tool_hits:
-        tool = "ktransformers"
-    elif "sglang" in tool_hits:
-        tool = "sglang"
+    elif serving := [b.log_program for b in backends.BACKENDS.values() if b.log_program and b.log_program in tool_hits]:
+        tool = serving[0]  # KTransformers' lines before SGLang's (it serves through SGLang)
     elif buffers or overrides or meta or speeds or memory:
         tool = "llama.cpp"
     else:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from moeplan.check.parse import RunLog, is_host_buffer
+from moeplan.planner import backends
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement, layers_from_last
 
@@ -135,7 +136,7 @@ def _bench_patterns(rec: dict) -> list[tuple[str, str]]:
     s = str(rec.get("tensor_buft_overrides") or "none")
     if s == "none":
         return []
-    return [tuple(item.rsplit("=", 1)) for item in s.split(";") if "=" in item]
+    return [(pat, buft) for pat, buft in (item.rsplit("=", 1) for item in s.split(";") if "=" in item)]
 
 
 def _cpu_layer_count_from_buffers(run: RunLog, model: ModelSpec) -> int | None:
@@ -162,7 +163,8 @@ def _cpu_layer_count_from_buffers(run: RunLog, model: ModelSpec) -> int | None:
 def program_of(run: RunLog) -> str:
     if run.program:
         return run.program
-    return {"ktransformers": "ktransformers", "sglang": "sglang"}.get(run.tool, "")
+    b = backends.of_log(run.tool)
+    return b.log_program if b else ""
 
 
 def _int(v) -> int | None:
@@ -172,23 +174,9 @@ def _int(v) -> int | None:
         return None
 
 
-def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = None) -> Recovered:
-    """The Placement the log's run used, on top of `base` (the plan's, or the defaults) for what
-    the log does not state."""
-    p = base or Placement()
-    ev: dict[str, str] = {}
-    notes: list[str] = []
-    flags = flag_values(run.args) if run.args else {}
-    rec = run.bench[0] if run.bench else {}
-    ch: dict = {}
-    backend = "ik_llama.cpp" if run.tool == "ik_llama.cpp" else ("llama.cpp" if run.tool in ("llama.cpp", "llama-bench")
-                                                                 else p.backend)
-    if run.tool in ("ktransformers", "sglang"):
-        backend = run.tool
-    ch["backend"] = backend
-    ev["backend"] = "log" if run.tool != "unknown" else "default"
-
-    # --- CPU experts
+def _recover_cpu_experts(run: RunLog, model: ModelSpec, p: Placement, base: Placement | None, flags: dict,
+                         rec: dict, backend: str, ch: dict, ev: dict[str, str], notes: list[str]) -> None:
+    """Which MoE blocks kept their experts on the CPU."""
     moe = model.moe_layer_indices
     if run.offloaded_layers is not None and run.offloaded_layers[0] == 0:
         # -ngl 0: every block, experts included, stays on the CPU
@@ -204,7 +192,8 @@ def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = No
         cpu, n = cpu_layers_from_patterns(model, pats)
         ncm = _int(_first(flags, "--n-cpu-moe", "-ncmoe"))
         if ncm:
-            extra = layers_from_last(moe, ncm) if backend == "ik_llama.cpp" else tuple(i for i in moe if i < ncm)
+            extra = (layers_from_last(moe, ncm) if backends.behaviour(backend).n_cpu_moe_from == "last"
+                     else tuple(i for i in moe if i < ncm))
             cpu = tuple(sorted(set(cpu) | set(extra)))
         ch["cpu_moe_layers"], ev["cpu_moe_layers"] = cpu, "flags"
         notes += n
@@ -216,17 +205,20 @@ def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = No
         cpu = tuple(sorted(set(cpu) | {i for i in moe if i < ncm}))
         ch["cpu_moe_layers"], ev["cpu_moe_layers"] = cpu, "llama-bench"
         notes += n
-    elif (n := _cpu_layer_count_from_buffers(run, model)) is not None:
+    elif (n_cpu := _cpu_layer_count_from_buffers(run, model)) is not None:
         # only how many: the first n MoE blocks stand for them (their bytes are what the buffers show)
-        ch["cpu_moe_layers"], ev["cpu_moe_layers"] = moe[:n], "buffer sizes"
-        notes.append(f"the host model buffer holds the experts of {n} MoE layers; which ones is not logged "
+        ch["cpu_moe_layers"], ev["cpu_moe_layers"] = moe[:n_cpu], "buffer sizes"
+        notes.append(f"the host model buffer holds the experts of {n_cpu} MoE layers; which ones is not logged "
                      "(run with -v so the loader logs each overridden tensor): the first are assumed")
     else:
         ev["cpu_moe_layers"] = "plan" if base else "default"
         notes.append("the log does not show where the experts were: run with -v (--verbose) so the loader logs "
                      "each overridden tensor, or keep the command line in the log")
 
-    # --- context
+
+def _recover_context(run: RunLog, model: ModelSpec, p: Placement, base: Placement | None, flags: dict,
+                     rec: dict, backend: str, ch: dict, ev: dict[str, str], notes: list[str]) -> None:
+    """Context, batches, cache types, flash attention, threads."""
     c = run.context
 
     def take(fieldname: str, log_val, flag_val, bench_val=None, conv=int):
@@ -271,7 +263,10 @@ def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = No
     if "n_outputs_max" in ch and ch["n_outputs_max"] == ch.get("n_batch", p.n_batch):
         ch["n_outputs_max"] = 0  # the library default (Placement: 0 = n_batch)
 
-    # --- op offload, KV offload, NUMA, experts used
+
+def _recover_switches(run: RunLog, model: ModelSpec, p: Placement, base: Placement | None, flags: dict,
+                      rec: dict, backend: str, ch: dict, ev: dict[str, str], notes: list[str]) -> None:
+    """Op offload, KV offload, NUMA policy, experts used."""
     if "--no-op-offload" in flags or str(rec.get("no_op_offload", "")).lower() in ("1", "true"):
         ch["op_offload"], ev["op_offload"] = False, "flags" if flags else "llama-bench"
     elif flags or rec:
@@ -286,7 +281,10 @@ def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = No
         if m:
             ch["n_experts_used"], ev["n_experts_used"] = int(m.group(1)), "flags"
 
-    # --- load mode
+
+def _recover_load_mode(run: RunLog, model: ModelSpec, p: Placement, base: Placement | None, flags: dict,
+                       rec: dict, backend: str, ch: dict, ev: dict[str, str], notes: list[str]) -> None:
+    """mmap, no-mmap or mlock."""
     model_bufs = [b for b in run.buffers if b.kind == "model"]
     lm = _first(flags, "-lm", "--load-mode")
     if "--mlock" in flags or lm == "mlock":
@@ -305,7 +303,10 @@ def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = No
         ch["load_mode"] = "no-mmap" if v == "none" else ("mlock" if "mlock" in v else "mmap")
         ev["load_mode"] = "llama-bench"
 
-    # --- devices
+
+def _recover_devices(run: RunLog, model: ModelSpec, p: Placement, base: Placement | None, flags: dict,
+                     rec: dict, backend: str, ch: dict, ev: dict[str, str], notes: list[str]) -> None:
+    """How many GPUs ran it, and a partial -ngl."""
     gpus = [d.name for d in run.devices if not is_host_buffer(d.name)]
     if not gpus:
         gpus = [m.name for m in run.memory if not m.host]
@@ -325,6 +326,27 @@ def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = No
         if n_off < n_all:
             notes.append(f"only {n_off} of {n_all} layers were offloaded (-ngl {n_off}): the rest run whole on the "
                          "CPU, which moeplan's placements do not do")
+
+
+def recover_placement(run: RunLog, model: ModelSpec, base: Placement | None = None) -> Recovered:
+    """The Placement the log's run used, on top of `base` (the plan's, or the defaults) for what
+    the log does not state."""
+    p = base or Placement()
+    ev: dict[str, str] = {}
+    notes: list[str] = []
+    flags = flag_values(run.args) if run.args else {}
+    rec = run.bench[0] if run.bench else {}
+    ch: dict = {}
+    from_log = backends.of_log(run.tool)
+    backend = from_log.name if from_log else p.backend
+    ch["backend"] = backend
+    ev["backend"] = "log" if run.tool != "unknown" else "default"
+
+    _recover_cpu_experts(run, model, p, base, flags, rec, backend, ch, ev, notes)
+    _recover_context(run, model, p, base, flags, rec, backend, ch, ev, notes)
+    _recover_switches(run, model, p, base, flags, rec, backend, ch, ev, notes)
+    _recover_load_mode(run, model, p, base, flags, rec, backend, ch, ev, notes)
+    _recover_devices(run, model, p, base, flags, rec, backend, ch, ev, notes)
     if "cpu_moe_layers" in ch:
         ch["cpu_moe_layers"] = tuple(ch["cpu_moe_layers"])
     placement = p.with_(**ch)

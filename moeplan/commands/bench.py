@@ -26,6 +26,7 @@ from moeplan.commands.placement_opts import (
     resolve_placement,
 )
 from moeplan.errors import InputError
+from moeplan.planner import backends
 
 
 def read_plan_placement(path: str, model, plan=None):
@@ -145,7 +146,7 @@ def register(app: typer.Typer) -> None:
                 ("--all-cpu-moe", all_cpu_moe), ("--ctx", ctx != "4096"), ("--kv-type", kv_type != "f16"),
                 ("--threads", threads is not None), ("--ubatch", ubatch != 512), ("--numa", numa != "none"),
                 ("--no-op-offload", no_op_offload), ("--gpu-expert-cache", gpu_expert_cache is not None),
-                ("--draft", draft != 0), ("--accept", accept != 0.0), ("--backend", backend != "llama.cpp"),
+                ("--draft", draft != 0), ("--accept", accept != 0.0), ("--backend", backend != backends.DEFAULT),
                 ("--no-mmap", no_mmap)) if changed]
             if given:
                 raise InputError(f"give either --plan or placement flags, not both ({given[0]})",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from moeplan.planner.model.ggml import KV_CACHE_TYPES
+from moeplan.planner.placement import BACKENDS
 from moeplan.planner.resolve import (  # noqa: F401  (re-exported: the commands' and tests' import)
     PlacementRequest,
     check_backend_device,
@@ -43,7 +44,7 @@ NoOpOffloadOpt = Annotated[bool, typer.Option("--no-op-offload", help="Keep CPU 
 CacheOpt = Annotated[Optional[str], typer.Option("--gpu-expert-cache", help="GPU cache of hot experts of CPU layers (e.g. 4G).")]
 DraftOpt = Annotated[int, typer.Option("--draft", help="Speculative decoding: drafted tokens per step.")]
 AcceptOpt = Annotated[float, typer.Option("--accept", help="Speculative decoding: acceptance rate 0..1.")]
-BackendOpt = Annotated[str, typer.Option("--backend", help="llama.cpp | ik_llama.cpp | ktransformers | vllm")]
+BackendOpt = Annotated[str, typer.Option("--backend", help=" | ".join(BACKENDS))]
 CpuOnlyOpt = Annotated[bool, typer.Option("--cpu-only", help="No GPU layers (llama.cpp -ngl 0): every weight on the CPU.")]
 ExpertsUsedOpt = Annotated[Optional[int], typer.Option(
     "--experts-used", help="Experts per token if not the model's own (llama.cpp --override-kv, KTransformers).")]

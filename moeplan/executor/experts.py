@@ -74,14 +74,14 @@ class TierContext:
     staging: DeviceSlots | None = None
     cpu_decode_mode: str = "compute"  # 'compute' | 'transfer'
     op_offload: bool = True
-    offload_rule: str = "llama.cpp"  # or 'ik_llama.cpp'
+    offload_rule: str = "mainline"  # or 'ik' (the backend record's op_offload_rule)
     grouped: bool = False  # device-side experts as grouped GEMMs (see the module docstring)
     notes: list = field(default_factory=list)
 
     def prefill_uploads(self, n_tokens: int, k: int, n_expert: int) -> bool:
         if not self.op_offload:
             return False
-        if self.offload_rule == "ik_llama.cpp":
+        if self.offload_rule == "ik":
             return n_tokens * k >= OP_OFFLOAD_MIN_BATCH * n_expert
         return n_tokens >= OP_OFFLOAD_MIN_BATCH
 

@@ -6,7 +6,8 @@ writes launch.sh (the server), bench.sh (the measurement that verifies the plan)
 launch.json (every command as an argv list, for programs) and, per backend, complete.sh
 (llama.cpp, ik_llama.cpp: one short completion), vllm.yaml, ray-*.sh, launch-nodeN.sh.
 
-Backend settings a plan may carry in Placement.extra (all optional):
+Backend settings a plan may carry in Placement.extra (all optional; planner/options.py PlanOptions
+reads them into a typed record and refuses any other key):
   op_offload_min_batch  llama.cpp: GGML_OP_OFFLOAD_MIN_BATCH for the run
   tensor_split, devices llama.cpp/ik: -ts and -dev with several GPUs (default: an even split)
   draft_model, spec_type  speculative decoding (default: the model's MTP blocks if it has any)
@@ -15,13 +16,13 @@ Backend settings a plan may carry in Placement.extra (all optional):
 """
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 from moeplan.errors import InputError
-from moeplan.launch import ikllama, ktransformers, llamacpp, sglang, vllm
 from moeplan.launch.binaries import (
     HelpReader,
     Programs,
@@ -37,8 +38,8 @@ from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.plan import Plan
 
 # each backend's emitter module, as its planner record names it (planner/backends.py)
-EMITTERS: dict[str, ModuleType] = {b.name: {"llamacpp": llamacpp, "ikllama": ikllama, "ktransformers": ktransformers,
-                                            "vllm": vllm, "sglang": sglang}[b.emitter] for b in BACKENDS.values()}
+EMITTERS: dict[str, ModuleType] = {b.name: importlib.import_module(f"moeplan.launch.{b.emitter}")
+                                   for b in BACKENDS.values()}
 
 
 def backend_of(plan: Plan, backend: str | None) -> str:
@@ -68,7 +69,7 @@ def release_programs(backend: str, os_family: str = "linux") -> Programs:
     if BACKENDS[backend].gguf_runner:
         suffix = ".exe" if os_family == "windows" else ""
         return Programs(programs={k: v + suffix for k, v in mod.PROGRAMS.items()}, flags=flags)
-    return Programs(programs={"server": "vllm" if backend == "vllm" else "python"}, flags=flags)
+    return Programs(programs={"server": BACKENDS[backend].server_program}, flags=flags)
 
 
 def find_programs(backend: str, binary: str | None, which: Callable[[str], str | None] | None = None,
@@ -83,10 +84,9 @@ def find_programs(backend: str, binary: str | None, which: Callable[[str], str |
     if BACKENDS[backend].gguf_runner:
         return find_llama_programs(backend, binary, release, which, reader,
                                    exe_suffix=".exe" if os_family == "windows" else "")
-    if backend == "vllm":
+    if BACKENDS[backend].server_program != "python":  # a server program of its own (vLLM's `vllm`)
         return find_vllm_programs(binary, release, which, reader)
-    return find_python_programs(backend, binary, release, which, reader,
-                                marker="--kt-method" if backend == "ktransformers" else "")
+    return find_python_programs(backend, binary, release, which, reader, marker=BACKENDS[backend].help_marker)
 
 
 def script_model_path(model: ModelSpec, backend: str) -> str:

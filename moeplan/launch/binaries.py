@@ -16,6 +16,7 @@ from pathlib import Path
 
 from moeplan.errors import InputError, RunnerError
 from moeplan.launch.flags import FlagSet, parse_help
+from moeplan.planner import backends
 
 HelpReader = Callable[[list[str]], str]
 HELP_TIMEOUT_S = 120
@@ -74,7 +75,7 @@ def find_llama_programs(backend: str, binary: str | None, release: dict[str, Fla
     """Programs of llama.cpp or ik_llama.cpp (both name them llama-server / llama-bench).
     need_server False: a --bin folder without llama-server is fine (a llama-bench-only run).
     exe_suffix: '.exe' for Windows builds (llama-server.exe, in --bin's folder or on PATH)."""
-    ik = backend == "ik_llama.cpp"
+    ik = backends.get(backend).cpu_kernels == "iqk"  # ik_llama.cpp's build (its own kernels)
     tools = {k: tuple(n + exe_suffix for n in v) for k, v in (IK_TOOLS if ik else LLAMA_TOOLS).items()}
     folder: Path | None = None
     server_file: Path | None = None

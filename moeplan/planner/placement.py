@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from moeplan.planner import backends
+from moeplan.planner.options import PlanOptions
 
 BACKENDS = backends.NAMES
 NUMA_POLICIES = ("none", "bind", "interleave", "distribute")
@@ -68,6 +69,12 @@ class Placement:
     # ARCH.expert_used_count=int:6, KTransformers' reduced-expert runs); 0 = the model's
     n_experts_used: int = 0
     extra: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def options(self) -> PlanOptions:
+        """The backend settings in `extra` as a typed record (planner/options.py); an unknown key
+        or a bad value is an InputError."""
+        return PlanOptions.parse(self.extra)
 
     @property
     def threads_batch(self) -> int:

@@ -85,7 +85,7 @@ class FactorFigure:
 
 @dataclass(frozen=True)
 class FactorsUsed:
-    """The efficiency factors an estimate was computed with (cost/estimate.py resolves them)."""
+    """The efficiency factors an estimate was computed with (cost/resolve.py resolves them)."""
 
     bw_gpu_bytes_per_s: FactorFigure
     gpu_flop_per_s: FactorFigure
@@ -126,7 +126,7 @@ class Estimate:
     factors: FactorsUsed | None = None  # efficiency factors used, with their source
     notes: tuple[str, ...] = ()
     # mmap with a file that does not fit in RAM beside the rest: decode if every CPU expert
-    # read comes from the disk (cost/estimate.py page_cache_short_bytes); 0 when it fits
+    # read comes from the disk (cost/report.py page_cache_short_bytes); 0 when it fits
     decode_tok_s_paging: float = 0.0
 
 

@@ -81,7 +81,7 @@ def check_backend_runs(model: ModelSpec, backend: str) -> None:
         raise InputError(f"--backend {backend} cannot run {model.name} ({model.arch}): {why}",
                          "use --backend " + " or ".join(able))
     ik_only = sorted({t.ggml_type for t in model.tensors if t.ggml_type in IK_TYPES})
-    if ik_only and backend != "ik_llama.cpp":
+    if ik_only and backends.behaviour(backend).cpu_kernels != "iqk":
         raise InputError(f"--backend {backend} cannot load {model.name}'s {', '.join(ik_only)} tensors: "
                          "ik_llama.cpp's own types",
                          "use --backend ik_llama.cpp, or a llama-quantize type (--quant Q4_K_M, IQ4_XS, UD-Q4_K_XL ...)")
@@ -115,10 +115,14 @@ def check_kv_type_v(model: ModelSpec, kv_k: str, kv_type_v: str | None, flash_at
     return kv_v
 
 
-def _only_for(backend: str, needed: str, what: str) -> None:
-    """A one-line error when a backend's own setting is given for another backend."""
-    if backend != needed:
-        raise InputError(what, f"add --backend {needed} or drop it")
+def _only_for(backend: str, option: str, what: str) -> None:
+    """A one-line error when a backend's own setting (a plan option its record takes) is given
+    for another backend."""
+    from moeplan.planner import backends
+
+    if not backends.behaviour(backend).takes(option):
+        able = " or ".join(b for b in backends.NAMES if backends.get(b).takes(option))
+        raise InputError(what, f"add --backend {able} or drop it")
 
 
 def resolve_placement(model: ModelSpec, req: PlacementRequest) -> Placement:
@@ -179,14 +183,15 @@ def _cpu_expert_layers(model: ModelSpec, req: PlacementRequest,
     extra: tuple[tuple[str, str], ...] = ()
     cpu_moe_layers = req.cpu_moe_layers
     if req.kt_gpu_experts is not None:
-        _only_for(backend, "ktransformers", "--kt-gpu-experts is KTransformers' --kt-num-gpu-experts")
+        from moeplan.planner.cost.machine import KT_GPU_EXPERTS_KEY
+
+        _only_for(backend, KT_GPU_EXPERTS_KEY, "--kt-gpu-experts is KTransformers' --kt-num-gpu-experts")
         if not 0 <= req.kt_gpu_experts <= model.n_experts:
             raise InputError(f"--kt-gpu-experts {req.kt_gpu_experts} is out of range",
                              f"{model.name} has {model.n_experts} experts per MoE layer")
         # G of N experts of every layer hold the bytes of G/N of the layers, and with routing
         # spread over the experts they serve the same share of each token's expert reads
         cpu_moe_layers = len(moe) - round(req.kt_gpu_experts * len(moe) / max(1, model.n_experts))
-        from moeplan.planner.cost.machine import KT_GPU_EXPERTS_KEY
 
         extra += ((KT_GPU_EXPERTS_KEY, str(req.kt_gpu_experts)),)
     if n_gpu_layers is not None:
@@ -231,18 +236,18 @@ def _backend_extra(req: PlacementRequest) -> tuple[tuple[str, str], ...]:
 
     extra: tuple[tuple[str, str], ...] = ()
     if req.kt_prefill_threshold is not None:
-        _only_for(req.backend, "ktransformers", "--kt-prefill-threshold is a KTransformers setting")
+        _only_for(req.backend, KT_THRESHOLD_KEY, "--kt-prefill-threshold is a KTransformers setting")
         if req.kt_prefill_threshold < 0:
             raise InputError(f"--kt-prefill-threshold {req.kt_prefill_threshold} is negative",
                              "give a prompt length in tokens, or 0 for no layer-wise GPU prefill")
         extra += ((KT_THRESHOLD_KEY, str(req.kt_prefill_threshold)),)
     if req.llama_build is not None:
-        _only_for(req.backend, "llama.cpp", "--llama-build is a llama.cpp build number")
+        _only_for(req.backend, LLAMA_BUILD_KEY, "--llama-build is a llama.cpp build number")
         if req.llama_build <= 0:
             raise InputError(f"--llama-build {req.llama_build} is not a build number",
                              "give the number `llama-server --version` prints, e.g. 6263")
         extra += ((LLAMA_BUILD_KEY, str(req.llama_build)),)
     if req.rtr:
-        _only_for(req.backend, "ik_llama.cpp", "--rtr is ik_llama.cpp's run-time repacking")
+        _only_for(req.backend, RTR_KEY, "--rtr is ik_llama.cpp's run-time repacking")
         extra += ((RTR_KEY, "1"),)
     return extra

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from moeplan.errors import InfeasibleError
+from moeplan.planner import backends
 from moeplan.planner.cost.estimate import (
     cpu_nodes,
     default_threads,
@@ -551,8 +552,8 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
         grown = fit_placement(model, grown, hw, vram, consts) or grown
         e = _estimate(model, grown, hw, pr, req, consts)
         best = Candidate(grown, e, _score(e, req, grown.cache_type_k))
-    if pr.name == "ktransformers" and has_gpu:
-        # the layer-wise GPU prefill threshold the estimate assumed (cost/estimate.py
+    if backends.behaviour(pr.name).layerwise_gpu_prefill and has_gpu:
+        # the layer-wise GPU prefill threshold the estimate assumed (cost/prefill_path.py
         # kt_prefill_crossover_tokens), written into the plan for the emitter
         thr = kt_plan_threshold(model, best.placement, hw, pr, consts)
         extra = tuple(kv for kv in best.placement.extra if kv[0] != KT_THRESHOLD_KEY) + ((KT_THRESHOLD_KEY, str(thr)),)
@@ -568,7 +569,7 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
 def _no_mmap_if_short(model: ModelSpec, best: Candidate, hw: HardwareProfile, pr: BackendPriors, req: Request,
                       vram: int, ram: int, consts: MemoryConstants) -> Candidate:
     """--no-mmap when the mapped file would not fit in the page cache beside the rest (the
-    kernel may then evict CPU expert pages: cost/estimate.py page_cache_short_bytes) and the
+    kernel may then evict CPU expert pages: cost/report.py page_cache_short_bytes) and the
     CPU weights fit in anonymous memory; else the plan as it is. Not under --numa distribute:
     read in, every page is first touched by the loading thread, not by the thread that reads
     it in decode, so the node-local reads that policy is chosen for would be lost."""

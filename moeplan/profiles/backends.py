@@ -50,12 +50,35 @@ def _data() -> dict:
     return tomllib.loads(text)
 
 
-def read_priors(backend: str) -> BackendPriors:
-    """BackendPriors for `backend` (llama.cpp, ik_llama.cpp, ktransformers, vllm, sglang)."""
+# BackendPriors fields that backends.toml may set: the fitted term scales and ranges come from
+# fit.json (fitted_terms), never from the TOML
+_TOML_FIELDS = frozenset(BackendPriors.__dataclass_fields__) - {"term_scale", "term_range_log", "term_range_center"}
+
+
+def unknown_keys(data: dict) -> list[str]:
+    """Problems of a backends.toml document: a section that is no backend's (nor [type_cost]),
+    or a key no BackendPriors field has (a misspelt prior would otherwise be dropped silently)."""
+    problems = []
+    for section, table in data.items():
+        if section == "type_cost":
+            continue
+        if section not in _KEYS.values():
+            problems.append(f"[{section}] is no backend's section (known: type_cost, {', '.join(_KEYS.values())})")
+            continue
+        for k in table:
+            if k not in _TOML_FIELDS:
+                problems.append(f"[{section}] {k} is no prior (known: {', '.join(sorted(_TOML_FIELDS))})")
+    return problems
+
+
+def priors_from(data: dict, backend: str) -> BackendPriors:
+    """BackendPriors of `backend` from a parsed backends.toml (with the fitted terms of fit.json)."""
     key = _KEYS.get(backend)
-    data = _data()
     if key is None or key not in data:
         raise InputError(f"no priors for backend {backend!r}", "use one of " + ", ".join(_KEYS))
+    problems = unknown_keys(data)
+    if problems:
+        raise ValueError("backends.toml: " + "; ".join(problems))
     d = dict(data[key])
     # the ggml kernels' per-type costs, with the backend's own where it has them
     d["type_cost"] = {**data.get("type_cost", {}), **d.get("type_cost", {})}
@@ -64,9 +87,13 @@ def read_priors(backend: str) -> BackendPriors:
     d["term_scale"] = fit.get("scales", {})
     d["term_range_log"] = fit.get("range_log_half_width", {})
     d["term_range_center"] = fit.get("range_log_center", {})
-    known = set(BackendPriors.__dataclass_fields__)
-    pr = BackendPriors(**{k: v for k, v in d.items() if k in known})
+    pr = BackendPriors(**d)
     problems = check_priors(pr)
     if problems:  # the bundled file disagrees with the factor table (planner/cost/factors.py)
         raise ValueError("backends.toml: " + "; ".join(problems))
     return pr
+
+
+def read_priors(backend: str) -> BackendPriors:
+    """BackendPriors for `backend` (a name of planner/backends.py, or 'executor')."""
+    return priors_from(_data(), backend)

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
+from moeplan.planner import backends
 from moeplan.planner.model.spec import ModelSpec
 
 # split-KV threshold and query tile (ops.cpp l. 9490; ggml-cpu/common.h GGML_FA_TILE_Q/KV)
@@ -121,7 +123,7 @@ IK_MLA_PP_MIN_TOKENS = 128
 
 def mla_prompt_dims(model: ModelSpec) -> tuple[int, int, int, int] | None:
     """(d_k, d_v, kv_lora_rank, rope) of an MLA model's expanded heads, None without MLA."""
-    extra = dict(model.extra)
+    extra: dict[str, Any] = dict(model.extra)
     dk, dv, rank = (int(extra.get(k) or 0) for k in ("attention.key_length_mla", "attention.value_length_mla",
                                                      "attention.kv_lora_rank"))
     if not (model.mla and dk and dv and rank):
@@ -165,7 +167,7 @@ def attention_layers(model: ModelSpec, depth: int, n_ubatch: int = 512,
     key_length_mla / value_length_mla after a latent-to-heads product, IK_MLA_PP_MIN_TOKENS).
     Sliding-window caches hold window + n_ubatch cells (KvComponent 'swa').
     `blocks`: only these blocks (the CPU blocks of a -ngl split)."""
-    extra = dict(model.extra)
+    extra: dict[str, Any] = dict(model.extra)
     n_head = max(1, model.n_head)
     d_k = int(extra.get("attention.key_length") or (model.n_embd // n_head))
     d_v = int(extra.get("attention.value_length") or d_k)
@@ -245,7 +247,7 @@ def decode_attention(layers: list[AttnLayer], m: CpuMachine, backend: str, type_
             cyc = ((OPS_K_F16 * a.d_k + OPS_K_F16 * a.d_v) / m.lanes_per_cycle + NOFA_CELL_FIXED_CYCLES)
             t = a.cells * a.n_head * n_tokens * cyc / m.clock_hz / eff
             paths.add("mul_mat (-fa 0)")
-        elif backend == "ik_llama.cpp":
+        elif backends.behaviour(backend).cpu_kernels == "iqk":
             # iqk FlashAttn: per element one FMA per q row, the K/V load+convert shared by the
             # rows of a tile (up to q_step q heads of a GQA group)
             share = min(rk2, IK_Q_STEP) if n_tokens == 1 else min(n_tokens, IK_Q_STEP)
@@ -306,7 +308,7 @@ def prefill_attention(layers: list[AttnLayer], m: CpuMachine, backend: str, type
             # the latent cache times wkv_b into every head's K and V: a GEMM over all cells
             total += a.expand_flop_per_cell * a.cells / max(1.0, m.gemm_flop_per_s)
             paths.add("MLA heads expanded")
-        if not flash_attn or backend == "ik_llama.cpp" and u >= IK_Q_STEP:
+        if not flash_attn or backends.behaviour(backend).cpu_kernels == "iqk" and u >= IK_Q_STEP:
             # GEMMs (-fa 0 mul_mat; iqk's tiled FlashAttn) at the matmul rate, plus the softmax
             t = fl / max(1.0, m.gemm_flop_per_s) + rows * a.cells * NOFA_CELL_FIXED_CYCLES / 2 / m.clock_hz / eff
             paths.add("GEMM (-fa 0)" if not flash_attn else "iqk tiled")

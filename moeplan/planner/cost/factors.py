@@ -3,7 +3,7 @@
 A factor is a number the cost model cannot read off the hardware profile: how much of a
 measured rate a runtime's kernels reach, or a fixed cost per layer or token. Each backend
 has a prior for it (profiles/backends.toml, BackendPriors), `moeplan calibrate` and
-`tune --validate` may fit it on this machine (tuner/calibrate.py), and estimate.py resolves
+`tune --validate` may fit it on this machine (tuner/calibrate.py), and resolve.py resolves
 it (calibrated > prior). This table is the one place that names a factor:
 
   name          BackendPriors field and the key in calibrations (HardwareProfile.calibration)

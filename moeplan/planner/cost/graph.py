@@ -31,6 +31,7 @@ mainline's (-2 for the fused op, n_expert_used - 2 for the sum), and its CPU exp
 """
 from __future__ import annotations
 
+from moeplan.planner import backends
 from moeplan.planner.model import registry
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 
@@ -67,7 +68,7 @@ def block_barriers(model: ModelSpec, layers: tuple[LayerSpec, ...], backend: str
     total = 0
     for layer in layers:
         n = _mainline_block(model, layer)
-        if backend == "ik_llama.cpp" and layer.kind == "moe":
+        if backends.behaviour(backend).cpu_kernels == "iqk" and layer.kind == "moe":
             n -= model.n_experts_used
         total += n
     return total
@@ -82,6 +83,6 @@ EXPERT_SPLIT_BARRIERS: dict[str, int] = {
 
 def expert_split_barriers(model: ModelSpec, backend: str) -> int:
     """Barriers of the CPU's split of one MoE block whose routed experts run on the CPU."""
-    if backend == "ik_llama.cpp":
+    if backends.behaviour(backend).cpu_kernels == "iqk":
         return 4
     return EXPERT_SPLIT_BARRIERS.get(model.arch, 4)

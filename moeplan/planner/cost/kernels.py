@@ -47,6 +47,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from moeplan.planner import backends
+
 # ISA classes as estimate.cpu_isa_class names them
 _AVX2_UP = ("avx2", "avx512f", "avx512_vnni", "amx")
 _AVX512_UP = ("avx512f", "avx512_vnni", "amx")
@@ -157,9 +159,10 @@ def ik_path(ggml_type: str, ny: float) -> str:
 
 
 def path_of(backend: str, ggml_type: str, isa: str, dense: bool, ny: float) -> str:
-    if backend == "llama.cpp":
+    kind = backends.behaviour(backend).cpu_kernels
+    if kind == "mainline":
         return mainline_path(ggml_type, isa, dense)
-    if backend == "ik_llama.cpp":
+    if kind == "iqk":
         return ik_path(ggml_type, ny)
     return "gemm"
 
@@ -265,7 +268,8 @@ def matmul_time(weights: dict[str, float], tokens: float, ny: float | tuple[tupl
     kernel of each expert's matrix by its own count)."""
     spread = ny if isinstance(ny, tuple) else ((ny, 1.0),)
     weights = r.as_run(weights)
-    total, flops, by_path = 0.0, 0.0, {}
+    total, flops = 0.0, 0.0
+    by_path: dict[str, float] = {}
     for t, n in weights.items():
         if n <= 0:
             continue

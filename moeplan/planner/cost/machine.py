@@ -1,7 +1,7 @@
 """The machine model behind the CPU terms: memory topology, read rate as a function of the
 threads used, socket links, clocks and ISA (pure; docs/cost-model.md "Machine model").
 
-Each function is one mechanism with its source. The cost model (estimate.py) calls them while
+Each function is one mechanism with its source. The cost model (cost/resolve.py) calls them while
 resolving its factors; a profile's measured figure (`moeplan probe`) always wins over these
 priors, and `moeplan calibrate` over both.
 
@@ -21,8 +21,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from moeplan.errors import InputError
+from moeplan.planner import backends
 from moeplan.planner.hardware.profile import HardwareProfile
+from moeplan.planner.options import KT_GPU_EXPERTS_KEY as KT_GPU_EXPERTS_KEY  # the keys' old home, re-exported
+from moeplan.planner.options import KT_THRESHOLD_KEY as KT_THRESHOLD_KEY
+from moeplan.planner.options import LLAMA_BUILD_KEY as LLAMA_BUILD_KEY
+from moeplan.planner.options import RTR_KEY as RTR_KEY
+from moeplan.planner.options import PlanOptions
 
 LINE_BYTES = 64
 
@@ -191,6 +196,13 @@ class ThreadUse:
     oversubscribed: int  # threads beyond the logical CPUs (time-sliced by the OS)
 
 
+# What a thread on a core's second hardware thread (an SMT sibling) adds to the batch-1 dot
+# rate, in cores: the dequantise-and-dot loops are bound by the vector ALU ports the two
+# threads share (see VECTOR_ALU_PIPES), so the sibling adds little. An assumed figure, not
+# measured in benchmarks/ (a thread sweep past the physical cores would measure it).
+SMT_SIBLING_X = 0.1
+
+
 def thread_use(threads: int, cores: int, logical: int) -> ThreadUse:
     cores, logical = max(1, cores), max(cores, logical)
     t = max(1, threads)
@@ -286,11 +298,8 @@ def all_core_clock_hz(hw: HardwareProfile, ref_hz: float) -> tuple[float, str]:
 #   kernels are ik's iqk_mul_mat, whose 512-bit path needs VNNI (third_party/llamafile/
 #   iqk_mul_mat_x86.inc:1071: HAVE_FANCY_SIMD = AVX512F+VNNI+VL+BW+DQ), so an AVX-512 part
 #   without VNNI (Skylake-SP) runs the AVX2 kernels.
-ISA_DOT_SCALE = {
-    "llama.cpp": {"neon": 0.7, "avx2": 0.75, "avx_vnni": 1.0, "avx512f": 0.8, "avx512_vnni": 1.0, "amx": 1.0},
-    "ik_llama.cpp": {"neon": 0.7, "avx2": 0.8, "avx_vnni": 1.0, "avx512f": 0.9, "avx512_vnni": 1.3, "amx": 1.3},
-    "ktransformers": {"neon": 0.6, "avx2": 0.7, "avx_vnni": 0.8, "avx512f": 0.7, "avx512_vnni": 1.0, "amx": 1.0},
-}
+# Each backend's table is its record's isa_dot_scale (planner/runtimes/); a runner without one
+# (the executor) has mainline's.
 # Zen 4 executes a 512-bit op as two 256-bit halves (cpus.toml families.zen4): the 512-bit
 # kernels gain only their lower instruction count
 HALF_WIDTH_AVX512_FAMILIES = {"zen4", "zen5-mobile", "rocket-lake"}
@@ -322,7 +331,7 @@ ANCHOR_VECTOR_ALU_PIPES = 3
 
 def isa_dot_scale(hw: HardwareProfile, backend: str) -> tuple[float, str]:
     cls = dot_isa_class(hw)
-    table = ISA_DOT_SCALE.get(backend, ISA_DOT_SCALE["llama.cpp"])
+    table = backends.behaviour(backend).isa_dot_scale
     x = table.get(cls, 1.0)
     if x > 1.0 and cpu_family(hw) in HALF_WIDTH_AVX512_FAMILIES:
         x = 1.0 + (x - 1.0) / 3
@@ -387,71 +396,40 @@ def kt_pool_count(numa: str, n_nodes_used: int) -> int:
 # published recipes set 2048 to 65536. Shorter prompts than the threshold run the CPU experts
 # on the CPU pools. KTransformers 0.2/0.3 prefill on the CPU.
 # The planner sets the threshold to the prompt length where the layer-wise path gets faster
-# (estimate.kt_prefill_crossover_tokens); a plan carries it in Placement.extra under this key.
-KT_THRESHOLD_KEY = "kt_gpu_prefill_token_threshold"
-KT_CHUNKED_PREFILL_TOKENS = 4096  # the plan's default n_batch for KTransformers
+# (cost/prefill_path.py kt_prefill_crossover_tokens); a plan carries it among its options
+# (planner/options.py KT_THRESHOLD_KEY).
 
 
 def default_batch(backend: str) -> int:
     """The logical batch a plan runs without -b: llama.cpp's 2048; for KTransformers SGLang's
-    --chunked-prefill-size as `kt run` passes it."""
-    return KT_CHUNKED_PREFILL_TOKENS if backend == "ktransformers" else 2048
+    --chunked-prefill-size as `kt run` passes it (the backend record's default_batch)."""
+    return backends.behaviour(backend).default_batch
 
 
 def kt_threshold_of(extra: tuple[tuple[str, str], ...]) -> int | None:
     """The plan's --kt-gpu-prefill-token-threshold (0 = off), None when the plan sets none."""
-    for k, v in extra:
-        if k == KT_THRESHOLD_KEY:
-            if not str(v).strip().isdigit():
-                raise InputError(f"{KT_THRESHOLD_KEY} {v!r} is not a token count",
-                                 "give a whole number of prompt tokens (0 turns the layer-wise GPU prefill off)")
-            return int(v)
-    return None
-
-
-# KTransformers --kt-num-gpu-experts G as the plan was given it (estimate --kt-gpu-experts): the
-# plan keeps the GPU layers of the same bytes; every MoE layer still has CPU experts and hands
-# over to the CPU pools, and `emit` passes G itself
-KT_GPU_EXPERTS_KEY = "kt_num_gpu_experts"
+    return PlanOptions.parse(extra).kt_gpu_prefill_token_threshold
 
 
 def kt_gpu_experts_of(extra: tuple[tuple[str, str], ...]) -> int | None:
     """The plan's --kt-num-gpu-experts when it was given as such, else None."""
-    v = dict(extra).get(KT_GPU_EXPERTS_KEY)
-    if v is None:
-        return None
-    if not str(v).strip().isdigit():
-        raise InputError(f"{KT_GPU_EXPERTS_KEY} {v!r} is not an expert count", "give a whole number of experts per layer")
-    return int(v)
-
-
-# ik_llama.cpp -rtr: the CPU weights repacked to row-interleaved types at load (launch/ikllama.py)
-RTR_KEY = "rtr"
-# the llama.cpp build a plan is costed for (`llama-server --version`: "version: 6263 (...)"):
-# kernels that changed between builds run as that build runs them; absent = the vendored build's
-LLAMA_BUILD_KEY = "llama_build"
+    return PlanOptions.parse(extra).kt_num_gpu_experts
 
 
 def rtr_of(extra: tuple[tuple[str, str], ...]) -> bool:
     """Whether the plan runs ik_llama.cpp with -rtr."""
-    return any(k == RTR_KEY and str(v) == "1" for k, v in extra)
+    return PlanOptions.parse(extra).rtr
 
 
 def llama_build_of(extra: tuple[tuple[str, str], ...]) -> int | None:
     """The plan's llama.cpp build number, None when the plan names none (the vendored build)."""
-    for k, v in extra:
-        if k == LLAMA_BUILD_KEY:
-            if not str(v).strip().isdigit() or int(v) <= 0:
-                raise InputError(f"{LLAMA_BUILD_KEY} {v!r} is not a build number",
-                                 "give the number `llama-server --version` prints, e.g. 6263")
-            return int(v)
-    return None
+    return PlanOptions.parse(extra).llama_build
 
 
 def kt_layerwise_prefill(backend: str, n_prompt: int, has_cpu_experts_and_gpu: bool, threshold: int) -> bool:
     """KTransformers' layer-wise GPU prefill runs for prompts of at least `threshold` tokens
     (0 = never)."""
-    return (backend == "ktransformers" and has_cpu_experts_and_gpu and threshold > 0
+    return (backends.behaviour(backend).layerwise_gpu_prefill and has_cpu_experts_and_gpu and threshold > 0
             and n_prompt >= threshold)
 
 
@@ -532,7 +510,7 @@ def kt_threads(threads: int, cores: int, logical: int, pools: int = 1, node_logi
     # the helpers spin on cores too: the scheduler spreads busy threads over idle cores first,
     # SMT siblings next; a core's second thread adds ~0.1 of a core (as thread_use)
     tu = thread_use(busy, cores, logical)
-    dot = min(float(t), (tu.on_cores + 0.1 * tu.smt_threads) * t / busy)
+    dot = min(float(t), (tu.on_cores + SMT_SIBLING_X * tu.smt_threads) * t / busy)
     wait, how = 0.0, ""
     if over:
         k = math.ceil(busy / logical) if busy > logical else 2  # runnable per loaded CPU

@@ -307,9 +307,11 @@ def kt_prefill_layer_bytes(model: ModelSpec, p: Placement, cpu_layers: set[int])
     (kt-kernel README: "requires one MoE layer extra VRAM (e.g., ~9GB+ for Kimi-K2-Thinking and
     ~3.6GB for MiniMax-M2.1)"); none when the plan's threshold is 0 (the path is off). A plan
     without a threshold yet (the planner's candidates) reserves it."""
+    from moeplan.planner import backends
     from moeplan.planner.cost.machine import kt_threshold_of
 
-    if p.backend != "ktransformers" or not p.op_offload or not cpu_layers or kt_threshold_of(p.extra) == 0:
+    if (not backends.behaviour(p.backend).layerwise_gpu_prefill or not p.op_offload or not cpu_layers
+            or kt_threshold_of(p.extra) == 0):
         return 0
     return max((layer.expert_bytes for layer in model.moe_layers if layer.index in cpu_layers), default=0)
 

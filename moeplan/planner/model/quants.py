@@ -118,9 +118,10 @@ def resolve_quant(name: str) -> QuantName:
                               "scales; embeddings, lm_head and routers bf16), what KTransformers, vLLM and SGLang load")
     base = _plain(up)
     if base is not None:
-        fam = "ik_llama.cpp" if base in IK_FTYPES else "moeplan" if base in ("BF16", "native") else "llama.cpp"
+        ik = base in IK_FTYPES
+        fam = "ik_llama.cpp" if ik else "moeplan" if base in ("BF16", "native") else "llama.cpp"
         note = ""
-        if fam == "ik_llama.cpp":
+        if ik:
             note = (f"{base}: ik_llama.cpp type; bytes per weight from its ggml type table, tensor choice "
                     "after ik_llama.cpp's output / embedding / attention rules, the rest in the base type "
                     "(published ik_llama.cpp files are often custom mixes: give --size)")

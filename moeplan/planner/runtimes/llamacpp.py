@@ -1,0 +1,13 @@
+"""Mainline llama.cpp (ggml-org/llama.cpp)."""
+from moeplan.planner.runtimes import MAINLINE_ISA_DOT_SCALE, Backend
+
+BACKEND = Backend(
+    "llama.cpp", "llama_cpp", "llamacpp", gguf_runner=True, order=0,
+    # --n-cpu-moe N: blocks 0..N-1 (common/arg.cpp llm_ffn_exps_block_regex over i < N)
+    n_cpu_moe_from="first",
+    # ggml-cuda.cu GGML_OP_OFFLOAD_MIN_BATCH = 32: the used experts are copied at ubatch >= 32
+    op_offload_rule="mainline", windows_native=True,
+    cpu_kernels="mainline", isa_dot_scale=dict(MAINLINE_ISA_DOT_SCALE),
+    options=("llama_build",),  # costed as that build runs (cost/machine.py LLAMA_BUILD_KEY)
+    log_tools=("llama.cpp", "llama-bench"),
+)
