@@ -103,10 +103,13 @@ def check_kv_type_v(model: ModelSpec, kv_k: str, kv_type_v: str | None, flash_at
     """The V cache type: --kv-type-v, else the K type. llama.cpp's rules (llama-context.cpp
     llama_init_from_model, vendored 0c1e570 l. 3835-3848): MLA and DeepSeek V4 caches hold V inside
     K, so the types must match; a quantized V cache needs flash attention."""
+    from moeplan.planner.model import registry
+
     kv_v = (kv_type_v or kv_k).lower()
     if kv_v not in KV_CACHE_TYPES:
         raise InputError(f"unknown V cache type {kv_type_v!r}", "use one of " + ", ".join(KV_CACHE_TYPES))
-    if (model.mla or model.arch == "deepseek4") and kv_v != kv_k:
+    rec = registry.ARCHS.get(model.arch)
+    if (model.mla or (rec is not None and rec.kv_layout == "dsv4")) and kv_v != kv_k:
         raise InputError(f"{model.name}'s cache holds V inside K (an MLA or DeepSeek V4 cache), so K and V cannot "
                          f"differ (--kv-type {kv_k}, --kv-type-v {kv_v})", "drop --kv-type-v")
     if not flash_attn and kv_v not in ("f16", "bf16", "f32"):
