@@ -73,6 +73,11 @@ CASES = (
     IkCase("ik-qwen3moe-rpc2-complete", "qwen3moe",
            _p(cpu_moe_layers=(1, 2, 4), n_ctx=512, n_batch=128, n_ubatch=64, cache_type_k="q8_0",
               cache_type_v="q8_0", load_mode="no-mmap", n_gpus=2, extra=(("tensor_split", "3,4"),))),
+    # a split where ik's byte rule and llama.cpp's block count disagree (probe ts-block-counts):
+    # -ts 1,5 as block counts is blocks 0-1 on the first device, as ik reads it block 0 only
+    IkCase("ik-qwen3moe-rpc2-ts15-complete", "qwen3moe",
+           _p(cpu_moe_layers=(3,), n_ctx=512, n_batch=128, n_ubatch=64, load_mode="no-mmap", n_gpus=2,
+              extra=(("tensor_split", "1,5"),))),
     # MLA with DeepSeek's head sizes: a dense leading block, shared experts that stay with their block, mmap
     IkCase("ik-deepseek2-rpc2-complete", "deepseek2",
            _p(cpu_moe_layers=(1, 3), n_ctx=512, n_batch=64, n_ubatch=32, load_mode="mmap", n_gpus=2)),
@@ -343,6 +348,8 @@ PROBES = (
     # llama-bench with an RPC device (no -dev: it has none) writes its JSON, then aborts in teardown
     Probe("bench-rpc-exit", "llama-bench", "qwen3moe", ("-ngl", "99", "-p", "16", "-n", "4", "-r", "1", "-o", "json"),
           rpc=1, dev=False),
+    # -ts by bytes: a plain -ts 1,5 puts block 0 alone on the first device (llama.cpp: blocks 0-1)
+    Probe("ts-block-counts", "llama-cli", "qwen3moe", ("-ngl", "99", "-ts", "1,5"), rpc=2),
     # --fit refuses explicit overrides and -ncmoe
     Probe("fit-ot", "llama-cli", "qwen3moe", ("--fit", "-ot", r"blk\.1\.ffn_up_exps=CPU"), rpc=1, expect_fail=True),
     Probe("fit-ncmoe", "llama-cli", "qwen3moe", ("--fit", "-ncmoe", "2"), rpc=1, expect_fail=True),

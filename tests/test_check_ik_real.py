@@ -181,3 +181,16 @@ def test_rpc_servers_without_dev_are_listed_twice():
     assert "exit code -6" in cmd
     cmd, log = _probe("bench-rpc-exit")
     assert '"avg_ts"' in log and "corrupted size vs. prev_size" in log and "exit code -6" in cmd
+
+
+def test_ts_is_divided_by_bytes_not_blocks():
+    """A plain -ts 1,5 (llama.cpp: blocks 0-1 on the first device) leaves ik's first device
+    empty; moeplan's emitted -ts for the same plan puts blocks 0-1 there (case ts15)."""
+    from moeplan.planner.memory.devices import assign_blocks
+
+    cmd, log = _probe("ts-block-counts")
+    assert "-ts 1,5" in cmd and "-dev RPC0[RPC0],RPC0[RPC1]" in cmd
+    assert assign_blocks(6, (1.0, 5.0))[0] == (0, 0, 1, 1, 1, 1)
+    assert set(_layer_devices(log).values()) == {1}
+    rec = (DATA / "ik-qwen3moe-rpc2-ts15-complete.log").read_text()
+    assert _layer_devices(rec) == {0: 0, 1: 0, 2: 1, 3: 1, 4: 1, 5: 1, 6: 1}
