@@ -194,3 +194,22 @@ def test_ts_is_divided_by_bytes_not_blocks():
     assert set(_layer_devices(log).values()) == {1}
     rec = (DATA / "ik-qwen3moe-rpc2-ts15-complete.log").read_text()
     assert _layer_devices(rec) == {0: 0, 1: 0, 2: 1, 3: 1, 4: 1, 5: 1, 6: 1}
+
+
+@pytest.mark.parametrize("case", COMPLETE, ids=lambda c: c.name)
+def test_ik_layer_sizes_are_the_ones_ik_prints(case, tmp_path):
+    """The sizes moeplan's ik -ts is computed from (launch/ikllama.py ik_layer_sizes) against
+    ik's own "Layer N: weights, kv, total  compute MiB" table (printed with two decimals)."""
+    from moeplan.launch.ikllama import ik_layer_sizes
+
+    model, log = _recorded(case, tmp_path)
+    table = re.findall(r"^Layer +(\d+): +[\d.]+, +[\d.]+, +([\d.]+)(?: +([\d.]+)  MiB| MiB \(output layer\))$", log,
+                       re.M)
+    sizes, out, reserve = ik_layer_sizes(model, case.placement)
+    assert len(table) == len(sizes) + 1
+    mib = 1024 * 1024
+    for (i, total, comp), want in zip(table, [*sizes, out]):
+        assert abs(float(total) - want / mib) <= 0.0051, (i, total, want / mib)
+        if comp:
+            assert float(comp) <= reserve / mib + 0.0051
+    assert max(float(c) for _, _, c in table if c) == pytest.approx(reserve / mib, abs=0.0051)
