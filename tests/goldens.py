@@ -31,7 +31,7 @@ if os.environ.get("MOEPLAN_UPDATE_GOLDEN"):  # the old way: the tests no longer 
                        f"`{UPDATE_COMMAND}` and review the diff")
 
 Key = str | tuple[str, ...]
-Files = Mapping[Key, str | bytes]
+Files = Mapping[str, str | bytes] | Mapping[tuple[str, ...], str | bytes] | Mapping[Key, str | bytes]
 
 
 def _path(key: Key) -> str:
