@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGUFWriter
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.constants import GGML_QUANT_SIZES, ExpertGatingFuncType, GGMLQuantizationType
 
 Q = GGMLQuantizationType
 
@@ -90,7 +90,7 @@ def write_qwen3moe(path: Path, *, n_layer=4, n_embd=64, n_head=4, n_head_kv=2, h
 
 def write_deepseek2(path: Path, *, n_layer=4, n_dense=1, n_embd=256, n_head=4, kv_lora=32, q_lora=64,
                     rope=32, nope=32, v_dim=32, n_expert=8, n_used=2, n_ff=512, n_ff_exp=256, n_vocab=96,
-                    ctx=8192, nextn=0, expert_type=Q.Q4_K):
+                    ctx=8192, nextn=0, expert_type=Q.Q4_K, weights_scale=None):
     """A deepseek2-like MLA model: leading dense blocks, a shared expert, K-only latent cache."""
     w = GGUFWriter(str(path), "deepseek2")
     written: list = []
@@ -115,6 +115,10 @@ def write_deepseek2(path: Path, *, n_layer=4, n_dense=1, n_embd=256, n_head=4, k
     w.add_expert_feed_forward_length(n_ff_exp)
     if nextn:
         w.add_uint32("deepseek2.nextn_predict_layers", nextn)
+    if weights_scale is not None:  # DeepSeek-V3's routing keys, which ik_llama.cpp requires
+        w.add_expert_weights_scale(weights_scale)
+        w.add_expert_weights_norm(True)
+        w.add_expert_gating_func(ExpertGatingFuncType.SIGMOID)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(15)
     _tokenizer(w, n_vocab)

@@ -3,27 +3,25 @@
 The plans are shaped like the machines people run (a 24 GB desktop, a 2-socket server with
 NUMA binding, a 4-GPU box, two 8-GPU nodes); the models are the GGUF fixtures (qwen3moe-like,
 deepseek2-like with dense leading blocks and an MTP block, gpt-oss-like with expert biases)
-under fixed paths. Regenerate after an intended change with
-    MOEPLAN_UPDATE_GOLDEN=1 python -m pytest tests/test_launch_golden.py
-and review the diff.
+under fixed paths. The tests only compare against the committed files (tests/goldens.py); after
+an intended change rewrite them with `python scripts/update_goldens.py` and review the diff.
 """
 from __future__ import annotations
 
-import os
+import shutil
 import subprocess
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from goldens import ROOT, assert_golden, differences, main, produce, update
 from launch_plans import ESTIMATE, make_plan, write_models
 
 from moeplan import __version__
 from moeplan.launch import emit_launch, render_files
 from moeplan.planner.placement import Placement
 
-GOLDEN = Path(__file__).parent / "golden" / "launch"
+GOLDEN = ROOT / "launch"
 GIB = 1024**3
-UPDATE = os.environ.get("MOEPLAN_UPDATE_GOLDEN") == "1"
 
 # case -> (model key, fixed model path, placement, backends, n_nodes, GPU memory)
 CASES = {
@@ -68,8 +66,10 @@ def normalise(text: str) -> str:
         f'"moeplan_version": "{__version__}"', '"moeplan_version": "VERSION"')
 
 
-def golden_files(models, case: str) -> dict[tuple[str, str], str]:
-    key, path, placement, backends, n_nodes, vram = CASES[case]
+def golden_files(models, case: str, placement: Placement | None = None) -> dict[tuple[str, str], str]:
+    """(backend, file name) -> text of a case's launch files (`placement`: instead of the case's)."""
+    key, path, case_placement, backends, n_nodes, vram = CASES[case]
+    placement = placement or case_placement
     m = replace(models[key], path=path, shards=())
     plan = make_plan(m, placement)
     out = {}
@@ -83,17 +83,7 @@ def golden_files(models, case: str) -> dict[tuple[str, str], str]:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_golden(models, case):
-    files = golden_files(models, case)
-    folder = GOLDEN / case
-    if UPDATE:
-        for (backend, name), text in files.items():
-            p = folder / backend / name
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text)
-    on_disk = {(p.parent.name, p.name) for p in folder.glob("*/*")}
-    assert on_disk == set(files), "golden files differ in name: regenerate and review"
-    for (backend, name), text in files.items():
-        assert (folder / backend / name).read_text() == text, f"{case}/{backend}/{name} changed"
+    assert_golden(GOLDEN / case, golden_files(models, case))
 
 
 def test_golden_scripts_are_valid_bash():
@@ -134,8 +124,8 @@ BUNDLED = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BUNDLED))
-def test_golden_bundled(case):
+def bundled_files(case: str) -> dict[tuple[str, str], str]:
+    """(backend, file name) -> text of a bundled profile's launch files."""
     from moeplan.probes.models import resolve_model
 
     name, args, placement, backends, vram = BUNDLED[case]
@@ -148,16 +138,56 @@ def test_golden_bundled(case):
         for fname, text, _exe in render_files(plan, m, launch):
             if fname != "plan.json":
                 files[(backend, fname)] = normalise(text)
+    return files
+
+
+@pytest.mark.parametrize("case", sorted(BUNDLED))
+def test_golden_bundled(case):
     folder = GOLDEN / "bundled" / case
-    if UPDATE:
-        for (backend, fname), text in files.items():
-            p = folder / backend / fname
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text)
-    on_disk = {(p.parent.name, p.name) for p in folder.glob("*/*")}
-    assert on_disk == set(files), "golden files differ in name: regenerate and review"
-    for (backend, fname), text in files.items():
-        assert (folder / backend / fname).read_text() == text, f"{case}/{backend}/{fname} changed"
+    assert_golden(folder, bundled_files(case))
     for p in folder.glob("*/*.sh"):
         r = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True)
         assert r.returncode == 0, (p, r.stderr)
+
+
+# ---- the golden checks can fail, and only the update command writes ---------------------------
+
+def test_a_changed_plan_fails_against_the_committed_golden(models, tmp_path):
+    case = "qwen3moe-desktop-24g"
+    copy = tmp_path / case
+    shutil.copytree(GOLDEN / case, copy)
+    assert_golden(copy, golden_files(models, case))  # as committed: passes
+    changed = CASES[case][2].with_(cpu_moe_layers=(3, 4))  # block 5's experts back on the GPU
+    with pytest.raises(AssertionError, match=r"launch\.sh changed") as err:
+        assert_golden(copy, golden_files(models, case, changed))
+    assert "-    -ot '^blk\\.(3|4|5)\\." in str(err.value) and "+    -ot '^blk\\.(3|4)\\." in str(err.value), err.value
+    assert copy.joinpath("llama.cpp", "launch.sh").read_bytes() == (GOLDEN / case / "llama.cpp" / "launch.sh").read_bytes()
+    # a committed file the code no longer writes, and a file it writes that is not committed
+    (copy / "llama.cpp" / "old.sh").write_text("")
+    (copy / "ik_llama.cpp" / "bench.sh").unlink()
+    problems = differences(copy, golden_files(models, case))
+    assert problems == [f"missing golden {case}/ik_llama.cpp/bench.sh",
+                        f"golden {case}/llama.cpp/old.sh is no longer produced"], problems
+    with pytest.raises(AssertionError, match="scripts/update_goldens.py"):
+        assert_golden(copy, golden_files(models, case))
+
+
+def test_the_update_command_rewrites_exactly_what_the_tests_compare(tmp_path, capsys):
+    root = tmp_path / "golden"
+    shutil.copytree(GOLDEN, root / "launch")
+    files = produce(("launch",))
+    assert update(root, ("launch",), check=True, files=files) == []  # the committed goldens are current
+    edited = root / "launch" / "qwen3moe-desktop-24g" / "llama.cpp" / "launch.sh"
+    edited.write_text(edited.read_text() + "# edited\n")
+    stale = edited.with_name("old.sh")
+    stale.write_text("")
+    want = ["golden launch/qwen3moe-desktop-24g/llama.cpp/old.sh is no longer produced",
+            "golden launch/qwen3moe-desktop-24g/llama.cpp/launch.sh changed:"]
+    assert update(root, ("launch",), check=True, files=files) == want
+    assert edited.read_text().endswith("# edited\n") and stale.exists()  # --check writes nothing
+    assert main(["--root", str(root), "--only", "launch", "--check"]) == 1
+    assert "2 golden file(s) stale" in capsys.readouterr().err
+    assert update(root, ("launch",), files=files) == want
+    assert edited.read_bytes() == (GOLDEN / "qwen3moe-desktop-24g" / "llama.cpp" / "launch.sh").read_bytes()
+    assert not stale.exists()
+    assert update(root, ("launch",), check=True, files=files) == []

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
+from goldens import assert_golden_file
 from typer.testing import CliRunner
 
 from moeplan.cli import app
@@ -208,16 +208,22 @@ def _projection(plan: dict) -> dict:
             "bottleneck": e["bottleneck"]}
 
 
+def golden_plan_name(model: str, hw: str) -> str:
+    return f"{model}--{hw}.json"
+
+
+def golden_plan_text(model: str, extra: list[str], hw: str) -> str:
+    plan = _json(["tune", model, *extra, "--hw", hw, "--objective", "decode", "--min-ctx", "4096", "--json"])["plan"]
+    return json.dumps(_projection(plan), indent=2, sort_keys=True) + "\n"
+
+
 @pytest.mark.parametrize("model, extra, hw", CASES)
 def test_golden_plans(model, extra, hw):
-    plan = _json(["tune", model, *extra, "--hw", hw, "--objective", "decode", "--min-ctx", "4096", "--json"])["plan"]
-    got = _projection(plan)
-    path = GOLDEN / f"{model}--{hw}.json"
-    if os.environ.get("MOEPLAN_UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
-    assert path.exists(), f"missing golden {path.name}: run with MOEPLAN_UPDATE_GOLDEN=1"
-    assert got == json.loads(path.read_text())
+    assert_golden_file(GOLDEN / golden_plan_name(model, hw), golden_plan_text(model, extra, hw))
+
+
+def test_golden_plans_folder_holds_exactly_the_cases():
+    assert {p.name for p in GOLDEN.iterdir()} == {golden_plan_name(m, hw) for m, _, hw in CASES}
 
 
 def test_cpu_only_machine_plans_and_emits_without_gpu_layers(tmp_path):

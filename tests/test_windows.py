@@ -4,13 +4,13 @@ launch.cmd / launch.ps1 quoting read back with tokenizers written from the docum
 from __future__ import annotations
 
 import json
-import os
 import struct
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from goldens import assert_golden
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from launch_plans import make_plan, write_models
@@ -38,7 +38,6 @@ from moeplan.probes.windows import (
 RUN = CliRunner()
 GIB = 1024**3
 GOLDEN = Path(__file__).parent / "golden" / "launch-windows"
-UPDATE = os.environ.get("MOEPLAN_UPDATE_GOLDEN") == "1"
 
 
 # ---- the Win32 API, faked with answers shaped after the documented structures ---------------
@@ -384,7 +383,7 @@ def test_powershell_round_trips_random_arguments(args):
 
 # ---- golden launch.ps1 / launch.cmd for the launch presets --------------------------------------
 
-def _golden_cases():
+def golden_cases():
     from test_launch_golden import CASES
 
     return {k: v for k, v in CASES.items() if set(v[3]) & {"llama.cpp", "ik_llama.cpp"}}
@@ -395,23 +394,32 @@ def models(tmp_path_factory):
     return write_models(tmp_path_factory.mktemp("models"))
 
 
-@pytest.mark.parametrize("case", sorted(_golden_cases()))
-def test_windows_golden(models, case):
+def windows_golden_files(models, case):
+    """(backend, file) -> bytes of a launch preset's launch.ps1/launch.cmd, and each backend's
+    (placement, launch, rendered files) for the test's checks."""
     from test_launch_golden import normalise
 
-    key, path, placement, backends, n_nodes, vram = _golden_cases()[case]
+    key, path, placement, backends, n_nodes, vram = golden_cases()[case]
     win_path = "C:" + path.replace("/", "\\")
     m = replace(models[key], path=win_path, shards=())
     if placement.numa == "bind":
         placement = placement.with_(extra=placement.extra + (("win_affinity_mask", "0xFFFFFFFF"),))
     plan = make_plan(m, placement)
-    files = {}
+    files, runs = {}, []
     for backend in [b for b in backends if b in ("llama.cpp", "ik_llama.cpp")]:
         launch = emit_launch(plan, m, backend, n_nodes=n_nodes, gpu_vram_bytes=vram, model_path=win_path,
                              os_family="windows")
         rendered = dict((n, t) for n, t, _ in render_files(plan, m, launch))
         for name in ("launch.ps1", "launch.cmd"):
             files[(backend, name)] = normalise(rendered[name]).encode()
+        runs.append((placement, win_path, launch, rendered))
+    return files, runs
+
+
+@pytest.mark.parametrize("case", sorted(golden_cases()))
+def test_windows_golden(models, case):
+    files, runs = windows_golden_files(models, case)
+    for placement, win_path, launch, rendered in runs:
         argv = list(launch.script("launch.sh").command.argv)
         assert argv[0] == "llama-server.exe" and "--numa" not in argv and "numactl --" not in rendered["launch.sh"]
         opts, line = cmd_run_line(rendered["launch.cmd"], env={"MODEL": win_path})
@@ -420,15 +428,7 @@ def test_windows_golden(models, case):
         if placement.numa != "bind":
             exe, items = ps_array(rendered["launch.ps1"])
             assert msvcrt_argv(ps_native_line(exe, items)) == argv
-    folder = GOLDEN / case
-    if UPDATE:
-        for (backend, name), data in files.items():
-            p = folder / backend / name
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(data)
-    assert {(p.parent.name, p.name) for p in folder.glob("*/*")} == set(files)
-    for (backend, name), data in files.items():
-        assert (folder / backend / name).read_bytes() == data, f"{case}/{backend}/{name} changed"
+    assert_golden(GOLDEN / case, files)
 
 
 def test_emit_windows_writes_ps1_and_cmd_beside_the_bash_files(two_socket, tmp_path):

@@ -133,10 +133,13 @@ def cpu_layers_from_overrides(model: ModelSpec, run: RunLog) -> tuple[tuple[int,
 
 
 def _bench_patterns(rec: dict) -> list[tuple[str, str]]:
-    s = str(rec.get("tensor_buft_overrides") or "none")
+    # mainline: tensor_buft_overrides, items joined by ';'; ik_llama.cpp: override_tensor, joined by ','
+    ik = "override_tensor" in rec and "tensor_buft_overrides" not in rec
+    s = str(rec.get("override_tensor" if ik else "tensor_buft_overrides") or "none")
     if s == "none":
         return []
-    return [(pat, buft) for pat, buft in (item.rsplit("=", 1) for item in s.split(";") if "=" in item)]
+    pairs = (item.rsplit("=", 1) for item in s.split("," if ik else ";") if "=" in item)
+    return [(pat, buft) for pat, buft in pairs]
 
 
 def _cpu_layer_count_from_buffers(run: RunLog, model: ModelSpec) -> int | None:
@@ -199,7 +202,7 @@ def _recover_cpu_experts(run: RunLog, model: ModelSpec, p: Placement, base: Plac
         notes += n
     elif flags:
         ch["cpu_moe_layers"], ev["cpu_moe_layers"] = (), "flags"
-    elif rec and ("tensor_buft_overrides" in rec or "n_cpu_moe" in rec):
+    elif rec and ("tensor_buft_overrides" in rec or "override_tensor" in rec or "n_cpu_moe" in rec):
         cpu, n = cpu_layers_from_patterns(model, _bench_patterns(rec))
         ncm = _int(rec.get("n_cpu_moe")) or 0
         cpu = tuple(sorted(set(cpu) | {i for i in moe if i < ncm}))
@@ -293,7 +296,9 @@ def _recover_load_mode(run: RunLog, model: ModelSpec, p: Placement, base: Placem
         ch["load_mode"], ev["load_mode"] = "no-mmap", "flags"
     elif any(b.buffer_type.endswith("_Mapped") for b in model_bufs):
         ch["load_mode"], ev["load_mode"] = "mmap", "log"
-    elif any(b.host for b in model_bufs):
+    elif any(b.host for b in model_bufs) and run.tool != "ik_llama.cpp":
+        # ik_llama.cpp names its mapped buffer plain "CPU" (ggml_backend_cpu_buffer_from_ptr), so
+        # its buffers do not tell mmap from --no-mmap
         ch["load_mode"], ev["load_mode"] = "no-mmap", "log"
     elif lm == "mmap":
         ch["load_mode"], ev["load_mode"] = "mmap", "flags"

@@ -16,10 +16,13 @@ llama-bench keeps `-fa <0|1>` and `-fmoe <0|1>` throughout (default 1 since #863
 
 What the source says, and what moeplan does with it:
   * -mla N: 0 standard attention, 1 MLA with K and V^T cache, 2 MLA with only the K cache, 3
-    "the best of both worlds" (common.h); default 3 since #863 (0 before). Without an
-    attn_kv_b tensor in the GGUF (files converted by mainline have attn_k_b/attn_v_b only) ik
-    logs "missing wkv_b tensor(s)" and falls back to -mla 1. moeplan emits -mla 3 for MLA
-    models (llama-bench parses -mla as an integer; its help still lists <0|1|2>).
+    "the best of both worlds" (common.h); default 3 since #863 (0 before). A GGUF without
+    attn_kv_b (converted by mainline: attn_k_b/attn_v_b only) gets it computed at load
+    (llm_prepare_mla, "Computed blk.N.attn_kv_b.weight ... stored in buffer ...", one extra
+    buffer per block on its device) and runs -mla 3, checked on a CPU+RPC build
+    (tests/data/ik_runs/); only without k_b/v_b either would ik say "missing wkv_b" and fall
+    back to -mla 1. moeplan emits -mla 3 for MLA models (llama-bench parses -mla as an
+    integer; its help still lists <0|1|2>).
   * -amb N (MiB, default 256 now, 0 before #863): splits the attention of MLA models into
     head groups so the K*Q matrix stays under N MiB; only used without flash attention
     (common.h). moeplan does not emit it (the default applies).
@@ -61,6 +64,8 @@ What the source says, and what moeplan does with it:
 """
 from __future__ import annotations
 
+import re
+
 from moeplan.errors import InputError
 from moeplan.launch.common import Command, EmitContext, Launch, Script, require_flags
 from moeplan.launch.flags import FlagSet, release_table, target_text
@@ -78,6 +83,10 @@ from moeplan.launch.llamacpp import (
 from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
 from moeplan.launch.patterns import CPU_BUFFER, checked_expert_patterns, override_args
 from moeplan.planner.cost.machine import rtr_of
+from moeplan.planner.memory.accounting import kv_layer_bytes
+from moeplan.planner.model.ggml import row_bytes
+from moeplan.planner.model.spec import LayerSpec, ModelSpec
+from moeplan.planner.placement import Placement
 
 IK_COMMIT = "8337e4cd3"
 IK_RELEASE = f"ik_llama.cpp commit {IK_COMMIT} (2026-08-15, read from its source)"
@@ -85,6 +94,8 @@ OP_OFFLOAD_BATCH = 32  # GGML_CUDA_MIN_BATCH_OFFLOAD: offload when ubatch * k >=
 MLA_MODE = 3
 OP_OFFLOAD_OFF = "-1,0"  # -op: every ggml op (id -1), offload off
 BENCH_OVERRIDE_FIELD = "override_tensor"
+AMB_MIB = 256  # -amb default (common.h attn_max_batch), what get_layer_sizes splits MLA heads by
+MIB = 1024 * 1024
 
 # llama-bench's help lists `-mla <0|1|2>`, written before MLA mode 3; its parser takes any
 # integer (string_split<int>) and its own default is 3 since PR #863.
@@ -194,6 +205,119 @@ def _needs_op_offload_off(ctx: EmitContext) -> bool:
     return p.n_ubatch >= op_offload_min_ubatch(m.n_experts, m.n_experts_used)
 
 
+# ---- -ts: ik_llama.cpp divides it by bytes, not by blocks -----------------------------------
+#
+# llm_load_tensors (src/llama.cpp at 8337e4cd3), -sm layer with two or more devices: every block
+# (and the output layer) has a size from get_layer_sizes - all of its tensors, the experts that
+# -ot keeps on the CPU included, plus its KV cache - and each device one compute reserve
+# (the largest block's). With splits = the normalised running sums of -ts and
+# total = n_devices * reserve + the sizes of the offloaded blocks, device d takes blocks in order
+# while its running sum (starting at one reserve) stays <= splits[d] * total, and one more if
+# that overshoots by less than it would fall short ("Setting default device in layer N to d").
+# Mainline llama.cpp divides -ts by block count. So for ik, moeplan writes -ts as each device's
+# bytes under ik's own sizes: the boundaries then fall where the plan puts them, with half a
+# block of slack on each side.
+
+
+def _ne(shape: tuple[int, ...], i: int) -> int:
+    return shape[i] if len(shape) > i else 1
+
+
+def _ik_block_size(layer: LayerSpec, m: ModelSpec, p: Placement) -> tuple[float, float]:
+    """(bytes, compute bytes) of one block as get_layer_sizes counts them."""
+    ub, k = p.n_ubatch, max(1, m.n_experts_used)
+    if layer.kind == "nextn":  # MTP blocks' tensors are skipped without MTP; their cache is not
+        return float(kv_layer_bytes(layer, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, ub)), 0.0
+    size = float(sum(t.n_bytes for t in layer.tensors))
+    exps = shexp = dense = 0
+    norm = False
+    mla = {}
+    for t in layer.tensors:
+        part = t.name.split(".", 2)[-1]
+        if re.match(r"ffn_(gate_up|gate|up|down)_exps\.", part):
+            exps += _ne(t.shape, 1) * ub * k * 4
+        elif re.match(r"ffn_(gate|up|down)_shexp\.", part):
+            shexp += _ne(t.shape, 1) * ub * 4
+        elif re.match(r"ffn_(gate|up|down)\.", part):
+            dense += _ne(t.shape, 1) * ub * 4
+        elif re.match(r"(attn_norm|attn_norm_2|attn_output_norm|post_attention_norm|ffn_norm|post_ffw_norm|"
+                      r"layer_output_norm)\.", part):
+            norm = True
+        elif part in ("attn_k_b.weight", "attn_v_b.weight", "attn_kv_b.weight"):
+            mla[part.split(".")[0]] = t
+    comp = float(max(exps, shexp, dense) + m.n_embd * ub * 4 * (2 if norm else 1))
+    if m.mla:
+        kb, vb, kvb = mla.get("attn_k_b"), mla.get("attn_v_b"), mla.get("attn_kv_b")
+        if kb and vb and not kvb:  # wkv_b to compute from k_b/v_b (mainline files), counted twice
+            q = "Q8_0" if kb.ggml_type.upper() not in ("F16", "BF16", "F32") else kb.ggml_type
+            size += row_bytes(q, _ne(vb.shape, 0)) * (_ne(vb.shape, 1) + _ne(kb.shape, 1)) * _ne(vb.shape, 2) * 2
+        elif kvb:
+            size += (0 if kb else kvb.n_bytes / 2) + (0 if vb else kvb.n_bytes / 2)
+        if vb and MLA_MODE == 3:  # K*Q of -mla 3, in head groups that -amb bounds
+            n_head = _ne(vb.shape, 2)
+            f32_mib = 2.0 * _ne(vb.shape, 1) * n_head * p.n_ctx * 4 / MIB
+            n_max = n_head
+            if f32_mib > AMB_MIB:
+                n_max = next((n_head // i for i in range(2, n_head) if n_head % i == 0 and f32_mib / i <= AMB_MIB), 1)
+            comp = max(comp, 2.0 * _ne(vb.shape, 1) * n_max * p.n_ctx * 4)
+    size += kv_layer_bytes(layer, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, ub)
+    return size, comp
+
+
+def computed_wkv_b_bytes(layer: LayerSpec) -> int:
+    """Bytes of the attn_kv_b tensor ik_llama.cpp computes at load for an MLA block with
+    attn_k_b/attn_v_b and no attn_kv_b (a GGUF converted by mainline): llm_prepare_mla
+    (src/llama.cpp) builds kv_lora x n_head*(nope + v), Q8_0 from quantized inputs, in a buffer
+    of the block's buffer type (its device), unless -mla 1; no buffer line counts it."""
+    t = {x.name.split(".", 2)[-1]: x for x in layer.tensors}
+    kb, vb = t.get("attn_k_b.weight"), t.get("attn_v_b.weight")
+    if kb is None or vb is None or "attn_kv_b.weight" in t:
+        return 0
+    q = kb.ggml_type if kb.ggml_type.upper() in ("F16", "BF16", "F32") else "Q8_0"
+    return row_bytes(q, _ne(vb.shape, 0)) * _ne(kb.shape, 2) * (_ne(kb.shape, 0) + _ne(vb.shape, 1))
+
+
+def ik_layer_sizes(m: ModelSpec, p: Placement) -> tuple[tuple[float, ...], float, float]:
+    """(size of every block, size of the output layer, compute reserve per device) in bytes,
+    as ik_llama.cpp's get_layer_sizes computes them to divide -ts."""
+    blocks = [_ik_block_size(layer, m, p) for layer in m.layers]
+    reserve = max((c for _, c in blocks), default=0.0)
+    out_w = sum(t.n_bytes for t in m.globals if t.group == "output") or \
+        sum(t.n_bytes for t in m.globals if t.group == "embed")
+    logits = m.n_vocab * p.n_ubatch * 4
+    return tuple(s for s, _ in blocks), float(out_w + max(logits - reserve, 0)), reserve
+
+
+def ik_tensor_split(m: ModelSpec, p: Placement, devs: tuple[int, ...], out_dev: int, n_dev: int) -> str:
+    """-ts for ik_llama.cpp that puts block i on device devs[i] (-1: the CPU) and the output layer
+    on out_dev: each device's bytes under ik's sizes, in MiB."""
+    sizes, out, reserve = ik_layer_sizes(m, p)
+    w = [reserve] * n_dev
+    for i, d in enumerate(devs):
+        if d >= 0:
+            w[d] += sizes[i]
+    if out_dev >= 0:
+        w[out_dev] += out
+    return ",".join(f"{x / MIB:.4f}".rstrip("0").rstrip(".") for x in w)
+
+
+def _split_parts(ctx: EmitContext, bench: bool) -> list[tuple[str, ...]]:
+    """gpu_split_parts with the -ts written for ik's byte rule (the plan's blocks per device)."""
+    from moeplan.planner.memory.devices import assign_blocks, parse_tensor_split
+
+    parts = gpu_split_parts(ctx, bench)
+    p = ctx.placement
+    if p.n_gpus < 2:
+        return parts
+    try:
+        weights = parse_tensor_split(ctx.extra("tensor_split") or ",".join("1" for _ in range(p.n_gpus)), p.n_gpus)
+    except ValueError:
+        return parts  # device_notes names the bad tensor_split
+    devs, out_dev = assign_blocks(len(ctx.model.layers), weights, p.n_gpu_layers)
+    ts = ik_tensor_split(ctx.model, p, devs, out_dev, p.n_gpus)
+    return [("-ts", ts.replace(",", "/") if bench else ts) if part[0] == "-ts" else part for part in parts]
+
+
 def _placement_parts(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...], bench: bool) -> list[tuple[str, ...]]:
     p = ctx.placement
     parts: list[tuple[str, ...]] = [("-m", ctx.model_path), ("-ngl", ngl_value(ctx))]
@@ -215,7 +339,7 @@ def _placement_parts(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...], b
     if numa:
         parts.append(("--numa", numa))
     parts += _ik_parts(ctx, fs, bench)
-    parts += gpu_split_parts(ctx, bench)
+    parts += _split_parts(ctx, bench)
     if p.gpu_expert_cache_bytes:
         parts.append(("--moe-cache-mib", str(p.gpu_expert_cache_bytes // 2**20)))
     if not bench:
@@ -273,13 +397,19 @@ def emit(ctx: EmitContext) -> Launch:
     notes = _op_offload_notes(ctx) + list(numa_notes(p, ctx.os))
     if p.n_gpus > 1 and ctx.extra("tensor_split"):
         notes += device_notes(ctx)
+    if p.n_gpus > 1:
+        notes.append("-ts is each device's MiB: ik_llama.cpp divides -ts by its own size of every block (all of its "
+                     "weights, CPU experts included, plus its KV cache), not by block count as llama.cpp does; these "
+                     "values put the plan's blocks on each device")
     if p.load_mode != "mmap" and not rtr_of(p.extra):
         notes.append("--no-mmap, not -rtr: -rtr would repack the CPU experts to row-interleaved types, which "
                      "ik_llama.cpp's prefill multiplies about 3x slower (no int8 GEMM conversion for them)")
     fs_server, fs_once, fs_bench = ctx.flags["server"], ctx.flags["once"], ctx.flags["bench"]
     if ctx.model.mla and not any(".attn_kv_b." in t.name for t in ctx.model.tensors):
-        notes.append(f"this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp "
-                     f"logs 'missing wkv_b tensor(s)' and runs -mla 1 instead of -mla {MLA_MODE}")
+        extra_b = sum(computed_wkv_b_bytes(layer) for layer in ctx.model.layers)
+        notes.append(f"this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp computes "
+                     f"them from attn_k_b/attn_v_b at load and runs -mla {MLA_MODE}; they take {extra_b / MIB:.1f} MiB "
+                     "more on the blocks' devices, which the plan's VRAM figure does not include")
     spec = speculative_parts(ctx, fs_server)
     prefix = numa_prefix(p, ctx.os)
     server = Command(parts=((ctx.programs["server"],), *_placement_parts(ctx, fs_server, patterns, False),
