@@ -76,6 +76,7 @@ from moeplan.planner.memory.graph_buffers import (
     graph_buffer_terms,
     graph_cpu_side_terms,
 )
+from moeplan.planner.memory.split import layer_split
 from moeplan.planner.model import registry
 from moeplan.planner.model.ggml import canonical_type, row_bytes
 from moeplan.planner.model.spec import ModelSpec
@@ -292,8 +293,6 @@ def staging_bytes(model: ModelSpec, p: Placement, min_batch: int) -> int:
         return 0
     block_max = 0
     if p.n_gpu_layers is not None and p.n_gpus:
-        from moeplan.planner.memory.devices import layer_split
-
         cpu_blocks, out_gpu = layer_split(model, p)
         block_max = max((t.n_bytes for layer in model.layers if layer.index in cpu_blocks and layer.kind != "nextn"
                          for t in layer.tensors if len(t.shape) >= 2), default=0)

@@ -34,90 +34,23 @@ block stays with the block.
 """
 from __future__ import annotations
 
-import struct
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from moeplan.planner.memory import compute_buffer as cb
 from moeplan.planner.memory.cache import memo
+from moeplan.planner.memory.kv import kv_layer_bytes, v_trans_width
+from moeplan.planner.memory.split import (  # noqa: F401 (re-exported: callers import them from here)
+    assign_blocks,
+    counts_from_assignment,
+    f32,
+    format_tensor_split,
+    layer_split,
+    parse_tensor_split,
+    split_points,
+)
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
-
-
-def f32(x: float) -> float:
-    """Round to IEEE single precision (llama.cpp computes the split points in float)."""
-    return struct.unpack("f", struct.pack("f", x))[0]
-
-
-def split_points(weights: Sequence[float]) -> list[float]:
-    """llama.cpp's normalised cumulative splits (float arithmetic, L1579-1587)."""
-    acc = f32(0.0)
-    cum = []
-    for w in weights:
-        acc = f32(acc + f32(float(w)))
-        cum.append(acc)
-    if acc <= 0:
-        raise ValueError("tensor split weights sum to zero")
-    return [f32(c / acc) for c in cum]
-
-
-def assign_blocks(n_layer_all: int, weights: Sequence[float], n_gpu_layers: int | None = None) -> tuple[tuple[int, ...], int]:
-    """(device of every block 0..n_layer_all-1, device of the output layer); -1 = the CPU.
-
-    `weights` is the -ts list in device order; n_gpu_layers defaults to every block plus the
-    output (what moeplan emits)."""
-    ngl = n_layer_all + 1 if n_gpu_layers is None else n_gpu_layers
-    splits = split_points(weights)
-    start = max(n_layer_all + 1 - ngl, 0)
-    act = min(ngl, n_layer_all + 1)
-
-    def dev(il: int) -> int:
-        if il < start or il - start >= act:
-            return -1
-        x = f32(float(il - start) / act)
-        return min(bisect_right(splits, x), len(splits) - 1)
-
-    return tuple(dev(il) for il in range(n_layer_all)), dev(n_layer_all)
-
-
-def layer_split(model: ModelSpec, p: Placement) -> tuple[frozenset[int], bool]:
-    """(block indices that -ngl leaves entirely on the CPU, whether the output layer is on a
-    GPU) for placement p: assign_blocks with p.n_gpu_layers. A CPU-only run (n_gpus 0) has
-    every block on the CPU; without n_gpu_layers every block and the output are offloaded."""
-    if p.n_gpus == 0:
-        return frozenset(layer.index for layer in model.layers), False
-    if p.n_gpu_layers is None:
-        return frozenset(), True
-    key = ("layer-split", p.n_gpu_layers, len(model.layers))
-    cache = memo(model)
-    hit = cache.get(key)
-    if hit is None:
-        devs, out_dev = assign_blocks(len(model.layers), (1.0,), p.n_gpu_layers)
-        hit = cache[key] = (frozenset(model.layers[i].index for i, d in enumerate(devs) if d < 0), out_dev >= 0)
-    return hit
-
-
-def counts_from_assignment(devs: Sequence[int], out_dev: int, n_devices: int) -> tuple[int, ...]:
-    """Blocks (and the output layer) per device: the exact -ts of an assignment."""
-    counts = [0] * n_devices
-    for d in devs:
-        counts[d] += 1
-    counts[out_dev] += 1
-    return tuple(counts)
-
-
-def parse_tensor_split(text: str, n_devices: int) -> tuple[float, ...]:
-    """'20,21,20' -> (20.0, 21.0, 20.0); missing devices get 0 (llama.cpp's rule). ValueError on junk."""
-    parts = [x.strip() for x in text.replace("/", ",").split(",") if x.strip()]
-    vals = tuple(float(x) for x in parts)
-    if len(vals) > n_devices or any(v < 0 for v in vals) or sum(vals) <= 0:
-        raise ValueError(text)
-    return vals + (0.0,) * (n_devices - len(vals))
-
-
-def format_tensor_split(counts: Sequence[float]) -> str:
-    return ",".join(str(int(c)) if float(c).is_integer() else f"{c:g}" for c in counts)
 
 
 @dataclass(frozen=True)
@@ -171,8 +104,6 @@ class _BlockCost:
 
 
 def _block_costs(model: ModelSpec, p: Placement) -> dict[int, _BlockCost]:
-    from moeplan.planner.memory.accounting import kv_layer_bytes, v_trans_width
-
     n_ub = cb.reserve_shape(p).n_tokens
     v_width = v_trans_width(model, p.flash_attn)
     cpu = set(p.cpu_moe_layers)
