@@ -37,7 +37,7 @@ from moeplan.planner.cost.machine import KT_THRESHOLD_KEY, default_batch
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
-from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes
+from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes, op_offload_note
 from moeplan.planner.memory.cache import plan_cache
 from moeplan.planner.memory.devices import fit_split, format_tensor_split, layer_split
 from moeplan.planner.model.spec import ModelSpec
@@ -506,7 +506,8 @@ def explain(best: Candidate, cands: list[Candidate], model: ModelSpec, hw: Hardw
                    f"costs every thread a core-to-core hand-over, and {p.n_threads} threads still read the "
                    "experts at the DRAM's rate")
     if not p.op_offload:
-        why.append("no op-offload: copying experts over PCIe per ubatch is slower than computing them on the CPU")
+        twin = next((x.estimate.prefill_tok_s for x in cands if x.placement == p.with_(op_offload=True)), None)
+        why.append(op_offload_note(model, p, e.prefill_tok_s, twin))
     if p.load_mode == "no-mmap":
         why.append(f"--no-mmap: the {model.file_bytes / 1e9:.1f} GB file does not fit in RAM beside the buffers and "
                    "the OS; mapped, the kernel may evict CPU expert pages and keep those of the tensors copied to the "

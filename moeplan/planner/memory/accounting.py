@@ -314,6 +314,11 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
         cterms = compute_buffer_terms(model, p.with_(op_offload=False) if cpu_only else p, gpu=cpu_only, consts=c)
         formula = ("whole graph (CPU-only run)" if cpu_only else
                    "graph inputs (KQ masks, ids) and token-embedding rows, which llama.cpp keeps on the CPU")
+        copies = cb.pipeline_copies(model, p) if devices else 1
+        if copies > 1:
+            extra = (copies - 1) * sum(cb.pipeline_copy_terms(model, p, device=False).values())
+            cterms = {**cterms, "pipeline copies": extra}
+            formula += f", + {copies - 1} more copies of the graph inputs (pipeline parallelism, {copies} copies)"
     items.append(MemoryItem("compute_cpu", "host", sum(cterms.values()), formula))
     items.append(MemoryItem("output", "host", model.n_vocab * 4 * p.n_seq,
                             "logits buffer n_vocab * n_outputs * 4 (one output per sequence)"))
@@ -343,3 +348,34 @@ def tensor_split_weights(p: Placement) -> tuple[float, ...]:
     if ts:
         return parse_tensor_split(ts, p.n_gpus)
     return (1.0,) * p.n_gpus
+
+
+def op_offload_vram_bytes(model: ModelSpec, p: Placement, consts: MemoryConstants | None = None) -> int:
+    """VRAM that op offload costs this placement (what --no-op-offload saves), in bytes: the
+    predicted VRAM with op offload minus without. The difference is the staged GPU copy of a
+    host-resident weight the scheduler moves a batch's MUL_MAT(_ID) to the GPU with
+    (compute_buffer.staging_bytes: the largest expert tensor of the CPU layers, or with -ngl N
+    the largest weight of the CPU blocks), where the phase holding it is the buffer's peak;
+    0 when nothing is on the CPU or the ubatch is below GGML_OP_OFFLOAD_MIN_BATCH. The other
+    side of the choice, the prefill time of copying the CPU experts over PCIe each ubatch
+    against computing them on the CPU, is the cost model's (planner/cost)."""
+    c = consts or MemoryConstants()
+    on = estimate_memory(model, p.with_(op_offload=True), c).vram_bytes
+    off = estimate_memory(model, p.with_(op_offload=False), c).vram_bytes
+    return max(0, on - off)
+
+
+def op_offload_note(model: ModelSpec, p: Placement, prefill_tok_s: float, with_offload_tok_s: float | None,
+                    consts: MemoryConstants | None = None) -> str:
+    """Why a plan runs without op offload, with both sides priced: the VRAM it saves
+    (op_offload_vram_bytes) and the prefill it gives up against the same placement with op
+    offload (`with_offload_tok_s`, None when that placement was not a candidate)."""
+    saved = op_offload_vram_bytes(model, p, consts)
+    vram = f"saves {saved / MIB:,.0f} MiB of VRAM (the staged GPU copy of a CPU expert tensor)"
+    if with_offload_tok_s is None:
+        return f"no op-offload: {vram}; the same placement with op-offload was not a candidate (VRAM)"
+    if with_offload_tok_s > prefill_tok_s:
+        return (f"no op-offload: {vram} for {prefill_tok_s:,.0f} instead of {with_offload_tok_s:,.0f} prefill tok/s "
+                "(the freed VRAM holds more expert layers or context)")
+    return (f"no op-offload: {vram}, and prefill is {prefill_tok_s:,.0f} against {with_offload_tok_s:,.0f} tok/s "
+            "with it (copying the CPU experts over PCIe each ubatch is slower than computing them on the CPU)")

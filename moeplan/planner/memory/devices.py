@@ -27,6 +27,11 @@ What else is per device:
     the output layer, and the op-offload staging copy only on the first device: the scheduler
     hands an op whose weight is in a host buffer to the first backend, in priority order, that
     wants to offload it (ggml-backend.cpp L970-975, `for (int b = 0; b < src_backend_id; b++)`);
+  * pipeline parallelism (every block and the output on the devices, no tensor override;
+    compute_buffer.pipeline_copies): the scheduler keeps GGML_SCHED_MAX_COPIES (4) copies of
+    every split input, never freed, so each device's buffer grows by 3 x its split inputs
+    (masks, row ids, positions, hidden state) and the CPU's by 3 x the graph inputs
+    (compute_buffer.pipeline_copy_terms; recorded: tests/data/llama_memory_multi/qwen3moe-2dev-pp.json);
   * the CUDA context and cuBLAS workspace exist once per device, and llama.cpp --fit keeps its
     1 GiB margin free on every device (common/fit: fit_target is per device).
 Expert tensors overridden with `-ot ...=CPU` leave their block's device; everything else of a
@@ -122,7 +127,8 @@ def device_compute_bytes(model: ModelSpec, p: Placement, first: bool, has_output
     """Compute buffer of one device (see the module docstring): staging only on the first
     device, the output phase only on the device of the output layer."""
     staging = cb.staging_bytes(model, p, min_batch) if first else 0
-    key = ("cb-dev", first, has_output, staging, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn,
+    key = ("cb-dev", first, has_output, staging, p.backend, p.kv_offload, bool(p.cpu_moe_layers), p.n_gpu_layers,
+           p.n_gpus, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn,
            p.cache_type_k, p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
     cache = memo(model)
     hit = cache.get(key)
@@ -132,7 +138,10 @@ def device_compute_bytes(model: ModelSpec, p: Placement, first: bool, has_output
     if not has_output and "output" in phases and len(phases) > 1:
         phases = {k: v for k, v in phases.items() if k != "output"}
     _, phase = cb.peak_phase(phases)
-    val = cache[key] = sum(phase.values())
+    # pipeline parallelism: the split inputs' extra copies sit below the graph for good
+    copies = cb.pipeline_copies(model, p)
+    extra = (copies - 1) * sum(cb.pipeline_copy_terms(model, p, True, has_output).values()) if copies > 1 else 0
+    val = cache[key] = sum(phase.values()) + extra
     return val
 
 
