@@ -27,10 +27,12 @@ its own override line; both are read.
                      common/common.cpp:1225 first loads the model with no_alloc = true and creates a
                      context, logging through a callback that demotes every line to DEBUG, so with -v
                      the whole load (devices, overrides, buffers) is printed once per dry run and then
-                     again for the real load (common.cpp:1234). A load starts at its
-                     "using device" lines or at "loaded meta data ... from PATH"; when the same PATH
-                     is loaded again, only the last load of it is read (`RunLog.superseded_loads`
-                     counts the dry runs skipped). A draft model (another PATH) is kept.
+                     again for the real load (common.cpp:1234). A load starts at "loaded meta data
+                     ... from PATH" (or at "using device" lines printed just before it by older
+                     builds); when the same PATH is loaded again, only the last load of it is read
+                     (`RunLog.superseded_loads` counts the dry runs skipped). A draft model (another
+                     PATH) is kept. The dry run's figures differ from the real load's (0c1e570 on
+                     two RPC devices: model and KV 0.00 MiB, one compute buffer 17.80 for 17.30).
                      "%s: | %s | %s = %s + (%s = %s + %s + %s) + %s |" per device,
                      "%s: | %s | %s   %s    %s = %s + %s + %s    %s |" host
   speeds             src/llama-context.cpp:4434-4436 llama_perf_context_print, common/sampling.cpp:574-576
@@ -382,17 +384,21 @@ def superseded_load_lines(lines: list[tuple[int, str]]) -> tuple[set[int], int]:
     """Line numbers of model loads that a later load of the same file replaced (the dry runs of
     llama.cpp's --fit, see the module docstring), and how many such loads there were.
 
-    A load runs from its first "using device" line (or its "loaded meta data" line when it has
-    none) to the line before the next load starts."""
+    A load starts at its "loaded meta data" line, or at the "using device" lines just before it
+    when they come first (builds that print the devices before reading the file); device lines
+    after a load's header and before its buffers (0c1e570: llama_prepare_model_devices) belong
+    to that load. It ends where the next load starts."""
     starts: list[tuple[int, str]] = []  # (index into lines where a load starts, model path)
-    first_dev: int | None = None
+    pending: int | None = None  # first "using device" line not yet followed by a buffer line
     for idx, (_, line) in enumerate(lines):
         if _DEVICE.search(line):
-            if first_dev is None:
-                first_dev = idx
+            if pending is None:
+                pending = idx
         elif (m := _LOADED.search(line)):
-            starts.append((idx if first_dev is None else first_dev, m.group(2)))
-            first_dev = None
+            starts.append((idx if pending is None else pending, m.group(2)))
+            pending = None
+        elif _BUFFER.search(line):
+            pending = None
     last = {path: i for i, (_, path) in enumerate(starts)}
     skip: set[int] = set()
     n = 0
