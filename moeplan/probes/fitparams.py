@@ -85,7 +85,7 @@ def compare_devices(rows: Sequence[FitRow], predicted: Sequence[dict]) -> list[d
     last prediction). Differences in MiB, moeplan minus llama.cpp (llama.cpp truncates)."""
     out = []
     for row, pred in zip(rows, predicted):
-        entry = {"device": row.device}
+        entry: dict[str, object] = {"device": row.device}
         for key, mib in (("weights_bytes", row.model_mib), ("kv_bytes", row.context_mib),
                          ("compute_bytes", row.compute_mib)):
             ours = pred.get(key)
