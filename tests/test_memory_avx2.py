@@ -4,7 +4,8 @@ ggml_cpu_variant), `benchmarks/memory_vs_llamacpp.py --quick --record`.
 
 Weights, CPU_REPACK, KV and output buffers are exact, as on the AVX-512 recordings. In 22 of
 the 80 runs moeplan's compute buffer is more than 1% below llama.cpp's (worst nemotron_h_moe
--np 4 unified / server ub 2048, -13.6% / -13.0%; gpt-oss ub 2048 -6.6% / -5.9%; deepseek2 and qwen3next -np 4 -4.2%), the figures the issue reported from an AMD EPYC
+-np 4 unified / server ub 2048, -13.6% / -13.0%; gpt-oss ub 2048 -6.6% / -5.9%; deepseek2 and
+qwen3next -np 4 -4.2%), the figures the issue reported from an AMD EPYC
 AVX2 host. They are not an ISA effect: every compute buffer recorded on both backends is the
 same to the byte as on the AVX-512 recordings (tests/data/llama_memory), where the same runs
 are below by the same amounts and are ggml-alloc fragmentation within
