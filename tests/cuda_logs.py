@@ -174,7 +174,9 @@ def render(r: GpuRun) -> str:
 
 def header(text: str, what: str) -> str:
     return ("# SYNTHETIC (not a recorded run): written by tests/cuda_logs.py from llama.cpp 0c1e570's format\n"
-            f"# strings; {what}\n") + text
+            f"# strings; {what}\n"
+            "# DERIVED FROM MOEPLAN'S OWN PREDICTION: `check` agreeing with this log proves only that it reads\n"
+            "# the format and recovers the stated constants, never that moeplan's VRAM figures are right\n") + text
 
 
 def fixture_runs() -> dict[str, GpuRun]:

@@ -250,9 +250,11 @@ def buffer_total(parsed: dict, kind: str, buffer_type: str | None = None) -> int
 
 
 def llama_build_info(bin_dir: Path) -> str:
-    """`llama-cli --version` first line pair: version and commit."""
-    proc = subprocess.run([str(Path(bin_dir) / "llama-cli"), "--version"], capture_output=True, text=True,
-                          timeout=60)
+    """`llama-cli --version` (or llama-completion's, in a build without llama-cli) first line
+    pair: version and commit."""
+    prog = next((Path(bin_dir) / n for n in ("llama-cli", "llama-completion") if (Path(bin_dir) / n).is_file()),
+                Path(bin_dir) / "llama-cli")
+    proc = subprocess.run([str(prog), "--version"], capture_output=True, text=True, timeout=60)
     return " ".join(line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip())
 
 

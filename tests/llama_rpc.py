@@ -55,6 +55,7 @@ class RpcCase:
     n_batch: int = 256
     cache_type: str = "f16"
     n_gpu_layers: int | None = None  # -ngl N (plain layer split); None = every layer on the devices
+    fit_on: bool = False  # append `-fit on` (llama.cpp's default): dry runs log every buffer line first
 
 
 CASES = (
@@ -65,7 +66,15 @@ CASES = (
     # block 4's experts on the CPU as well
     RpcCase("qwen3moe-1dev-ngl4", "qwen3moe", 6, 1, "", (4,), n_gpu_layers=4),
     RpcCase("qwen3moe-2dev-ngl5", "qwen3moe", 8, 2, "1,1", (), n_gpu_layers=5),
+    # every block and the output on the devices, no tensor override: llama.cpp turns pipeline
+    # parallelism on (4 input copies, llama-context.cpp L430-435) - issue 33's first defect
+    RpcCase("qwen3moe-2dev-pp", "qwen3moe", 4, 2, "2,3", (), n_ctx=4096, n_ubatch=512, n_batch=2048),
+    # the same with -fit on, as users run it: the --fit dry run logs every buffer line before
+    # the real load (issue 33's second defect); its raw log is kept in tests/data/logs/
+    RpcCase("qwen3moe-2dev-pp-fit", "qwen3moe", 4, 2, "2,3", (), n_ctx=4096, n_ubatch=512, n_batch=2048,
+            fit_on=True),
 )
+LOGS = HERE / "data" / "logs"
 
 
 def free_port() -> int:
@@ -174,11 +183,25 @@ def run_case(case: RpcCase, bin_dir: Path, work: Path, shim: Path | None) -> dic
             # CPU_REPACK; on this VM AMX traps with SIGILL); a GPU build puts them in the host
             # buffer instead (accounting.py), which --no-repack reproduces
             argv.append("--no-repack")
+        if case.fit_on:
+            argv += ["-fit", "on"]  # the last -fit wins over complete.sh's -fit off
         r = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, cwd=str(work))
         log = r.stdout + r.stderr
         if r.returncode != 0:
             raise RuntimeError(f"complete.sh exited {r.returncode}:\n{log[-3000:]}")
         endpoints = list(rpc.endpoints)
+    if case.fit_on:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        shown = log.replace(rpc.rpc_arg, "RPC_ENDPOINTS")
+        for i, ep in enumerate(endpoints):
+            shown = shown.replace(ep, f"RPC_ENDPOINT_{i}")
+        (LOGS / f"rpc-{case.name}.log").write_text(
+            f"# recorded run: tests/llama_rpc.py --record --case {case.name} (llama.cpp, 2 rpc-server devices)\n"
+            + shown)
+        # the record reads the real load only: from the last load's first "using device" line
+        # (the dry runs before it allocate nothing; the shim saw only the real buffers)
+        starts = [m.start() for m in re.finditer(r"^.*using device RPC0", log, re.M)]
+        log = log[starts[-1]:]
     parsed = parse_llama_log(log)
     layers = {int(i): dev for i, dev in LAYER_DEV.findall(log)}
     overrides = {n: b for n, b in OVERRIDE.findall(log)}
@@ -195,7 +218,8 @@ def run_case(case: RpcCase, bin_dir: Path, work: Path, shim: Path | None) -> dic
             "layer_devices": {str(k): v for k, v in sorted(layers.items())},
             "cpu_overrides": sorted(n for n, b in overrides.items() if b.startswith("CPU")),
             "buffers": [{**b, "buffer_type": _device_of(b["buffer_type"], endpoints)} for b in parsed["buffers"]],
-            "exact": parsed["exact"]}
+            "exact": parsed["exact"],
+            "pipeline_parallel": "pipeline parallelism enabled" in log}
 
 
 def _device_of(buffer_type: str, endpoints: list[str]) -> str:

@@ -12,6 +12,11 @@ that ran, and compare per device:
   compute buffer of each device                          not below llama.cpp's, above by <= 15%
   with -ngl N (the *-ngl* cases): blocks on the CPU, the CPU's weights and KV buffers
   (exact) and its compute buffer (not below, above by <= 15%)
+  pipeline parallelism (the *-pp* cases: every layer offloaded, no -ot): llama.cpp logs
+  "pipeline parallelism enabled" and keeps 4 copies of every input; the devices' and the
+  CPU's compute buffers (not below, above by <= 15%)
+  the --fit dry run (*-pp-fit, its raw log in tests/data/logs/): moeplan's log reader sees
+  the real load only (two devices, the same buffers as the run without -fit)
 
 test_live_rpc re-runs the first case when MOEPLAN_LLAMA_BIN names a build with rpc-server.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -77,6 +83,23 @@ def _check_host(model, case, rec):
                                       and b["buffer_type"].startswith("RPC"))
 
 
+def _check_pp_host(model, case, rec):
+    """Pipeline parallelism: the log says so, and the CPU compute buffer (4 copies of the
+    graph inputs) is not below llama.cpp's, above by at most COMPUTE_OVER."""
+    from llama_rpc import case_placement
+
+    from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory
+    from moeplan.planner.memory.compute_buffer import pipeline_copies
+
+    assert rec.get("pipeline_parallel") is True
+    assert pipeline_copies(model, case_placement(case)) == 4
+    mem = estimate_memory(model, case_placement(case), MemoryConstants(cuda_context_bytes=0, margin_bytes=0))
+    cpu = sum(b["bytes"] if b["bytes"] is not None else round(b["mib"] * 1024 * 1024)
+              for b in rec["buffers"] if b["kind"] == "compute" and b["buffer_type"] == "CPU")
+    over = (mem.get("compute_cpu") - cpu) / cpu
+    assert 0 <= over <= COMPUTE_OVER, (mem.get("compute_cpu"), cpu)
+
+
 def test_recordings_cover_the_cases():
     assert set(RECORDS) == set(BY_NAME)
     for rec in RECORDS.values():
@@ -92,6 +115,35 @@ def test_recorded_devices_match_the_plan(name, tmp_path):
     _, model = write_case_model(case, tmp_path)
     assert model.digest() == rec["fixture"]["digest"], "the fixture writer changed since the recording; re-record"
     _check(model, case, rec)
+    if "-pp" in name:
+        _check_pp_host(model, case, rec)
+    else:
+        assert not rec.get("pipeline_parallel"), "tensor overrides or -ngl N turn pipeline parallelism off"
+
+
+def test_fit_dry_run_is_not_counted():
+    """llama.cpp's default -fit on: the dry runs print every buffer line before the real load;
+    moeplan's reader keeps the real load (two devices, the buffers of the run without -fit)."""
+    from llama_rpc import LOGS
+
+    from moeplan.check.parse import parse_log
+
+    text = (LOGS / "rpc-qwen3moe-2dev-pp-fit.log").read_text()
+    assert text.count("compute buffer size") > 3  # the dry runs printed them too
+    run = parse_log(text, "rpc")
+    assert run.superseded_loads >= 1
+    assert len(run.devices) == 2
+    ref = RECORDS["qwen3moe-2dev-pp"]
+
+    def device(buffer_type: str) -> str:
+        # every rpc-server numbers its devices from 0; the endpoint says which it is
+        m = re.match(r"RPC\d+\[RPC_ENDPOINT_(\d+)\]$", buffer_type)
+        return f"RPC{m.group(1)}" if m else buffer_type
+
+    for kind, rkind in (("compute", "compute"), ("KV", "kv"), ("model", "model")):
+        got = sorted((device(b.buffer_type), b.mib) for b in run.buffers if b.kind == kind)
+        want = sorted((b["buffer_type"], b["mib"]) for b in ref["buffers"] if b["kind"] == rkind)
+        assert got == want, kind
 
 
 @pytest.mark.skipif(not BIN or rpc_server_path(Path(BIN)) is None,

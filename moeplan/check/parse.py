@@ -23,6 +23,16 @@ its own override line; both are read.
                      src/llama-model.cpp:2067-2169 print_info "%s: arch = %s", n_layer, n_expert, general.name
   threads, CPU ISA   common/common.cpp:423 "system_info: n_threads = %d (n_threads_batch = %d) / %d | ..."
   memory breakdown   common/fit.cpp:921-923 (templates), printed by common_memory_breakdown_print
+  --fit dry runs     common/fit.cpp:58-66 common_get_device_memory_data_impl: with -fit on (the default)
+                     common/common.cpp:1225 first loads the model with no_alloc = true and creates a
+                     context, logging through a callback that demotes every line to DEBUG, so with -v
+                     the whole load (devices, overrides, buffers) is printed once per dry run and then
+                     again for the real load (common.cpp:1234). A load starts at "loaded meta data
+                     ... from PATH" (or at "using device" lines printed just before it by older
+                     builds); when the same PATH is loaded again, only the last load of it is read
+                     (`RunLog.superseded_loads` counts the dry runs skipped). A draft model (another
+                     PATH) is kept. The dry run's figures differ from the real load's (0c1e570 on
+                     two RPC devices: model and KV 0.00 MiB, one compute buffer 17.80 for 17.30).
                      "%s: | %s | %s = %s + (%s = %s + %s + %s) + %s |" per device,
                      "%s: | %s | %s   %s    %s = %s + %s + %s    %s |" host
   speeds             src/llama-context.cpp:4434-4436 llama_perf_context_print, common/sampling.cpp:574-576
@@ -160,6 +170,7 @@ class RunLog:
     bench: tuple[dict, ...] = ()
     unread: tuple[tuple[int, str], ...] = ()
     n_lines: int = 0
+    superseded_loads: int = 0  # loads of the same model file before the last one (--fit dry runs)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -371,10 +382,44 @@ def _markdown_bench(lines: list[str]) -> tuple[list[dict], list[tuple[int, str]]
     return recs, bad
 
 
+def superseded_load_lines(lines: list[tuple[int, str]]) -> tuple[set[int], int]:
+    """Line numbers of model loads that a later load of the same file replaced (the dry runs of
+    llama.cpp's --fit, see the module docstring), and how many such loads there were.
+
+    A load starts at its "loaded meta data" line, or at the "using device" lines just before it
+    when they come first (builds that print the devices before reading the file); device lines
+    after a load's header and before its buffers (0c1e570: llama_prepare_model_devices) belong
+    to that load. It ends where the next load starts."""
+    starts: list[tuple[int, str]] = []  # (index into lines where a load starts, model path)
+    pending: int | None = None  # first "using device" line not yet followed by a buffer line
+    for idx, (_, line) in enumerate(lines):
+        if _DEVICE.search(line):
+            if pending is None:
+                pending = idx
+        elif (m := _LOADED.search(line)):
+            starts.append((idx if pending is None else pending, m.group(2)))
+            pending = None
+        elif _BUFFER.search(line):
+            pending = None
+    last = {path: i for i, (_, path) in enumerate(starts)}
+    skip: set[int] = set()
+    n = 0
+    for i, (start, path) in enumerate(starts):
+        if last[path] == i:
+            continue
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(lines)
+        skip.update(lines[j][0] for j in range(start, end))
+        n += 1
+    return skip, n
+
+
 def parse_log(text: str, source: str = "-") -> RunLog:
     """Everything a llama.cpp / ik_llama.cpp / llama-bench / KTransformers / SGLang output states."""
     raw = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = [(i + 1, _clean(s)) for i, s in enumerate(raw.split("\n"))]
+    superseded, n_superseded = superseded_load_lines(lines)
+    if superseded:
+        lines = [(no, line) for no, line in lines if no not in superseded]
     bench = _bench_records(raw)
     args: tuple[str, ...] = ()
     meta: dict = {}
@@ -520,7 +565,8 @@ def parse_log(text: str, source: str = "-") -> RunLog:
                   threads=threads, cpu_features=feats, devices=tuple(devices), offloaded_layers=offloaded,
                   layer_devices=layer_devices,
                   overrides=tuple(overrides), buffers=tuple(buffers), memory=tuple(memory), speeds=tuple(speeds),
-                  bench=tuple(records), unread=tuple(sorted(set(unread))), n_lines=len(lines))
+                  bench=tuple(records), unread=tuple(sorted(set(unread))), n_lines=len(lines) + len(superseded),
+                  superseded_loads=n_superseded)
 
 
 def size_bytes(text: str) -> int | None:

@@ -285,6 +285,11 @@ def _recover_switches(run: RunLog, model: ModelSpec, p: Placement, base: Placeme
             ch["n_experts_used"], ev["n_experts_used"] = int(m.group(1)), "flags"
 
 
+def _mapped_named_cpu(tool: str) -> bool:
+    b = backends.of_log(tool)
+    return b is not None and b.mapped_buffer_named_cpu
+
+
 def _recover_load_mode(run: RunLog, model: ModelSpec, p: Placement, base: Placement | None, flags: dict,
                        rec: dict, backend: str, ch: dict, ev: dict[str, str], notes: list[str]) -> None:
     """mmap, no-mmap or mlock."""
@@ -296,9 +301,9 @@ def _recover_load_mode(run: RunLog, model: ModelSpec, p: Placement, base: Placem
         ch["load_mode"], ev["load_mode"] = "no-mmap", "flags"
     elif any(b.buffer_type.endswith("_Mapped") for b in model_bufs):
         ch["load_mode"], ev["load_mode"] = "mmap", "log"
-    elif any(b.host for b in model_bufs) and run.tool != "ik_llama.cpp":
-        # ik_llama.cpp names its mapped buffer plain "CPU" (ggml_backend_cpu_buffer_from_ptr), so
-        # its buffers do not tell mmap from --no-mmap
+    elif any(b.host for b in model_bufs) and not _mapped_named_cpu(run.tool):
+        # a runtime that names its mapped buffer plain "CPU" (ik_llama.cpp) does not tell mmap
+        # from --no-mmap by its buffers
         ch["load_mode"], ev["load_mode"] = "no-mmap", "log"
     elif lm == "mmap":
         ch["load_mode"], ev["load_mode"] = "mmap", "flags"

@@ -39,7 +39,7 @@ from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
 from moeplan.planner.hardware.vendors import unified_notes
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
-from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes
+from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, kv_cache_bytes, op_offload_vram_bytes
 from moeplan.planner.memory.cache import plan_cache
 from moeplan.planner.memory.devices import fit_split, format_tensor_split, layer_split
 from moeplan.planner.model.spec import ModelSpec
@@ -789,9 +789,12 @@ def explain(best: Candidate, cands: list[Candidate], model: ModelSpec, hw: Hardw
     if p.cpu_moe_layers and hw.gpus:
         vs = _versus(best, cands, req, "with op-offload" if not p.op_offload else "without",
                      lambda q: q.op_offload != p.op_offload and q.numa == p.numa)
+        saved = op_offload_vram_bytes(model, p)
+        vram = f", {saved / GIB:.2f} GiB of VRAM for the staged expert copy" if saved else ""
         if vs:
-            why.append(("no op-offload (prefill computes the CPU experts on the CPU): " if not p.op_offload else
-                        "op-offload (prefill copies the CPU experts to the GPU per ubatch): ") + vs)
+            why.append((f"no op-offload (prefill computes the CPU experts on the CPU; saves{vram[1:] or ' no VRAM'}): "
+                        if not p.op_offload else
+                        f"op-offload (prefill copies the CPU experts to the GPU per ubatch{vram}): ") + vs)
     if p.load_mode == "no-mmap":
         why.append(f"--no-mmap: the {model.file_bytes / 1e9:.1f} GB file does not fit in RAM beside the buffers and "
                    "the OS; mapped, the kernel may evict CPU expert pages and keep those of the tensors copied to the "

@@ -29,8 +29,19 @@ from dataclasses import dataclass
 from moeplan.planner.memory import compute_buffer as cb
 from moeplan.planner.memory.cache import memo, plan_cache
 from moeplan.planner.memory.devices import DeviceMemory, device_memory, layer_split, parse_tensor_split
-from moeplan.planner.model.ggml import canonical_type, row_bytes
-from moeplan.planner.model.spec import KvComponent, LayerSpec, ModelSpec
+from moeplan.planner.memory.kv import (  # noqa: F401 (re-exported: callers import them from here)
+    kv_bytes_per_token,
+    kv_cache_bytes,
+    kv_cells,
+    kv_component_bytes,
+    kv_layer_bytes,
+    kv_layer_bytes_per_token,
+    kv_read_bytes,
+    kv_row_bytes,
+    pad,
+    v_trans_width,
+)
+from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.units import GIB, MIB
 
@@ -51,10 +62,6 @@ FIT_MARGIN_BYTES = 1 * GIB
 # still spans them (their file pages are read once to repack and stay as clean page cache).
 CPU_REPACK_TYPES_X86_AVX2 = ("IQ4_NL", "MXFP4", "Q4_0", "Q4_K")
 CPU_REPACK_TYPES_X86_AVX512 = CPU_REPACK_TYPES_X86_AVX2 + ("Q2_K",)
-
-
-def pad(n: int, to: int) -> int:
-    return -(-n // to) * to
 
 
 @dataclass(frozen=True)
@@ -141,129 +148,6 @@ class MemoryBreakdown:
                 for i in self.items
             ],
         }
-
-
-# ---- KV cache -----------------------------------------------------------------------------
-
-def kv_cells(comp: KvComponent, n_ctx: int, n_seq: int, n_ubatch: int, swa_full: bool = False,
-             kv_pad: int = 256, kv_unified: bool = True) -> int:
-    """Cells (rows) llama.cpp allocates for one cache component, over all its streams.
-
-    llama_context pads n_ctx to 256; a unified cache (one stream) has n_ctx cells, otherwise
-    each of the n_seq streams has n_ctx_seq = pad256(n_ctx / n_seq) cells (llama-context.cpp);
-    with a unified cache n_ctx_seq = n_ctx. DeepSeek V4's caches (rules 'swa-seq', 'ratio',
-    'fixed') keep one stream per sequence even under -kvu, each sized from n_ctx_seq
-    (llama-kv-cache-dsv4.cpp: unified_raw = unified_compressed = false, kv_size = n_ctx_seq).
-    """
-    kv_size = pad(max(n_ctx, 1), kv_pad)
-    n_stream = 1 if kv_unified or n_seq <= 1 else n_seq
-    per_stream = kv_size if n_stream == 1 else pad(kv_size // n_stream, kv_pad)
-    n_seq_streams = max(1, n_seq)
-    if comp.cells == "ctx":
-        return per_stream * n_stream
-    if comp.cells == "swa":
-        if swa_full:
-            return per_stream * n_stream
-        # llama-kv-cache-iswa.cpp: GGML_PAD(min(size_base, n_swa*(unified ? n_seq_max : 1) + n_ubatch), 256)
-        window = comp.window * (n_seq if n_stream == 1 else 1)
-        return pad(min(per_stream, window + n_ubatch), kv_pad) * n_stream
-    if comp.cells == "swa-seq":
-        # the same iswa cache built with unified = false: the window of one sequence per stream
-        cells = per_stream if swa_full else pad(min(per_stream, comp.window + n_ubatch), kv_pad)
-        return cells * n_seq_streams
-    if comp.cells == "seq":
-        return n_seq_streams
-    if comp.cells == "ratio":
-        # llama-kv-cache-dsv4.cpp: GGML_PAD(max(1, ceil(n_ctx_seq / ratio)), 256) cells per stream
-        return pad(max(1, -(-per_stream // comp.ratio)), kv_pad) * n_seq_streams
-    if comp.cells == "fixed":
-        return comp.window * n_seq_streams
-    raise ValueError(f"unknown KV cell rule {comp.cells!r}")
-
-
-def kv_row_bytes(comp: KvComponent, type_k: str, type_v: str, v_width: int = 0) -> int:
-    """Bytes of one cell of a cache component: the user's -ctk/-ctv type, or its fixed type.
-    v_width: the row every V cache takes when V is stored transposed (see v_trans_width)."""
-    dtype = type_k if comp.dtype == "k" else type_v if comp.dtype == "v" else comp.dtype
-    n_embd = max(comp.n_embd, v_width) if comp.name == "v" and comp.dtype == "v" else comp.n_embd
-    return row_bytes(canonical_type(dtype), n_embd)
-
-
-def v_trans_width(model: ModelSpec, flash_attn: bool) -> int:
-    """llama-kv-cache.cpp (constructor, L210): without flash attention V is stored transposed
-    and every layer's V cache is hparams.n_embd_v_gqa_max() wide, the widest V of any layer
-    (it warns when they differ). Only Gemma 4 among the bundled models has V widths that
-    differ by layer (sliding 8 x 256, global 2 x 512); 0 with flash attention."""
-    if flash_attn:
-        return 0
-    return max((c.n_embd for layer in model.layers for c in layer.kv if c.name == "v" and c.dtype == "v"), default=0)
-
-
-def kv_component_bytes(comp: KvComponent, n_ctx: int, type_k: str, type_v: str, n_seq: int = 1,
-                       n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True, v_width: int = 0) -> int:
-    return kv_row_bytes(comp, type_k, type_v, v_width) * kv_cells(comp, n_ctx, n_seq, n_ubatch, swa_full,
-                                                                   kv_unified=kv_unified)
-
-
-def kv_layer_bytes(layer: LayerSpec, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
-                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True,
-                   v_width: int = 0) -> int:
-    return sum(kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified, v_width)
-               for c in layer.kv)
-
-
-def _kv_groups(model: ModelSpec) -> tuple[tuple[KvComponent, int], ...]:
-    """Distinct cache components and how many layers have each (cached): the trunk's, and a
-    NextN block's where the main context caches it (DeepSeek V4's raw cache)."""
-    cache = memo(model)
-    groups = cache.get("kv_groups")
-    if groups is None:
-        counts: dict[KvComponent, int] = {}
-        for layer in model.layers:
-            for c in layer.kv:
-                counts[c] = counts.get(c, 0) + 1
-        groups = cache["kv_groups"] = tuple(counts.items())
-    return groups
-
-
-def kv_cache_bytes(model: ModelSpec, n_ctx: int, type_k: str = "f16", type_v: str = "f16",
-                   n_seq: int = 1, n_ubatch: int = 512, swa_full: bool = False, kv_unified: bool = True,
-                   v_width: int = 0) -> int:
-    """Total KV cache (plus recurrent state) of the main context, in bytes."""
-    return sum(n * kv_component_bytes(c, n_ctx, type_k, type_v, n_seq, n_ubatch, swa_full, kv_unified, v_width)
-               for c, n in _kv_groups(model))
-
-
-def kv_bytes_per_token(model: ModelSpec, type_k: str = "f16", type_v: str = "f16") -> int:
-    """Bytes one more token of context adds to the full-context caches of the trunk."""
-    return sum(kv_row_bytes(c, type_k, type_v) for layer in model.trunk_layers for c in layer.kv if c.cells == "ctx")
-
-
-def kv_layer_bytes_per_token(layer: LayerSpec, type_k: str = "f16", type_v: str = "f16") -> int:
-    """Bytes one token adds to a layer's full-context and sliding-window caches (the row of
-    one cell; a sliding window stops growing at its size, compressed caches add 1/ratio)."""
-    return sum(kv_row_bytes(c, type_k, type_v) for c in layer.kv if c.cells in ("ctx", "swa", "swa-seq"))
-
-
-def kv_read_bytes(model: ModelSpec, depth: int, type_k: str = "f16", type_v: str = "f16",
-                  n_ubatch: int = 1, blocks: set[int] | None = None) -> int:
-    """KV bytes attention reads to decode one token at context depth `depth` (of `blocks` only
-    when given: one device's share of a layer split)."""
-    total = 0
-    for layer in model.trunk_layers:
-        if blocks is not None and layer.index not in blocks:
-            continue
-        for c in layer.kv:
-            row = kv_row_bytes(c, type_k, type_v)
-            if c.cells == "ctx":
-                total += row * depth
-            elif c.cells in ("swa", "swa-seq"):
-                total += row * min(depth, c.window)
-            elif c.cells == "ratio":
-                total += row * (depth // max(1, c.ratio))
-            else:  # recurrent state: read once per token
-                total += row
-    return total
 
 
 # ---- compute buffers ------------------------------------------------------------------------
@@ -432,6 +316,11 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
         cterms = compute_buffer_terms(model, p.with_(op_offload=False) if cpu_only else p, gpu=cpu_only, consts=c)
         formula = ("whole graph (CPU-only run)" if cpu_only else
                    "graph inputs (KQ masks, ids) and token-embedding rows, which llama.cpp keeps on the CPU")
+        copies = cb.pipeline_copies(model, p) if devices else 1
+        if copies > 1:
+            extra = (copies - 1) * sum(cb.pipeline_copy_terms(model, p, device=False).values())
+            cterms = {**cterms, "pipeline copies": extra}
+            formula += f", + {copies - 1} more copies of the graph inputs (pipeline parallelism, {copies} copies)"
     items.append(MemoryItem("compute_cpu", "host", sum(cterms.values()), formula))
     items.append(MemoryItem("output", "host", model.n_vocab * 4 * p.n_seq,
                             "logits buffer n_vocab * n_outputs * 4 (one output per sequence)"))
@@ -461,3 +350,18 @@ def tensor_split_weights(p: Placement) -> tuple[float, ...]:
     if ts:
         return parse_tensor_split(ts, p.n_gpus)
     return (1.0,) * p.n_gpus
+
+
+def op_offload_vram_bytes(model: ModelSpec, p: Placement, consts: MemoryConstants | None = None) -> int:
+    """VRAM that op offload costs this placement (what --no-op-offload saves), in bytes: the
+    predicted VRAM with op offload minus without. The difference is the staged GPU copy of a
+    host-resident weight the scheduler moves a batch's MUL_MAT(_ID) to the GPU with
+    (compute_buffer.staging_bytes: the largest expert tensor of the CPU layers, or with -ngl N
+    the largest weight of the CPU blocks), where the phase holding it is the buffer's peak;
+    0 when nothing is on the CPU or the ubatch is below GGML_OP_OFFLOAD_MIN_BATCH. The other
+    side of the choice, the prefill time of copying the CPU experts over PCIe each ubatch
+    against computing them on the CPU, is the cost model's (planner/cost)."""
+    c = consts or MemoryConstants()
+    on = estimate_memory(model, p.with_(op_offload=True), c).vram_bytes
+    off = estimate_memory(model, p.with_(op_offload=False), c).vram_bytes
+    return max(0, on - off)

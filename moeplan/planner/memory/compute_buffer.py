@@ -76,6 +76,7 @@ from moeplan.planner.memory.graph_buffers import (
     graph_buffer_terms,
     graph_cpu_side_terms,
 )
+from moeplan.planner.memory.split import layer_split
 from moeplan.planner.model import registry
 from moeplan.planner.model.ggml import canonical_type, row_bytes
 from moeplan.planner.model.spec import ModelSpec
@@ -292,8 +293,6 @@ def staging_bytes(model: ModelSpec, p: Placement, min_batch: int) -> int:
         return 0
     block_max = 0
     if p.n_gpu_layers is not None and p.n_gpus:
-        from moeplan.planner.memory.devices import layer_split
-
         cpu_blocks, out_gpu = layer_split(model, p)
         block_max = max((t.n_bytes for layer in model.layers if layer.index in cpu_blocks and layer.kind != "nextn"
                          for t in layer.tensors if len(t.shape) >= 2), default=0)
@@ -309,6 +308,42 @@ def staging_bytes(model: ModelSpec, p: Placement, min_batch: int) -> int:
             layer.index: max((tt.n_bytes for tt in layer.tensors if tt.group == "experts"), default=0)
             for layer in model.moe_layers}
     return max([block_max] + [per_layer.get(i, 0) for i in p.cpu_moe_layers])
+
+
+def pipeline_copies(model: ModelSpec, p: Placement) -> int:
+    """Input copies the scheduler keeps: GGML_SCHED_MAX_COPIES when llama.cpp turns pipeline
+    parallelism on, else 1. src/llama-context.cpp L430-435 (0c1e570): more than one device,
+    n_gpu_layers > n_layer_all (every block and the output offloaded), -sm layer, KV offload
+    and no tensor override (-ot, --n-cpu-moe: moeplan's CPU experts); L438-453 also want
+    async compute and events of every device, which CUDA and RPC devices have. An -ngl N of
+    n_layer_all + 1 or more counts as every layer."""
+    if p.n_gpus <= 1 or not p.kv_offload or p.cpu_moe_layers:
+        return 1
+    if p.n_gpu_layers is not None and p.n_gpu_layers <= len(model.layers):
+        return 1
+    from moeplan.planner import backends
+
+    # GGML_SCHED_MAX_COPIES of the runtime's build (its record: 4 in llama.cpp, 1 in ik_llama.cpp)
+    return backends.behaviour(p.backend).sched_max_copies
+
+
+def pipeline_copy_terms(model: ModelSpec, p: Placement, device: bool, has_output: bool = False) -> dict[str, int]:
+    """The tensors ggml_backend_sched keeps one more copy of for each extra pipeline copy
+    (ggml-backend.cpp at 0c1e570):
+      * L1376-1385: a split input (a tensor another backend computed) gets n_copies
+        duplicates on the split's backend, flagged input+output, so ggml-alloc never frees them;
+      * L1411-1437 and L1563-1590: every graph input leaf gets n_copies duplicates on its own
+        backend (the CPU: the scheduler puts graph inputs there), also never freed, the
+        embeddings input of a text batch included although no node reads it.
+    device=True: a device's split inputs: the KQ masks, KV row ids and positions from the
+      CPU, the hidden state from the previous backend (inp_embd's size), out_ids on the
+      device of the output layer; not the token ids (the embedding lookup runs on the CPU).
+    device=False: the CPU's graph inputs: token ids, embeddings input, positions, masks,
+      row ids, out_ids."""
+    inputs = input_bytes(model, p, reserve_shape(p))
+    if not device:
+        return dict(inputs)
+    return {k: v for k, v in inputs.items() if k != "tokens" and (has_output or k != "out_ids")}
 
 
 def compute_phases(model: ModelSpec, p: Placement, staging: int = 0, gpu: bool = False) -> dict[str, dict[str, int]]:

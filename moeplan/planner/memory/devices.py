@@ -27,6 +27,11 @@ What else is per device:
     the output layer, and the op-offload staging copy only on the first device: the scheduler
     hands an op whose weight is in a host buffer to the first backend, in priority order, that
     wants to offload it (ggml-backend.cpp L970-975, `for (int b = 0; b < src_backend_id; b++)`);
+  * pipeline parallelism (every block and the output on the devices, no tensor override;
+    compute_buffer.pipeline_copies): the scheduler keeps GGML_SCHED_MAX_COPIES (4) copies of
+    every split input, never freed, so each device's buffer grows by 3 x its split inputs
+    (masks, row ids, positions, hidden state) and the CPU's by 3 x the graph inputs
+    (compute_buffer.pipeline_copy_terms; recorded: tests/data/llama_memory_multi/qwen3moe-2dev-pp.json);
   * the CUDA context and cuBLAS workspace exist once per device, and llama.cpp --fit keeps its
     1 GiB margin free on every device (common/fit: fit_target is per device).
 Expert tensors overridden with `-ot ...=CPU` leave their block's device; everything else of a
@@ -34,90 +39,23 @@ block stays with the block.
 """
 from __future__ import annotations
 
-import struct
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from moeplan.planner.memory import compute_buffer as cb
 from moeplan.planner.memory.cache import memo
+from moeplan.planner.memory.kv import kv_layer_bytes, v_trans_width
+from moeplan.planner.memory.split import (  # noqa: F401 (re-exported: callers import them from here)
+    assign_blocks,
+    counts_from_assignment,
+    f32,
+    format_tensor_split,
+    layer_split,
+    parse_tensor_split,
+    split_points,
+)
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
-
-
-def f32(x: float) -> float:
-    """Round to IEEE single precision (llama.cpp computes the split points in float)."""
-    return struct.unpack("f", struct.pack("f", x))[0]
-
-
-def split_points(weights: Sequence[float]) -> list[float]:
-    """llama.cpp's normalised cumulative splits (float arithmetic, L1579-1587)."""
-    acc = f32(0.0)
-    cum = []
-    for w in weights:
-        acc = f32(acc + f32(float(w)))
-        cum.append(acc)
-    if acc <= 0:
-        raise ValueError("tensor split weights sum to zero")
-    return [f32(c / acc) for c in cum]
-
-
-def assign_blocks(n_layer_all: int, weights: Sequence[float], n_gpu_layers: int | None = None) -> tuple[tuple[int, ...], int]:
-    """(device of every block 0..n_layer_all-1, device of the output layer); -1 = the CPU.
-
-    `weights` is the -ts list in device order; n_gpu_layers defaults to every block plus the
-    output (what moeplan emits)."""
-    ngl = n_layer_all + 1 if n_gpu_layers is None else n_gpu_layers
-    splits = split_points(weights)
-    start = max(n_layer_all + 1 - ngl, 0)
-    act = min(ngl, n_layer_all + 1)
-
-    def dev(il: int) -> int:
-        if il < start or il - start >= act:
-            return -1
-        x = f32(float(il - start) / act)
-        return min(bisect_right(splits, x), len(splits) - 1)
-
-    return tuple(dev(il) for il in range(n_layer_all)), dev(n_layer_all)
-
-
-def layer_split(model: ModelSpec, p: Placement) -> tuple[frozenset[int], bool]:
-    """(block indices that -ngl leaves entirely on the CPU, whether the output layer is on a
-    GPU) for placement p: assign_blocks with p.n_gpu_layers. A CPU-only run (n_gpus 0) has
-    every block on the CPU; without n_gpu_layers every block and the output are offloaded."""
-    if p.n_gpus == 0:
-        return frozenset(layer.index for layer in model.layers), False
-    if p.n_gpu_layers is None:
-        return frozenset(), True
-    key = ("layer-split", p.n_gpu_layers, len(model.layers))
-    cache = memo(model)
-    hit = cache.get(key)
-    if hit is None:
-        devs, out_dev = assign_blocks(len(model.layers), (1.0,), p.n_gpu_layers)
-        hit = cache[key] = (frozenset(model.layers[i].index for i, d in enumerate(devs) if d < 0), out_dev >= 0)
-    return hit
-
-
-def counts_from_assignment(devs: Sequence[int], out_dev: int, n_devices: int) -> tuple[int, ...]:
-    """Blocks (and the output layer) per device: the exact -ts of an assignment."""
-    counts = [0] * n_devices
-    for d in devs:
-        counts[d] += 1
-    counts[out_dev] += 1
-    return tuple(counts)
-
-
-def parse_tensor_split(text: str, n_devices: int) -> tuple[float, ...]:
-    """'20,21,20' -> (20.0, 21.0, 20.0); missing devices get 0 (llama.cpp's rule). ValueError on junk."""
-    parts = [x.strip() for x in text.replace("/", ",").split(",") if x.strip()]
-    vals = tuple(float(x) for x in parts)
-    if len(vals) > n_devices or any(v < 0 for v in vals) or sum(vals) <= 0:
-        raise ValueError(text)
-    return vals + (0.0,) * (n_devices - len(vals))
-
-
-def format_tensor_split(counts: Sequence[float]) -> str:
-    return ",".join(str(int(c)) if float(c).is_integer() else f"{c:g}" for c in counts)
 
 
 @dataclass(frozen=True)
@@ -171,8 +109,6 @@ class _BlockCost:
 
 
 def _block_costs(model: ModelSpec, p: Placement) -> dict[int, _BlockCost]:
-    from moeplan.planner.memory.accounting import kv_layer_bytes, v_trans_width
-
     n_ub = cb.reserve_shape(p).n_tokens
     v_width = v_trans_width(model, p.flash_attn)
     cpu = set(p.cpu_moe_layers)
@@ -191,7 +127,8 @@ def device_compute_bytes(model: ModelSpec, p: Placement, first: bool, has_output
     """Compute buffer of one device (see the module docstring): staging only on the first
     device, the output phase only on the device of the output layer."""
     staging = cb.staging_bytes(model, p, min_batch) if first else 0
-    key = ("cb-dev", first, has_output, staging, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn,
+    key = ("cb-dev", first, has_output, staging, p.backend, p.kv_offload, bool(p.cpu_moe_layers), p.n_gpu_layers,
+           p.n_gpus, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn,
            p.cache_type_k, p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
     cache = memo(model)
     hit = cache.get(key)
@@ -201,7 +138,10 @@ def device_compute_bytes(model: ModelSpec, p: Placement, first: bool, has_output
     if not has_output and "output" in phases and len(phases) > 1:
         phases = {k: v for k, v in phases.items() if k != "output"}
     _, phase = cb.peak_phase(phases)
-    val = cache[key] = sum(phase.values())
+    # pipeline parallelism: the split inputs' extra copies sit below the graph for good
+    copies = cb.pipeline_copies(model, p)
+    extra = (copies - 1) * sum(cb.pipeline_copy_terms(model, p, True, has_output).values()) if copies > 1 else 0
+    val = cache[key] = sum(phase.values()) + extra
     return val
 
 

@@ -42,6 +42,8 @@ class Backend:
     interleaved_types_stay_on_cpu: bool = False  # its CUDA backend does not multiply some repacked types
     mla_expanded_prompt: bool = False  # expands MLA heads for prompt batches (attention.IK_MLA_PP_MIN_TOKENS)
     default_batch: int = 2048  # logical batch of a plan without -b
+    mapped_buffer_named_cpu: bool = False  # its logs name an mmap'd model buffer plain "CPU" (check/placement.py)
+    sched_max_copies: int = 1  # GGML_SCHED_MAX_COPIES: input copies under pipeline parallelism (memory/compute_buffer.py)
     # -- plan options it takes (Placement.extra keys, cost/machine.py), and which it refuses
     options: tuple[str, ...] = ()
     # -- the launchers and the log checker

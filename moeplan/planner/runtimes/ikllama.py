@@ -16,6 +16,9 @@ BACKEND = Backend(
     # (x1.3 the AVX2 path on full-width AVX-512 cores), AVX2 elsewhere with its own repacked layouts
     isa_dot_scale={"neon": 0.7, "avx2": 0.8, "avx_vnni": 1.0, "avx512f": 0.9, "avx512_vnni": 1.3, "amx": 1.3},
     interleaved_types_stay_on_cpu=True, mla_expanded_prompt=True,
+    # GGML_SCHED_MAX_COPIES 1 (ggml/CMakeLists.txt L110 at 8337e4cd): pipeline parallelism adds no copies
+    # names its mapped model buffer plain "CPU" (ggml_backend_cpu_buffer_from_ptr): no mmap tell
+    mapped_buffer_named_cpu=True,
     options=("rtr",),  # -rtr: run-time repacking (cost/machine.py RTR_KEY)
     log_tools=("ik_llama.cpp",),
 )

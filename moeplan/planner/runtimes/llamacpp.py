@@ -8,6 +8,8 @@ BACKEND = Backend(
     # ggml-cuda.cu GGML_OP_OFFLOAD_MIN_BATCH = 32: the used experts are copied at ubatch >= 32
     op_offload_rule="mainline", windows_native=True,
     cpu_kernels="mainline", isa_dot_scale=dict(MAINLINE_ISA_DOT_SCALE),
+    # GGML_SCHED_MAX_COPIES 4 (ggml/CMakeLists.txt L188, ggml-backend.cpp L772 at 0c1e570)
+    sched_max_copies=4,
     options=("llama_build",),  # costed as that build runs (cost/machine.py LLAMA_BUILD_KEY)
     log_tools=("llama.cpp", "llama-bench"),
 )

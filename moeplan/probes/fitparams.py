@@ -1,0 +1,96 @@
+"""llama.cpp's own dry run of a plan: `llama-fit-params -fitp on` (I/O; issue 33 item 7).
+
+`llama-fit-params` with `--fit-print on` (`-fitp on`, tools/fit-params/fit-params.cpp L70-75 at
+0c1e570) loads the model with `no_alloc = true`, creates the context with the given flags and
+prints, per device and then for the host, the MiB its buffers would take
+(common/fit.cpp L1088-1113 `common_fit_print`):
+
+    <device name> <model MiB> <context MiB> <compute MiB>
+    ...
+    Host <model MiB> <context MiB> <compute MiB>
+
+each figure the byte count divided by 2^20 and truncated. It allocates nothing, takes seconds,
+and is exact for that build and backend - on CUDA the user's truth for every buffer llama.cpp
+sizes itself (not the CUDA context, the pool or other processes: nvidia-smi's extra).
+`fit_rows` parses that output; `run_fit_print` runs it; `compare_devices` puts moeplan's
+per-device figures beside it.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+MIB = 1024 * 1024
+_ROW = re.compile(r"^(\S+) (\d+) (\d+) (\d+) ?$")
+
+
+@dataclass(frozen=True)
+class FitRow:
+    """One device (or 'Host') of llama-fit-params' estimate, in MiB (truncated)."""
+
+    device: str
+    model_mib: int
+    context_mib: int
+    compute_mib: int
+
+    @property
+    def total_mib(self) -> int:
+        return self.model_mib + self.context_mib + self.compute_mib
+
+
+def fit_rows(stdout: str) -> list[FitRow]:
+    """The rows of `llama-fit-params -fitp on`'s stdout; the log lines (stderr, or mixed in
+    when both streams are captured together) do not match the four-field pattern."""
+    rows = []
+    for line in stdout.splitlines():
+        m = _ROW.match(line.strip())
+        if m:
+            rows.append(FitRow(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))))
+    if not rows or rows[-1].device != "Host":
+        raise ValueError("llama-fit-params printed no per-device estimate (expected a last 'Host M C K' line)")
+    return rows
+
+
+def fit_params_program(bin_dir: str | Path) -> Path | None:
+    for name in ("llama-fit-params", "llama-fit-params.exe"):
+        p = Path(bin_dir) / name
+        if p.is_file():
+            return p
+    return None
+
+
+def run_fit_print(bin_dir: str | Path, model_path: str | Path, flags: Sequence[str],
+                  timeout_s: float = 300.0) -> list[FitRow]:
+    """Run `llama-fit-params -m MODEL FLAGS -fitp on` (the plan's placement flags: -ngl, -ot,
+    -ts, -c, -ub, -b, -ctk/-ctv, -fa, -np, ...) and return its rows. RuntimeError with the
+    program's last lines when it fails."""
+    prog = fit_params_program(bin_dir)
+    if prog is None:
+        raise FileNotFoundError(f"no llama-fit-params in {bin_dir} (llama.cpp builds it as tools/fit-params)")
+    argv = [str(prog), "-m", str(model_path), *flags, "-fitp", "on"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    if r.returncode != 0:
+        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-5:])
+        raise RuntimeError(f"llama-fit-params exited {r.returncode}: {tail}")
+    return fit_rows(r.stdout)
+
+
+def compare_devices(rows: Sequence[FitRow], predicted: Sequence[dict]) -> list[dict]:
+    """llama.cpp's dry run beside moeplan's per-device figures. `predicted`: one dict per
+    device in order, with weights_bytes (model), kv_bytes (context) and compute_bytes; the
+    rows' devices are matched by position (the host row last, compared when given as the
+    last prediction). Differences in MiB, moeplan minus llama.cpp (llama.cpp truncates)."""
+    out = []
+    for row, pred in zip(rows, predicted):
+        entry: dict[str, object] = {"device": row.device}
+        for key, mib in (("weights_bytes", row.model_mib), ("kv_bytes", row.context_mib),
+                         ("compute_bytes", row.compute_mib)):
+            ours = pred.get(key)
+            entry[key.replace("_bytes", "")] = {
+                "llama_cpp_mib": mib, "moeplan_mib": None if ours is None else ours // MIB,
+                "diff_mib": None if ours is None else ours // MIB - mib}
+        out.append(entry)
+    return out
