@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from moeplan import __version__
+from moeplan import __version__, cli_coerce
 from moeplan.commands.common import DEBUG_ENV
 
 
@@ -31,6 +31,8 @@ def _quiet_flag_types() -> None:
 
 
 _quiet_flag_types()
+# plain str / int / float options are coerced without pydantic (typer loads it for every value)
+cli_coerce.install()
 
 app = typer.Typer(
     name="moeplan",
