@@ -153,3 +153,29 @@ def test_a_bad_option_value_keeps_typers_message():
                          text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 2
     assert "Invalid value for '--trials'" in out.stderr and "valid integer" in out.stderr
+
+
+# ---- main() builds only the named command's module ------------------------------------------
+
+def test_command_map_matches_what_the_modules_register():
+    import importlib
+
+    import typer
+
+    from moeplan import cli
+
+    seen = {}
+    for name in cli.MODULE_ORDER:
+        app = typer.Typer()
+        importlib.import_module(f"moeplan.commands.{name}").register(app)
+        for c in app.registered_commands:
+            seen[c.name] = name
+        assert not app.registered_groups, name  # a sub-app would need its own entry
+    assert seen == cli.COMMAND_MODULES
+    assert [c.name for c in cli.app.registered_commands] == list(seen)
+
+
+def test_tune_alone_builds_only_its_module():
+    _, _, mods = _loaded(["tune", "glm-4.5", "--hw", "desktop-4090-ddr5", "--json"])
+    assert "moeplan.commands.plan" in mods
+    assert not {"moeplan.commands.bench", "moeplan.commands.tuner", "moeplan.commands.check"} & mods
