@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from moeplan import __version__, cli_coerce
+from moeplan import __version__
+from moeplan.commands import coerce
 from moeplan.commands.common import DEBUG_ENV
 
 
@@ -33,7 +34,7 @@ def _quiet_flag_types() -> None:
 
 _quiet_flag_types()
 # plain str / int / float options are coerced without pydantic (typer loads it for every value)
-cli_coerce.install()
+coerce.install()
 
 # which module of moeplan/commands registers each command: `moeplan tune ...` builds only its
 # module's commands (typer inspects every command's signature when it starts); any other

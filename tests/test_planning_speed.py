@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from moeplan.cli_coerce import fast_value
+from moeplan.commands.coerce import fast_value
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
