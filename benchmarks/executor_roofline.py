@@ -1,7 +1,14 @@
 """How close the executor's decode gets to the memory roofline on this machine.
 
-    python benchmarks/executor_roofline.py [--dtype bf16,fp32] [--threads 1,2] [--rounds 3]
+    python benchmarks/executor_roofline.py [--dtype auto,fp16,fp32,bf16] [--threads 1,2] [--rounds 3]
                                            [--tokens 12] [--layers 2] [--device cpu|cuda]
+                                           [--clock thread] [--emulate-avx2]
+
+`auto` is the dtype the executor picks on this CPU (moeplan/executor/native.py). --emulate-avx2
+reruns the benchmark with torch's kernels held to AVX2 (ATEN_CPU_CAPABILITY=avx2) and oneDNN and
+MKL too (ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2): an AVX2 host without AVX-512 or
+native bf16, as far as the executor's kernels can tell; the header prints the capability torch
+reports, so a run shows whether it took effect.
 
 Model: Qwen3-30B-A3B's shapes (48 blocks, n_embd 2048, 128 experts of n_ff 768, top-8, GQA
 32/4 x 128), every routed expert on the CPU (`--all-cpu-moe`), uniform routing, `--layers`
@@ -135,7 +142,7 @@ def decode_run(model, dtype: str, threads: int, tokens: int, layers: int, device
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dtype", default="bf16,fp32")
+    ap.add_argument("--dtype", default="auto,fp16,fp32,bf16")
     ap.add_argument("--threads", default="")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=12)
@@ -144,8 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clock", default="wall", choices=("wall", "thread"),
                     help="thread: CPU time of the calling thread for both measurements (1 thread only), "
                          "which other tenants of a shared machine cannot stretch")
+    ap.add_argument("--emulate-avx2", action="store_true",
+                    help="rerun with torch, oneDNN and MKL held to AVX2 (see the module docstring)")
     args = ap.parse_args(argv)
+    if args.emulate_avx2 and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":
+        env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2", MKL_ENABLE_INSTRUCTIONS="AVX2")
+        argv_now = sys.argv[1:] if argv is None else list(argv)
+        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv_now], env)
     import torch
+
+    from moeplan.executor.native import choose_dtype, cpu_flags, f16c, native_bf16, torch_capability
 
     n_cpu = len(os.sched_getaffinity(0))
     threads = [int(x) for x in args.threads.split(",")] if args.threads else sorted({1, n_cpu})
@@ -157,10 +172,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads[0])
     print(f"machine: {n_cpu} CPUs, last-level cache {llc / 2**20:.0f} MiB, torch {torch.__version__}, "
           f"load average {os.getloadavg()[0]:.2f}, clock: {args.clock}")
+    env = {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+           if k in os.environ}
+    flags = cpu_flags()
+    print(f"kernels: torch capability {torch_capability()} {env or '(no ISA limits)'}; CPU flags: "
+          f"avx512f {'avx512f' in flags}, avx512_bf16/amx_bf16 {bool({'avx512_bf16', 'amx_bf16'} & flags)}, "
+          f"f16c {f16c()}; native bf16 for the executor: {native_bf16()}; auto -> {choose_dtype(args.device)}")
     print(f"model: {model.name}, {len(model.moe_layers)} MoE blocks, all experts on the CPU tier, "
           f"{args.layers} blocks run and scaled\n")
     rows = []
     for dt in args.dtype.split(","):
+        dt = choose_dtype(args.device) if dt == "auto" else dt
+        if (dt, threads[0]) in {(r[0], r[1]) for r in rows}:
+            continue
         for th in threads:
             best_bw, best = 0.0, None
             for _ in range(args.rounds):

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated
 
 import typer
 
 from moeplan import __version__
+from moeplan.commands import coerce
 from moeplan.commands.common import DEBUG_ENV, group_class
 
 
@@ -26,22 +28,21 @@ def _quiet_flag_types() -> None:
             return None
         return shown(self, ctx)
 
-    display_type_rich._moeplan_quiet = True
-    TyperOption.display_type_rich = display_type_rich
+    display_type_rich._moeplan_quiet = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
 
 
 _quiet_flag_types()
+# plain str / int / float options are coerced without pydantic (typer loads it for every value)
+coerce.install()
 
-app = typer.Typer(
-    name="moeplan",
-    help="Plan, predict and verify how to run a huge Mixture-of-Experts LLM on the machine you have.",
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
-    add_completion=True,
-    cls=group_class(),
-    # plain help: rich's help renderer (markdown-it, pygments) costs more start-up than the rest of the CLI
-    rich_markup_mode=None,
-)
+# which module of moeplan/commands registers each command: `moeplan tune ...` builds only its
+# module's commands (typer inspects every command's signature when it starts); any other
+# first argument (--help, a typo) gets them all. tests/test_planning_speed.py checks the map.
+COMMAND_MODULES = {"probe": "hardware", "hardware": "hardware", "models": "model", "inspect": "model",
+                   "estimate": "plan", "tune": "plan", "emit": "launch", "bench": "bench", "calibrate": "tuner",
+                   "check": "check"}
+MODULE_ORDER = ("hardware", "model", "plan", "launch", "bench", "tuner", "check")
 
 
 def _version(value: bool) -> None:
@@ -50,7 +51,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def main_options(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
@@ -60,16 +60,39 @@ def main_options(
         os.environ[DEBUG_ENV] = "1"
 
 
-def _register() -> None:
-    # each module only defines its commands; the heavy imports happen inside them
-    from moeplan.commands import bench, check, hardware, launch, model, plan, tuner
+def build_app(modules: tuple[str, ...] = MODULE_ORDER) -> typer.Typer:
+    """The CLI with the commands of these command modules (each module only defines its
+    commands; the heavy imports happen inside them)."""
+    import importlib
 
-    for mod in (hardware, model, plan, launch, bench, tuner, check):
-        mod.register(app)
+    new = typer.Typer(
+        name="moeplan",
+        help="Plan, predict and verify how to run a huge Mixture-of-Experts LLM on the machine you have.",
+        no_args_is_help=True,
+        pretty_exceptions_show_locals=False,
+        add_completion=True,
+        cls=group_class(),
+        # plain help: rich's help renderer (markdown-it, pygments) costs more start-up than the rest of the CLI
+        rich_markup_mode=None,
+    )
+    new.callback()(main_options)
+    for name in modules:
+        importlib.import_module(f"moeplan.commands.{name}").register(new)
+    return new
 
 
-_register()
+def __getattr__(name: str) -> typer.Typer:
+    """`moeplan.cli.app`: every command, built on first use (main() builds only what it runs)."""
+    if name == "app":
+        full = build_app()
+        globals()["app"] = full
+        return full
+    raise AttributeError(name)
 
 
 def main() -> None:
-    app()
+    first = sys.argv[1] if len(sys.argv) > 1 else ""
+    module = COMMAND_MODULES.get(first)
+    if first == "--version":  # an eager option: it prints and exits before any command is looked at
+        build_app(())()
+    build_app((module,) if module else MODULE_ORDER)()

@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         prompt: Annotated[int, typer.Option("--prompt", help="Prompt tokens to prefill (timed; 0 skips prefill).")] = 512,
         warmup: Annotated[int, typer.Option("--warmup", help="Untimed decode tokens before timing (warm the cache).")] = 2,
         device: Annotated[Optional[str], typer.Option("--device", help="cuda or cpu (default: cuda when torch sees a GPU).")] = None,
-        dtype: Annotated[str, typer.Option("--dtype", help="Compute and weight dtype: bf16, fp16, fp32.")] = "bf16",
+        dtype: Annotated[str, typer.Option("--dtype", help="Compute and weight dtype: auto (by the CPU's native formats), bf16, fp16, fp32.")] = "auto",
         sample_layers: Annotated[Optional[int], typer.Option("--sample-layers", help="Run K blocks of each kind and extrapolate to the whole model.")] = None,
         routing: Annotated[str, typer.Option("--routing", help="uniform | zipf:S | trace:FILE | router")] = "uniform",
         weights: Annotated[str, typer.Option("--weights", help="synthetic (seeded) or gguf (dequantize the file's weights).")] = "synthetic",

@@ -481,7 +481,6 @@ def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path |
 
 def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = False, report=None) -> None:
     from moeplan.ui.console import emit_json, stdout_console
-    from moeplan.ui.plan_tables import tune_render
 
     if as_json:
         doc = {"plan": plan.to_dict()}
@@ -490,6 +489,7 @@ def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = F
         emit_json(doc)
         return
     from moeplan.launch import preview_command
+    from moeplan.ui.plan_tables import tune_render  # rich: only for a table
 
     cmd = preview_command(plan, spec)
     stdout_console().print(tune_render(spec, plan, cmd, explain), crop=False)

@@ -27,7 +27,7 @@ RUNTIME_HOST_BYTES = 512 * MIB  # Python + torch CPU runtime, measured ~0.4 GiB 
 @dataclass(frozen=True)
 class ExecOptions:
     device: str = "cpu"  # 'cuda' or 'cpu' (the CPU stands in for the GPU)
-    dtype: str = "bf16"
+    dtype: str = "auto"  # bf16 | fp16 | fp32, or auto: by what the CPU runs natively (executor/native.py)
     weights: str = "synthetic"  # or 'gguf'
     seed: int = 0
     expert_source: str = "ram"  # CPU-tier experts in host RAM, or 'mmap' (the GGUF's pages)
@@ -41,6 +41,12 @@ class ExecOptions:
     grouped_experts: bool | None = None  # device experts as grouped GEMMs (None: on CUDA only)
     max_ram_bytes: int | None = None
     max_vram_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype == "auto":
+            from moeplan.executor.native import choose_dtype
+
+            object.__setattr__(self, "dtype", choose_dtype(self.device, self.weights))
 
 
 @dataclass(frozen=True)

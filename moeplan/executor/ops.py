@@ -106,9 +106,10 @@ class ExpertWeights:
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-    """x (n, in) @ w (out, in)^T (+ b). One row on the CPU goes through torch.mv, whose bf16
-    kernel streams 25-50 % faster there than F.linear's (benchmarks/executor_roofline.py)."""
-    if x.dim() == 2 and x.shape[0] == 1 and x.device.type == "cpu":
+    """x (n, in) @ w (out, in)^T (+ b). One row of fp16 or fp32 on the CPU goes through torch.mv
+    (its fp16 kernel streams at 60-65 % of DRAM); bf16 through F.linear, whose oneDNN path ran
+    twice torch.mv's bf16 rate with torch 2.13 (executor/native.py, benchmarks/executor_roofline.py)."""
+    if x.dim() == 2 and x.shape[0] == 1 and x.device.type == "cpu" and w.dtype is not torch.bfloat16:
         y = torch.mv(w, x[0]).unsqueeze(0)
         return y + b if b is not None else y
     return F.linear(x, w, b)

@@ -31,9 +31,10 @@ BIG_TENSOR = 1 << 22  # elements; larger non-expert tensors are tiled from a blo
 
 def parse_dtype(text: str) -> str:
     t = text.lower().replace("float", "fp").replace("bfloat16", "bf16")
-    aliases = {"fp32": "fp32", "f32": "fp32", "fp16": "fp16", "f16": "fp16", "half": "fp16", "bf16": "bf16"}
+    aliases = {"fp32": "fp32", "f32": "fp32", "fp16": "fp16", "f16": "fp16", "half": "fp16", "bf16": "bf16",
+               "auto": "auto"}
     if t not in aliases:
-        raise InputError(f"unknown dtype {text!r}", "use bf16 (default), fp16 or fp32")
+        raise InputError(f"unknown dtype {text!r}", "use auto (default: by the CPU's native formats), bf16, fp16 or fp32")
     return aliases[t]
 
 

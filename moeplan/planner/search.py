@@ -29,13 +29,13 @@ from moeplan.planner.cost.estimate import (
     cpu_nodes,
     default_threads,
     dot_elements,
-    estimate,
     kt_plan_threshold,
     physical_cores,
     used_nodes,
 )
 from moeplan.planner.cost.machine import KT_THRESHOLD_KEY, default_batch
 from moeplan.planner.cost.priors import BackendPriors
+from moeplan.planner.evaluations import estimate, evaluation_counts  # noqa: F401  (memoised per placement)
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
 from moeplan.planner.hardware.vendors import unified_notes
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes

@@ -4,11 +4,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gguf.constants import LlamaFileType
-
 from moeplan.errors import ModelFormatError
 from moeplan.planner.limits import check_hparams
 from moeplan.planner.model.build import build_model_spec
+from moeplan.planner.model.ggml_table import LLAMA_FILE_TYPES
 from moeplan.planner.model.spec import ModelSpec, Tensor, make_tensor
 from moeplan.probes.gguf_file import ArrayInfo, GGUFHeader, read_gguf_set
 
@@ -24,8 +23,8 @@ def file_type_label(meta: dict[str, Any]) -> str:
     if ft is None:
         return "unknown"
     try:
-        name = LlamaFileType(int(ft)).name
-    except (ValueError, TypeError, OverflowError):
+        name = LLAMA_FILE_TYPES[int(ft)]  # gguf-py's LlamaFileType names (generated table)
+    except (KeyError, ValueError, TypeError, OverflowError):
         return f"ftype{ft}"
     for pre in ("MOSTLY_", "ALL_"):
         if name.startswith(pre):

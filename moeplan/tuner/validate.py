@@ -469,7 +469,7 @@ def calibrate_report(plan: Plan, hw: HardwareProfile, report: ValidationReport,
 def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: BackendPriors,
                   candidates: list[tuple[str, Placement]] | None = None, *,
                   runner: str = "executor", trials: int = 6, budget: str = "5m", binary: str | None = None,
-                  out_dir: Path | None = None, device: str = "", dtype: str = "bf16", tokens: int = 16,
+                  out_dir: Path | None = None, device: str = "", dtype: str = "auto", tokens: int = 16,
                   prompt: int = 256, wait_idle: bool = False, on_start=None, on_run=None,
                   on_trial=None) -> tuple[ValidationReport, HardwareProfile]:
     """`tune --validate`: runs of the plan and the trial placements it is given, calibration
@@ -488,6 +488,9 @@ def validate_plan(plan: Plan, model: ModelSpec, hw: HardwareProfile, pr: Backend
         dev = device or ("cuda" if _cuda() else "cpu")
     else:
         dev = "cuda" if hw.gpus else "cpu"
+    from moeplan.executor.native import resolve_dtype
+
+    dtype = resolve_dtype(dtype, dev)  # auto: by the CPU's native formats (executor/native.py)
     view = runner_view(runner, model, hw, pr, dev, dtype)
     settings = RunSettings(tokens=tokens, prompt=prompt, sample_layers=_sample_layers(model), dtype=dtype,
                            timeout_s=min(600.0, max(60.0, budget_s)), device=dev if runner == "executor" else "",

@@ -9,20 +9,25 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from typing import TYPE_CHECKING, Any
 
 from moeplan import __version__
 from moeplan.errors import MoeplanError
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
+
+# rich is imported where a console is made: a --json run prints no table and never loads it
 def stdout_console() -> Console:
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=False)
 
 
 def stderr_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False)
 
 
@@ -111,6 +116,8 @@ def progress(description: str, total: float | None = None, enabled: bool = True,
     if not sys.stderr.isatty():  # --progress into a pipe or a log: one plain line per change
         yield _Lines(description, total)
         return
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   TextColumn("ETA"), TimeRemainingColumn(), console=stderr_console(), transient=True) as prog:
         task = prog.add_task(description, total=total)

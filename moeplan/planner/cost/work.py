@@ -12,6 +12,7 @@ from moeplan.planner.cost import attention, graph, kernels, machine
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.cost.resolve import REF_CLOCK_HZ, Factors, _mm_eff_prior, cpu_isa_class, physical_cores
 from moeplan.planner.hardware.profile import HardwareProfile
+from moeplan.planner.memory.cache import memo
 from moeplan.planner.memory.devices import layer_split
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
@@ -54,6 +55,14 @@ def _matmul_tensor(t) -> bool:
 def dense_weights_by_type(model: ModelSpec, blocks: frozenset[int] | None = None,
                           output: bool = True) -> dict[str, float]:
     """{ggml type: weights} that non_expert_params counts, by type (each token meets them all)."""
+    cache = memo(model)  # the search asks for the same blocks for every placement it estimates
+    key = ("dense_weights_by_type", blocks, output)
+    if key not in cache:
+        cache[key] = _dense_weights_by_type(model, blocks, output)
+    return dict(cache[key])
+
+
+def _dense_weights_by_type(model: ModelSpec, blocks: frozenset[int] | None, output: bool) -> dict[str, float]:
     out: dict[str, float] = {}
     if output:
         for t in model.globals:

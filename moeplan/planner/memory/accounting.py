@@ -202,8 +202,11 @@ def kt_prefill_layer_bytes(model: ModelSpec, p: Placement, cpu_layers: set[int])
 
 def estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | None = None,
                     repack_types: tuple[str, ...] = ()) -> MemoryBreakdown:
-    with plan_cache():
-        return _estimate_memory(model, p, consts, repack_types)
+    from moeplan.planner.evaluations import memoised
+
+    with plan_cache():  # once per placement in a search (planner/evaluations.py)
+        return memoised(model, "memory", (p, repack_types), (consts,),
+                        lambda: _estimate_memory(model, p, consts, repack_types))
 
 
 def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | None,

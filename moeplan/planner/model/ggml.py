@@ -83,11 +83,12 @@ KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0"
 
 @functools.cache
 def _tables() -> dict[str, Any]:
-    # gguf (and numpy behind it) is imported on first use, not when a command module loads
-    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+    # gguf-py's tables, generated into ggml_table.py (scripts/gen_ggml_table.py; checked against
+    # the installed gguf by tests/test_ggml_table.py): importing gguf loads numpy and yaml
+    from moeplan.planner.model.ggml_table import GGML_TYPES
 
-    by_id = {int(t): t.name for t in GGMLQuantizationType}
-    sizes = {t.name: GGML_QUANT_SIZES[t] for t in GGML_QUANT_SIZES}  # name -> (block, bytes)
+    by_id = {tid: name for name, (tid, _block, _size) in GGML_TYPES.items()}
+    sizes = {name: (block, size) for name, (_tid, block, size) in GGML_TYPES.items()}  # name -> (block, bytes)
     for name, (type_id, block, size, _meta) in EXTRA_TYPES.items():
         if name not in sizes and type_id not in by_id:
             sizes[name] = (block, size)
@@ -96,7 +97,7 @@ def _tables() -> dict[str, Any]:
 
 
 def __getattr__(name: str) -> Any:
-    """TYPE_SIZES, TYPE_BY_ID and ID_BY_TYPE, built from gguf-py's tables when first asked for."""
+    """TYPE_SIZES, TYPE_BY_ID and ID_BY_TYPE, built from gguf-py's (generated) tables when first asked for."""
     if name in ("TYPE_SIZES", "TYPE_BY_ID", "ID_BY_TYPE"):
         return _tables()[name]
     raise AttributeError(name)
