@@ -43,6 +43,9 @@ class PlanOptions:
     kt_max_deferred_experts_per_token: str = ""
     hf_bytes_per_param: str = ""  # vLLM/SGLang memory check of a GGUF plan
     win_affinity_mask: str = ""  # launch.cmd's start /AFFINITY (planner/search.py)
+    gpu_build: str = ""  # llama.cpp's GPU build for an AMD GPU: "rocm" | "vulkan" (hardware/vendors.py)
+    gfx_target: str = ""  # the AMD GPU's LLVM target (-DGPU_TARGETS=gfx...)
+    unified_memory: str = ""  # "1": an APU's iGPU maps the host's DRAM
 
     @classmethod
     def parse(cls, extra: tuple[tuple[str, str], ...]) -> PlanOptions:
