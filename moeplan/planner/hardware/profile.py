@@ -39,7 +39,7 @@ def format_cpulist(cpus: tuple[int, ...] | list[int]) -> str:
         return ""
     runs: list[str] = []
     start = prev = cs[0]
-    for c in cs[1:] + [None]:  # type: ignore[list-item]
+    for c in cs[1:] + [None]:
         if c is not None and c == prev + 1:
             prev = c
             continue

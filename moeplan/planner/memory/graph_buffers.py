@@ -244,8 +244,8 @@ def _evaluate(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_c
     if staged:
         cpu = _staged_layers(model, p)
         for b, tag in enumerate(plan.tags):
-            if tag is not None and tag[0] in cpu:  # type: ignore[index]
-                sizes[b] = cpu[tag[0]][tag[1]]  # type: ignore[index]
+            if tag is not None and tag[0] in cpu:
+                sizes[b] = cpu[tag[0]][tag[1]]
     return plan, sizes, inputs
 
 
