@@ -20,7 +20,7 @@ def _quiet_flag_types() -> None:
     except ImportError:  # pragma: no cover - typer without its own option class
         return
     shown = getattr(TyperOption, "display_type_rich", None)
-    if shown is None or getattr(shown, "_moeplan_quiet", False):
+    if shown is None or getattr(shown, "__module__", None) == __name__:  # None, or patched already
         return
 
     def display_type_rich(self, ctx):
@@ -28,7 +28,7 @@ def _quiet_flag_types() -> None:
             return None
         return shown(self, ctx)
 
-    display_type_rich._moeplan_quiet = True  # type: ignore[attr-defined]
+    # a deliberate patch of typer's class (every command's options); mypy refuses assigning to a method
     TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
 
 

@@ -348,9 +348,10 @@ def speeds_from_bench(records: list[dict]) -> list[Speed]:
     return out
 
 
-def _markdown_bench(lines: list[str]) -> tuple[list[dict], list[tuple[int, str]]]:
+def _markdown_bench(lines: list[tuple[int, str]]) -> tuple[list[dict], list[tuple[int, str]]]:
     """llama-bench's markdown table -> records with the fields it shows (test/t/s parsed)."""
-    recs, bad = [], []
+    recs: list[dict] = []
+    bad: list[tuple[int, str]] = []
     header: list[str] | None = None
     for no, line in lines:
         s = line.strip()
@@ -371,7 +372,7 @@ def _markdown_bench(lines: list[str]) -> tuple[list[dict], list[tuple[int, str]]
         if not t or not v or not (t.group(1) or t.group(2)):
             bad.append((no, line))
             continue
-        rec = {k: row[k] for k in header if k not in ("test", "t/s")}
+        rec: dict[str, object] = {k: row[k] for k in header if k not in ("test", "t/s")}
         rec.update(n_prompt=int(t.group(1) or 0), n_gen=int(t.group(2) or 0), n_depth=int(t.group(3) or 0),
                    avg_ts=_f(v.group(1)), stddev_ts=_f(v.group(2)) if v.group(2) else None, line_no=no)
         if "threads" in rec:

@@ -77,7 +77,7 @@ def usage_error(exc: Exception, args: list[str], prog: str = "moeplan") -> Excep
     return _Shown(message)
 
 
-def group_class():
+def group_class() -> type:
     """The app's click group: usage errors of every command shown as usage_error says."""
     from typer import _click
     from typer.core import TyperGroup

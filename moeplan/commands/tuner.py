@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         if len(files) > 1:
             raise InputError("give one results file of tune --validate at a time",
                              "or give llama.cpp / llama-bench logs, as many as you have")
-        from_ = files[0] if files else None
+        results_file = files[0] if files else None
         from moeplan.io import PRIVATE, check_out_file
         from moeplan.planner.serde import to_jsonable
         from moeplan.probes.hwprofile import cache_dir, load_hardware, write_json_atomic
@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
 
         if out is not None:
             check_out_file(out, "--out")
-        path = from_ or _latest_results()
+        path = results_file or _latest_results()
         plan, validations = read_results(path)
         trials = all_trials(validations)
         ok = [t for t in trials if t.ok]
@@ -81,12 +81,12 @@ def register(app: typer.Typer) -> None:
                              "run tune --validate with more --trials or a longer --budget")
         profile = load_hardware(hw)
         path_, quant, size = plan.model.reopen_args()
-        model = resolve_model(path_, quant=quant, size=size)
+        spec = resolve_model(path_, quant=quant, size=size)
         runner = ok[0].runner
         # the runs say where and in which dtype the executor held the weights
         device = str(ok[0].extra.get("device") or "cpu")
         dtype = str(ok[0].extra.get("dtype") or "bf16")
-        view = runner_view(runner, model, profile, read_priors(plan.placement.backend), device, dtype)
+        view = runner_view(runner, spec, profile, read_priors(plan.placement.backend), device, dtype)
         g = guarded_calibration(view, ok, strict=True, method_note=f"from {path}")
         ho = g.holdout
         written = ""

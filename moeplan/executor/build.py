@@ -153,7 +153,7 @@ def plan_build(layout: ModelLayout, p: Placement, opt: ExecOptions, n_positions:
             cache_slots = opt.cache_experts
         elif p.gpu_expert_cache_bytes:
             cpu_lays = [lay for lay in layout.layers if tier_of.get(lay.index) == "cpu"]
-            s_exp = sum(lay.ffn.experts.file_bytes_per_expert for lay in cpu_lays) / len(cpu_lays)
+            s_exp = sum(lay.ffn.routed.file_bytes_per_expert for lay in cpu_lays) / len(cpu_lays)
             cache_slots = int(p.gpu_expert_cache_bytes // max(1.0, s_exp))
             notes.append(f"GPU expert cache of {p.gpu_expert_cache_bytes / GIB:.2f} GiB holds {cache_slots} experts "
                          "at the model file's bytes per expert (the executor's copies use its own dtype)")
@@ -167,20 +167,20 @@ def plan_build(layout: ModelLayout, p: Placement, opt: ExecOptions, n_positions:
     cpu_moe = [lay for lay in moe if tier_of[lay.index] == "cpu"]
     staging = 0
     if cpu_moe:
-        k = max(lay.ffn.experts.n_used for lay in cpu_moe)
-        n_exp = max(lay.ffn.experts.n_expert for lay in cpu_moe)
+        k = max(lay.ffn.routed.n_used for lay in cpu_moe)
+        n_exp = max(lay.ffn.routed.n_expert for lay in cpu_moe)
         may_upload = opt.cpu_decode_mode == "transfer" or p.op_offload
         if may_upload:
             staging = min(n_exp, max(2 * k, 32))
-        shapes = {(lay.ffn.experts.n_ff, lay.ffn.experts.n_embd) for lay in cpu_moe}
+        shapes = {(lay.ffn.routed.n_ff, lay.ffn.routed.n_embd) for lay in cpu_moe}
         if len(shapes) > 1 and (cache_slots or staging):
             raise InputError("the CPU-resident blocks have experts of different shapes",
                              "the executor's GPU cache and staging need one expert shape; drop the cache")
 
-    pool = {lay.index: lay.ffn.experts.n_expert for lay in moe}
+    pool = {lay.index: lay.ffn.routed.n_expert for lay in moe}
     if opt.expert_pool is not None:
         for lay in moe:
-            pool[lay.index] = max(1, min(opt.expert_pool, lay.ffn.experts.n_expert))
+            pool[lay.index] = max(1, min(opt.expert_pool, lay.ffn.routed.n_expert))
     plan = BuildPlan(layers, tier_of, classes, sample, scale_factors(classes, sample), pool, cache_slots, staging,
                      p.n_ctx, notes=notes)
     plan.items = memory_items(layout, plan, p, opt)
@@ -230,8 +230,8 @@ def _shrink_pools(layout: ModelLayout, plan: BuildPlan, p: Placement, opt: ExecO
     if fits(plan, opt, budget_host, budget_dev)[0]:
         return
     moe = [lay for lay in plan.layers if lay.ffn.experts is not None]
-    per = max(3 * lay.ffn.experts.n_ff * lay.ffn.experts.n_embd * dtype_bytes(opt.dtype) for lay in moe)
-    k = max(lay.ffn.experts.n_used for lay in moe)
+    per = max(3 * lay.ffn.routed.n_ff * lay.ffn.routed.n_embd * dtype_bytes(opt.dtype) for lay in moe)
+    k = max(lay.ffn.routed.n_used for lay in moe)
     n_max = max(plan.pool.values())
     lo, hi = min(2 * k, n_max), n_max
     best = None

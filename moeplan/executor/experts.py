@@ -50,6 +50,7 @@ class DeviceSlots:
             self.gate_up[slot].copy_(w.gate_up, non_blocking=nb)
             moved = w.gate_up.numel() * w.gate_up.element_size()
         else:
+            assert w.gate is not None and w.up is not None  # ExpertWeights: gate_up, or gate and up
             self.gate_up[slot, : self.n_ff].copy_(w.gate, non_blocking=nb)
             self.gate_up[slot, self.n_ff:].copy_(w.up, non_blocking=nb)
             moved = (w.gate.numel() + w.up.numel()) * w.gate.element_size()

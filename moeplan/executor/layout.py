@@ -116,6 +116,13 @@ class FfnLayout:
     experts: ExpertLayout | None = None
     gating: Gating = field(default_factory=Gating)
 
+    @property
+    def routed(self) -> ExpertLayout:
+        """The routed experts of a 'moe' block (an error on a block without them)."""
+        if self.experts is None:
+            raise ValueError(f"a {self.kind!r} block has no routed experts")
+        return self.experts
+
 
 @dataclass(frozen=True)
 class LayerLayout:

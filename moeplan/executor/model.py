@@ -69,9 +69,10 @@ class Block:
         probs, select = gate_probs(logits, gating, w.get("probs_bias"))
         ids = self.routing.chosen(self.index, pos.np)
         if ids is None:
-            ids = top_k(select, self.lay.ffn.experts.n_used).cpu().numpy()
+            ids = top_k(select, self.lay.ffn.routed.n_used).cpu().numpy()
             self.routing.note_router_choice(self.index, pos.np, ids)
         weights = expert_weights(probs, torch.from_numpy(ids).to(x.device), gating)
+        assert self.moe is not None  # a 'moe' block is built with its runner
         out = self.moe.forward(x, ids, weights, decode)
         if "shexp_down" in w:
             s = dense_ffn(x, w.get("shexp_gate"), w["shexp_up"], w["shexp_down"])

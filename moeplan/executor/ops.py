@@ -130,6 +130,7 @@ def expert_ffn(x: torch.Tensor, w: ExpertWeights, activation: str) -> torch.Tens
         n_ff = h.shape[-1] // 2
         g, u = h[..., :n_ff], h[..., n_ff:]
     else:
+        assert w.gate is not None and w.up is not None  # ExpertWeights: gate_up, or gate and up
         g, u = matvec(x, w.gate), matvec(x, w.up)
         if w.gate_up_b is not None:
             n_ff = g.shape[-1]

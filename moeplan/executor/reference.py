@@ -57,9 +57,9 @@ class DenseReference:
             for role, wt in lay.ffn.weights.items():
                 if role != "tid2eid":
                     self.w[f"{lay.index}.ffn.{role}"] = source.tensor(wt, cpu)
-            for name, wt in (("attn_norm", lay.attn_norm), ("ffn_norm", lay.ffn_norm)):
-                if wt is not None:
-                    self.w[f"{lay.index}.{name}"] = source.tensor(wt, cpu)
+            for name, norm in (("attn_norm", lay.attn_norm), ("ffn_norm", lay.ffn_norm)):
+                if norm is not None:
+                    self.w[f"{lay.index}.{name}"] = source.tensor(norm, cpu)
             if lay.attn.kind == "generic":
                 attn_w = {role: self.w[f"{lay.index}.attn.{role}"] for role in lay.attn.weights}
                 self.generic[lay.index] = GenericAttention(lay.attn, attn_w, geo, cpu, dtype)
@@ -68,21 +68,20 @@ class DenseReference:
                 biases = ExpertBiases(e, source, cpu, dtype)
                 self.experts[lay.index] = [
                     expert_values(lay.index, i) if expert_values else
-                    self._expert(lay, source, dtype, i % pool[lay.index], biases.attach(ExpertWeights(None), i))
+                    biases.attach(self._expert(lay, source, dtype, i % pool[lay.index]), i)
                     for i in range(e.n_expert)]
         self.embd = source.tensor(layout.token_embd, cpu)
         self.out_norm = source.tensor(layout.output_norm, cpu) if layout.output_norm else None
         self.output = source.tensor(layout.output, cpu) if layout.output else self.embd
 
     @staticmethod
-    def _expert(lay: LayerLayout, source, dtype: torch.dtype, slot: int, w: ExpertWeights) -> ExpertWeights:
-        """An expert's matrices, built the way the executor defines them (slot e mod pool),
-        into `w` (which holds its biases)."""
-        x = lay.ffn.experts
-        w.gate_up = torch.empty(2 * x.n_ff, x.n_embd, dtype=dtype)
-        w.down = torch.empty(x.n_embd, x.n_ff, dtype=dtype)
-        fill_slot(x, source, slot, w.gate_up, w.down)
-        return w
+    def _expert(lay: LayerLayout, source, dtype: torch.dtype, slot: int) -> ExpertWeights:
+        """An expert's matrices, built the way the executor defines them (slot e mod pool)."""
+        x = lay.ffn.routed
+        gate_up = torch.empty(2 * x.n_ff, x.n_embd, dtype=dtype)
+        down = torch.empty(x.n_embd, x.n_ff, dtype=dtype)
+        fill_slot(x, source, slot, gate_up, down)
+        return ExpertWeights(down=down, gate_up=gate_up)
 
     # ---- attention without a cache ----------------------------------------------------------
     def _gqa(self, lay: LayerLayout, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -154,9 +153,9 @@ class DenseReference:
         g = lay.ffn.gating
         probs, select = gate_probs(F.linear(x, w["router"], w.get("router_bias")), g, w.get("probs_bias"))
         ids = self.routing.chosen(i, positions)
-        ids_t = torch.from_numpy(ids) if ids is not None else top_k(select, lay.ffn.experts.n_used)
+        ids_t = torch.from_numpy(ids) if ids is not None else top_k(select, lay.ffn.routed.n_used)
         wts = expert_weights(probs, ids_t, g)
-        mask = torch.zeros(x.shape[0], lay.ffn.experts.n_expert).scatter(1, ids_t, wts).to(x.dtype)
+        mask = torch.zeros(x.shape[0], lay.ffn.routed.n_expert).scatter(1, ids_t, wts).to(x.dtype)
         out = torch.zeros_like(x)
         for e, ew in enumerate(self.experts[i]):
             m = mask[:, e:e + 1]

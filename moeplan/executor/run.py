@@ -112,7 +112,7 @@ def build_executor(model: ModelSpec, placement: Placement, opt: ExecOptions, n_p
     from moeplan.executor.stores import ExpertBiases, MmapExperts, TensorExperts
     from moeplan.executor.weights import DTYPES, GgufWeights, SyntheticWeights
 
-    tick = progress or (lambda what, n=None: None)
+    tick: Callable[[str, float | None], Any] = progress or (lambda what, n: None)
     if opt.weights == "gguf" and model.source != "gguf":
         raise InputError("--weights gguf needs a GGUF model file", "profiles have no weights; use --weights synthetic")
     if opt.expert_source == "mmap" and model.source != "gguf":
@@ -122,7 +122,7 @@ def build_executor(model: ModelSpec, placement: Placement, opt: ExecOptions, n_p
     host_free, dev_free = free_bytes or available_bytes(opt)
     plan = plan_build(layout, placement, opt, n_positions, host_free, dev_free, read_llc_bytes())
     check_fits(plan, opt, host_free, dev_free)
-    if opt.weights == "gguf" and any(plan.pool[lay.index] < lay.ffn.experts.n_expert
+    if opt.weights == "gguf" and any(plan.pool[lay.index] < lay.ffn.routed.n_expert
                                      for lay in plan.layers if lay.index in plan.pool):
         raise RunnerError("real weights need every expert in memory, but the expert pool is smaller",
                           "use --weights synthetic, or a model that fits")
@@ -145,7 +145,7 @@ def build_executor(model: ModelSpec, placement: Placement, opt: ExecOptions, n_p
                       grouped=cuda if opt.grouped_experts is None else opt.grouped_experts)
     cpu_moe = [lay for lay in moe_run if plan.tier_of[lay.index] == "cpu"]
     if cpu_moe:
-        e0 = cpu_moe[0].ffn.experts
+        e0 = cpu_moe[0].ffn.routed
         if plan.cache_slots:
             ctx.cache = ExpertCache(plan.cache_slots, opt.cache_policy, opt.cache_upload_share)
             ctx.cache_slots = DeviceSlots(plan.cache_slots, e0.n_ff, e0.n_embd, device, dtype, cuda)
@@ -160,9 +160,10 @@ def build_executor(model: ModelSpec, placement: Placement, opt: ExecOptions, n_p
         for lay in plan.layers:
             moe = None
             if lay.ffn.kind == "moe":
-                e = lay.ffn.experts
+                e = lay.ffn.routed
                 tier = plan.tier_of[lay.index]
                 dev_b = ExpertBiases(e, source, device, dtype)
+                store: TensorExperts | MmapExperts
                 if tier == "gpu":
                     store = TensorExperts(e, source, device, dtype, plan.pool[lay.index], False, dev_b)
                 elif opt.expert_source == "mmap":
@@ -187,7 +188,7 @@ def run_bench(model: ModelSpec, placement: Placement, opt: ExecOptions, spec: Ru
               free_bytes: tuple[int, int] | None = None, clock: Callable[[], float] | None = None) -> dict:
     """Run the executor; returns the result dict (`moeplan bench --json` prints it)."""
     torch = import_torch()
-    tick = progress or (lambda what, n=None: None)
+    tick: Callable[[str, float | None], Any] = progress or (lambda what, n: None)
     n_positions = spec.n_prompt + spec.n_warmup + spec.n_tokens
     load_before = os.getloadavg()[0]
     torch.set_num_threads(max(1, placement.threads_batch))

@@ -83,7 +83,9 @@ def load_mode_parts(fs: FlagSet, mode: str, bench: bool) -> list[tuple[str, ...]
         return [("-lm", {"mmap": "mmap", "no-mmap": "none", "mlock": "mlock"}[mode])]
     if bench:  # llama-bench before --load-mode: -mmp <0|1>
         return [("-mmp", "1" if mode == "mmap" else "0")]
-    return {"mmap": [], "no-mmap": [("--no-mmap",)], "mlock": [("--no-mmap",), ("--mlock",)]}[mode]
+    by_mode: dict[str, list[tuple[str, ...]]] = {"mmap": [], "no-mmap": [("--no-mmap",)],
+                                                 "mlock": [("--no-mmap",), ("--mlock",)]}
+    return by_mode[mode]
 
 
 def ngl_value(ctx: EmitContext) -> str:
@@ -207,6 +209,7 @@ def speculative_parts(ctx: EmitContext, fs: FlagSet) -> list[tuple[str, ...]]:
         raise InputError(f"the plan drafts {p.n_draft} tokens per step but names no draft model and "
                          f"{ctx.model.name} has no MTP blocks",
                          "re-plan with a draft model (Placement.extra draft_model) or without drafting")
+    parts: list[tuple[str, ...]]
     if fs.has("--spec-type"):
         parts = [("--spec-type", spec), ("--spec-draft-n-max", str(p.n_draft))]
     else:  # builds before the --spec-* rename: a draft model and --draft-max

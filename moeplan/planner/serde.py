@@ -27,7 +27,7 @@ def _convert(tp: Any, value: Any) -> Any:
         return None
     origin = get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in get_args(tp) if a is not type(None)]
+        args = tuple(a for a in get_args(tp) if a is not type(None))
         if len(args) == 1:
             return _convert(args[0], value)
         for a in args:

@@ -131,7 +131,7 @@ def import_amdsmi() -> tuple[Any, str]:
     sink = io.StringIO()
     try:
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            import amdsmi  # type: ignore[import-not-found]
+            import amdsmi
     except ImportError:
         return None, "amdsmi is not installed (pip install amdsmi; it needs ROCm's libamd_smi.so)"
     except Exception as exc:  # amdsmi 7.0 without libamd_smi.so: KeyError('libamd_smi.so')

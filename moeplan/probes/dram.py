@@ -124,6 +124,7 @@ class _Pool:
                     self.kernel(arr)
                 elif self.cmd == "one" and i == 0:
                     for c in self.chunks:
+                        assert c is not None  # every worker filled its chunk before the first command
                         self.kernel(c)
                 self.bar.wait()
         except threading.BrokenBarrierError:

@@ -151,7 +151,7 @@ def _enrich_cpu(cpu: Cpu, root: str, dimms: tuple | None = None, source: str = "
     changes: dict[str, Any] = {}
     if dimms:
         types = sorted({d.ram_type for d in dimms if d.ram_type})
-        speeds = [d.configured_mts or d.speed_mts for d in dimms if (d.configured_mts or d.speed_mts)]
+        speeds = [mts for d in dimms if (mts := d.configured_mts or d.speed_mts)]
         changes.update(ram_type="/".join(types), ram_speed_mts=min(speeds) if speeds else None,
                        n_dimms=len(dimms), memory_source=source)
     if part is not None:

@@ -201,6 +201,7 @@ def measure_storage(path: str, s: StorageSettings, root: str = "/",
         rand = measure_rand4k(fd, size, s.rand_budget_s)
     finally:
         os.close(fd)
+    assert seq is not None  # measured above (buffered, when O_DIRECT was refused at read)
     how = "O_DIRECT" if direct else "buffered (O_DIRECT refused)"
     seq_bytes = sum(b for b, _ in seq)
     if seq_bytes and size and seq_bytes > size and direct:

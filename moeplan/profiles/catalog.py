@@ -93,7 +93,7 @@ def cpu_parts() -> tuple[CpuPart, ...]:
     return tuple(out)
 
 
-def _slot_pcie(d: dict | None) -> tuple[int, int, int]:
+def _slot_pcie(d: dict | None) -> tuple[int, int, int] | tuple[()]:
     return (int(d["gen"]), int(d["lanes"]), int(d["chipset_gen"])) if d else ()
 
 
@@ -177,7 +177,7 @@ def find_gpu(name: str) -> GpuPart:
     except InputError as err:
         m = _VRAM_IN_NAME.match(name.strip())
         base = _match(gpu_parts(), m.group(1), strict=False)[0] if m else None
-        if base is None:
+        if m is None or base is None:
             raise
         vram = int(float(m.group(2)) * GIB)
         if base.unified:  # "Radeon 8060S 128GB": the APU's RAM, given with --ram

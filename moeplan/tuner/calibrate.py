@@ -25,6 +25,7 @@ leave-one-trial-out error (moeplan/tuner/holdout.py), not by the in-sample error
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -74,10 +75,10 @@ def _with_factors(hw: HardwareProfile, pr: BackendPriors, factors: dict[str, flo
     return replace(hw, calibration=others + (cal,))
 
 
-def _hw_for(hw) -> callable:
+def _hw_for(hw) -> Callable[[Placement], HardwareProfile]:
     """`hw` is a profile, or a function of the placement (the executor's CPU stand-in
     depends on the run's threads)."""
-    return hw if callable(hw) else (lambda p, _h=hw: _h)
+    return hw if callable(hw) else (lambda p: hw)
 
 
 def _predict(model: ModelSpec, hw, pr: BackendPriors, t: Trial) -> tuple[float, float]:
@@ -106,8 +107,11 @@ def prediction_errors(model: ModelSpec, hw, pr: BackendPriors,
     return tuple(out)
 
 
+_ALL_FACTORS = tuple(f.name for f in F.FACTORS)
+
+
 def calibrate(model: ModelSpec, hw, pr: BackendPriors, trials: list[Trial],
-              candidates: tuple[str, ...] = tuple(f.name for f in F.FACTORS), method_note: str = "",
+              candidates: tuple[str, ...] = _ALL_FACTORS, method_note: str = "",
               strict: bool = False) -> CalibrationResult:
     """Fit the factors the trials can see; returns a Calibration to store in the profile.
 
@@ -129,7 +133,7 @@ def calibrate(model: ModelSpec, hw, pr: BackendPriors, trials: list[Trial],
     before = prediction_errors(model, base_for, pr, good)
 
     def preds(factors: dict[str, float]) -> np.ndarray:
-        vals = []
+        vals: list[float] = []
         for t in good:
             p = _predict(model, lambda q: _with_factors(base_for(q), pr, factors), pr, t)
             vals.extend(max(p[i], 1e-12) for _, _, i in _metrics(t))

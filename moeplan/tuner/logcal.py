@@ -114,7 +114,7 @@ def fit_memory(obs: list[MemObs], names: list[str] | None = None) -> dict[str, f
         rows.append(r / s)
         y.append(target / s)
     for n, i in k.items():
-        prior, lo, hi, sig = _prior(n)
+        prior, _, _, sig = _prior(n)
         r = np.zeros(len(names))
         r[i] = 1.0 / (sig / MIB)
         rows.append(r)

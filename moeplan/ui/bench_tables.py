@@ -1,6 +1,7 @@
 """Tables for `moeplan bench` (rendered from the result dict that --json prints)."""
 from __future__ import annotations
 
+from rich.console import JustifyMethod
 from rich.table import Table
 
 from moeplan.units import GIB, MIB
@@ -52,8 +53,10 @@ def summary_table(r: dict) -> Table:
 def tier_table(r: dict) -> Table:
     t = Table(title="where time and bytes go: decode per token, prefill per prompt token / per ubatch",
               caption=LEGEND)
-    for col, just in (("tier", "left"), ("ms/tok", "right"), ("MiB/tok", "right"), ("file MiB/tok", "right"),
-                      ("GB/s", "right"), ("prefill ms/tok", "right"), ("prefill MiB/ub", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("tier", "left"), ("ms/tok", "right"), ("MiB/tok", "right"), ("file MiB/tok", "right"),
+        ("GB/s", "right"), ("prefill ms/tok", "right"), ("prefill MiB/ub", "right"))
+    for col, just in columns:
         t.add_column(col, justify=just)
     dt, db, dm = r["decode_s_per_token_by_tier"], r["bytes_per_token_by_tier"], r["model_bytes_per_token_by_tier"]
     pt, pb = r.get("prefill_s_per_token_by_tier") or {}, r.get("prefill_bytes_per_ubatch_by_tier") or {}

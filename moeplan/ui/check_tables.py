@@ -1,7 +1,7 @@
 """Tables for `moeplan check`: the run's placement, and predicted against observed."""
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -58,7 +58,7 @@ def rows_table(res: CheckResult) -> Table:
 
 
 def check_render(res: CheckResult) -> Group:
-    parts = [placement_table(res)]
+    parts: list[RenderableType] = [placement_table(res)]
     if res.plan_placement is not None:
         if res.differences:
             parts.append(Text("the log's run is not the plan's:", style="bold yellow"))
@@ -79,7 +79,7 @@ def logcal_render(mem_obs, mem_cal, mem_guard, speed, notes) -> Group:
     """`calibrate --from LOG`: what was fitted, the held-out errors, and whether it was kept."""
     from moeplan.planner.memory.constants import MEMORY_PRIORS
 
-    parts = []
+    parts: list[RenderableType] = []
     if mem_guard is not None:
         t = Table(title="memory constants (GPU)", title_justify="left")
         for col in ("constant", "prior", "fitted"):

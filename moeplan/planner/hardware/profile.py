@@ -39,7 +39,7 @@ def format_cpulist(cpus: tuple[int, ...] | list[int]) -> str:
         return ""
     runs: list[str] = []
     start = prev = cs[0]
-    for c in cs[1:] + [None]:  # type: ignore[list-item]
+    for c in cs[1:] + [None]:
         if c is not None and c == prev + 1:
             prev = c
             continue
@@ -379,11 +379,11 @@ def apply_overrides(profile: HardwareProfile, vram_bytes: int | None = None,
         notes.append(f"what-if: RAM set to {ram_bytes} bytes (was {profile.system.ram_total_bytes})")
         if vram_bytes is None and old_ram and any(g.unified_memory for g in out.gpus):
             # an iGPU maps a share of the RAM (the GTT is sized from it): the same share of the new RAM
-            gpus = tuple(replace(g, host_shared_bytes=int(g.host_shared_bytes * ram_bytes / old_ram),
-                                 vram_bytes=g.vram_bytes - g.host_shared_bytes
-                                 + int(g.host_shared_bytes * ram_bytes / old_ram))
-                         if g.unified_memory else g for g in out.gpus)
-            out = replace(out, gpus=gpus)
+            resized = tuple(replace(g, host_shared_bytes=int(g.host_shared_bytes * ram_bytes / old_ram),
+                                    vram_bytes=g.vram_bytes - g.host_shared_bytes
+                                    + int(g.host_shared_bytes * ram_bytes / old_ram))
+                            if g.unified_memory else g for g in out.gpus)
+            out = replace(out, gpus=resized)
             notes.append("what-if: the iGPU's budget keeps its share of the RAM")
     return replace(out, notes=tuple(notes))
 
@@ -479,9 +479,10 @@ def _free_ram_warnings(p: HardwareProfile, g: Gpu) -> list[str]:
     if not others:
         return []
     best = max(others, key=lambda n: n.mem_free_bytes or 0)
-    if (best.mem_free_bytes or 0) > 2 * home.mem_free_bytes:
+    best_free = best.mem_free_bytes or 0  # `others` holds only nodes with a figure
+    if best_free > 2 * home.mem_free_bytes:
         return [f"GPU {g.index} hangs off node {home.id} ({home.mem_free_bytes / 2**30:.1f} GiB free) but "
-                f"node {best.id} has {best.mem_free_bytes / 2**30:.1f} GiB free: CPU experts bound to the "
+                f"node {best.id} has {best_free / 2**30:.1f} GiB free: CPU experts bound to the "
                 f"GPU's node may not fit; drop caches or free memory on node {home.id}"]
     return []
 

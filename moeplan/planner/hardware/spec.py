@@ -85,7 +85,7 @@ class CpuPart:
     snc_default: int = 1  # NUMA nodes per socket in the firmware's default mode (Xeon 6900P: SNC3)
     # desktop sockets: (CPU PCIe generation, CPU lanes wired to the graphics slots, chipset slots'
     # generation); () = the slots are not the limit (servers, workstations, laptops)
-    slot_pcie: tuple[int, int, int] = ()
+    slot_pcie: tuple[int, int, int] | tuple[()] = ()
     mobile: bool = False
     source: str = ""
 

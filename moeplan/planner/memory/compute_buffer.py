@@ -79,7 +79,7 @@ from moeplan.planner.memory.graph_buffers import (
 from moeplan.planner.memory.split import layer_split
 from moeplan.planner.model import registry
 from moeplan.planner.model.ggml import canonical_type, row_bytes
-from moeplan.planner.model.spec import ModelSpec
+from moeplan.planner.model.spec import KvComponent, LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
 
 F32 = 4
@@ -145,13 +145,13 @@ def _layer_heads(layer, d_v: int, default: int) -> int:
     return default
 
 
-def _attention_kinds(model: ModelSpec) -> tuple[tuple[str, object, object, object], ...]:
+def _attention_kinds(model: ModelSpec) -> tuple[tuple[str, KvComponent, KvComponent | None, LayerSpec], ...]:
     """(attention label, K component, V component, first layer) of each distinct attention kind
     of the trunk, first layer of each kind; cached on the model (the search asks thousands of times)."""
     cache = memo(model)
     kinds = cache.get("attention_kinds")
     if kinds is None:
-        seen: dict[str, tuple[str, object, object]] = {}
+        seen: dict[str, tuple[str, KvComponent, KvComponent | None, LayerSpec]] = {}
         for layer in model.trunk_layers:
             if layer.attention in ("none", "recurrent", "skipped") or not layer.kv:
                 continue

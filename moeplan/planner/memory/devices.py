@@ -92,13 +92,13 @@ class DeviceMemory:
 
 
 def _ranges(ix: Sequence[int]) -> str:
-    out: list[str] = []
+    out: list[tuple[int, int]] = []
     for i in sorted(ix):
         if out and out[-1][1] == i - 1:
-            out[-1] = (out[-1][0], i)  # type: ignore[assignment]
+            out[-1] = (out[-1][0], i)
         else:
-            out.append((i, i))  # type: ignore[arg-type]
-    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)  # type: ignore[misc]
+            out.append((i, i))
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ The result is checked against llama.cpp's own buffer sizes in tests/test_memory_
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from moeplan.planner.model.ggml import row_bytes
@@ -315,7 +316,7 @@ class AllocPlan:
     tags: tuple[object, ...]
 
 
-def plan_allocation(graph: Graph, extra: dict[int, object] | None = None) -> AllocPlan:
+def plan_allocation(graph: Graph, extra: Mapping[int, object] | None = None) -> AllocPlan:
     """Walk the graph as ggml_gallocr_alloc_graph_impl does (see the module docstring).
 
     `extra`: id(node) -> a tag of a tensor allocated just before that node and freed right
@@ -447,7 +448,7 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
             if end > max_size:
                 max_size = end
                 best = AllocResult(end, live[0] + live[1] + live[2], live[1], live[2])
-                if detail:
+                if names is not None:
                     best.live_at_peak = [(names[b], plan.kinds[b], padded[b]) for b in sorted(alive)]
         else:
             b = ~ev

@@ -73,7 +73,7 @@ def _weights_scaled(extra: dict[str, Any]) -> bool:
 
 def dsv4_dims(model: ModelSpec, n_used: int) -> Dsv4Dims | None:
     """The deepseek4 graph's dimensions, or None when the model lacks a key the graph needs."""
-    x = dict(model.extra)
+    x: dict[str, Any] = dict(model.extra)
     if _lacks(x, "attention.key_length", "attention.q_lora_rank", "attention.output_group_count",
               "attention.output_lora_rank", "hyper_connection.count", *INDEXER_KEYS):
         return None
@@ -92,7 +92,7 @@ def dsv4_dims(model: ModelSpec, n_used: int) -> Dsv4Dims | None:
 
 
 def glm_dsa_dims(model: ModelSpec, n_used: int) -> GlmDsaDims | None:
-    x = dict(model.extra)
+    x: dict[str, Any] = dict(model.extra)
     if _lacks(x, "attention.q_lora_rank", "attention.kv_lora_rank", "rope.dimension_count",
               "attention.key_length_mla", "attention.value_length_mla", *INDEXER_KEYS):
         return None
@@ -142,7 +142,7 @@ def _builder(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ct
         d = dsv4_dims(model, n_used)
         if d is None:
             return None
-        n_swa = int(dict(model.extra).get("attention.sliding_window", 0) or 0)
+        n_swa = int(dict[str, Any](model.extra).get("attention.sliding_window", 0) or 0)
         n_raw = _pad(min(n_ctx_seq, n_swa + n_ubatch))
 
         def build_dsv4(cells: tuple[int, ...]) -> tuple[Graph, dict[int, tuple[int, int]]]:
@@ -153,7 +153,7 @@ def _builder(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ct
 
         cells = (_pad(max(1, -(-n_ctx_seq // 4))), _pad(max(1, -(-n_ctx_seq // 128))))
         n_top_k = min(cells[0], d.top_k)
-        key = (d, t, n_outputs, n_seq, n_raw, n_top_k, p.flash_attn, type_k)
+        key: tuple[object, ...] = (d, t, n_outputs, n_seq, n_raw, n_top_k, p.flash_attn, type_k)
         return build_dsv4, cells, cells[0] >= d.top_k, key
     if graph == "glm-dsa":
         dg = glm_dsa_dims(model, n_used)
@@ -244,8 +244,8 @@ def _evaluate(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_c
     if staged:
         cpu = _staged_layers(model, p)
         for b, tag in enumerate(plan.tags):
-            if tag is not None and tag[0] in cpu:  # type: ignore[index]
-                sizes[b] = cpu[tag[0]][tag[1]]  # type: ignore[index]
+            if tag is not None and tag[0] in cpu:
+                sizes[b] = cpu[tag[0]][tag[1]]
     return plan, sizes, inputs
 
 

@@ -288,6 +288,7 @@ class _Dsv4Builder:
         g.expand(g.set_rows(raw_cache, g.view(kv, dh, t), self.raw_k_idxs))
         raw_k = g.external("raw_k", dh, 1, s.n_raw, ns, type=s.type_k)
         if ratio == CSA_RATIO:
+            assert top_k is not None  # computed above for CSA layers
             comp_k = g.external("csa_k", dh, 1, s.n_csa, ns, type=s.type_k)
             k_all = g.concat(raw_k, comp_k, 2)
             mask = g.concat(self.raw_mask, self.top_k_mask(self.csa["kq_mask"], top_k), 0)
@@ -338,6 +339,7 @@ class _Dsv4Builder:
             wh = g.view(pre, 1, o, contiguous=False)
             cur = g.op("MUL", (d.n_embd, o), F32, xh, wh)
             result = cur if result is None else g.unary("ADD", result, cur)
+        assert result is not None  # hc >= 1 streams
         return result
 
     # ---- the graph ------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from moeplan.planner.model.ggml import TYPE_SIZES, row_bytes
 from moeplan.planner.model.synth import TensorSpec
@@ -544,7 +544,13 @@ def _raise_to_floor(specs: list[TensorSpec], types: dict[str, str], floor: dict[
     return out
 
 
-def quant_facts(hp: dict[str, Any]) -> dict[str, int]:
+class QuantFacts(TypedDict):
+    n_gqa: int
+    n_expert: int
+    n_layer_all: int
+
+
+def quant_facts(hp: dict[str, Any]) -> QuantFacts:
     """The hparams llama-quantize reads: n_gqa of block 0, n_expert, n_layer_all."""
     def first(v: Any, default: int) -> int:
         if isinstance(v, (list, tuple)):
