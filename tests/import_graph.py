@@ -42,35 +42,13 @@ def module_graph(root: Path = PKG) -> dict[str, set[str]]:
 
 
 def import_loops(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (each an import loop)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    loops: list[list[str]] = []
+    """The strongly connected components of more than one module (each an import loop): the
+    same Tarjan pass benchmarks/code_shape.py prints its figure with."""
+    import importlib.util
 
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                loops.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return sorted(loops)
+    spec = importlib.util.spec_from_file_location("moeplan_bench_code_shape",
+                                                  PKG.parent / "benchmarks" / "code_shape.py")
+    assert spec is not None and spec.loader is not None
+    shape = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shape)
+    return sorted(shape.import_loops(graph))

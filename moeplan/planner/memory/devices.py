@@ -1,20 +1,7 @@
 """Several GPUs: which device holds each block, and the VRAM of every device (pure).
 
-llama.cpp `-sm layer` (src/llama-model.cpp, llama_model_base::load_tensors, commit 0c1e570):
-
-  * L1557-1587: `splits` = the `-ts` weights (all zero or absent: each device's free memory),
-    summed cumulatively and normalised, in `float` (32-bit) arithmetic;
-  * L1589-1590: i_gpu_start = max(n_layer_all + 1 - n_gpu_layers, 0),
-    act_gpu_layers = min(n_gpu_layers, n_layer_all + 1): the output layer counts as layer
-    n_layer_all, so `-ngl n_layer_all + 1` puts every block and the output on the GPUs;
-  * L1597: block il goes to device upper_bound(splits, float(il - i_gpu_start) / act_gpu_layers),
-    the first device whose cumulative share exceeds the block's position;
-  * L1614: dev_output = the same rule for il = n_layer_all: the output layer (output_norm,
-    output) is on the last device that gets any share; token_embd stays on the CPU (L1604).
-
-With `-ts c_0,c_1,...` where the c_d are whole block counts (the output counted on the last
-device), device d gets blocks C_{d-1} .. C_d - 1 (C the running sum): float(C)/float(N) is the
-same number on both sides of the comparison, so the assignment is exact, not rounded.
+Which device holds each block follows llama.cpp's `-sm layer` rule, quoted with its source lines
+in split.py (layer_split).
 
 What else is per device:
   * KV cache: src/llama-kv-cache.cpp L216-217 puts layer il's K/V tensors on
