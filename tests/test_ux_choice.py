@@ -27,20 +27,6 @@ def plan_of(*args) -> dict:
     return json.loads(r.stdout)["plan"]
 
 
-@pytest.fixture(scope="module")
-def hw3090(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hw") / "3090.json"
-    assert run("hardware", "--gpu", "RTX 3090", "--cpu", "Ryzen 9 5950X", "--ram", "128G", "--out", str(out)).exit_code == 0
-    return str(out)
-
-
-@pytest.fixture(scope="module")
-def hw_epyc(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hw") / "epyc.json"
-    r = run("hardware", "--gpu", "RTX 3090", "--gpu-count", "2", "--cpu", "EPYC 7543", "--sockets", "2",
-            "--ram", "512G", "--out", str(out))
-    assert r.exit_code == 0
-    return str(out)
 
 
 def test_workload_time():

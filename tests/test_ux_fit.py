@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from typer.testing import CliRunner
 
 from moeplan.cli import app
@@ -16,21 +15,6 @@ def run(*args):
     return CliRunner().invoke(app, list(args))
 
 
-@pytest.fixture(scope="module")
-def hw3090(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hw") / "3090.json"
-    r = run("hardware", "--gpu", "RTX 3090", "--cpu", "Ryzen 9 5950X", "--ram", "128G", "--out", str(out))
-    assert r.exit_code == 0, r.stdout
-    return str(out)
-
-
-@pytest.fixture(scope="module")
-def hw_epyc(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hw") / "epyc.json"
-    r = run("hardware", "--gpu", "RTX 3090", "--gpu-count", "2", "--cpu", "EPYC 7543", "--sockets", "2",
-            "--ram", "512G", "--out", str(out))
-    assert r.exit_code == 0, r.stdout
-    return str(out)
 
 
 def test_vram_over_budget_json(hw3090):

@@ -92,7 +92,7 @@ def run_executor(plan: Plan, label: str, s: RunSettings) -> Trial:
 def run_llama_bench(plan: Plan, model: ModelSpec, label: str, s: RunSettings) -> Trial:
     """Run llama-bench with the plan's emitted command and parse its JSON."""
     from moeplan.launch import emit_launch, find_programs
-    from moeplan.launch.benchjson import check_bench_overrides, parse_bench_json
+    from moeplan.launch.benchjson import check_bench_overrides
 
     if not s.model_path or not Path(s.model_path).exists():
         raise RunnerError("llama-bench needs the real GGUF file of the plan",
@@ -107,20 +107,9 @@ def run_llama_bench(plan: Plan, model: ModelSpec, label: str, s: RunSettings) ->
     if not programs.programs.get("bench") and not s.binary:
         raise RunnerError("llama-bench not found on PATH", "install llama.cpp or pass --bin /path/to/llama-bench")
     env = {**os.environ, **{k: str(v) for k, v in bench.command.env}}
-    t0 = time.perf_counter()
-    try:
-        out = _run(argv, s.timeout_s, env)
-    except FileNotFoundError:
-        raise RunnerError(f"cannot run {argv[0]}", "pass --bin with the folder of llama-bench") from None
-    except subprocess.TimeoutExpired:
-        return _failed(plan, label, "llama-bench", f"timed out after {s.timeout_s:.0f} s", time.perf_counter() - t0)
-    wall = time.perf_counter() - t0
-    if out.returncode:
-        return _failed(plan, label, "llama-bench", f"exit {out.returncode}: {_tail(out.stderr)}", wall)
-    try:
-        records = parse_bench_json(out.stdout)
-    except RunnerError as err:
-        return _failed(plan, label, "llama-bench", err.message, wall)
+    records, wall, why = _bench_records(argv, env, s.timeout_s)
+    if why:
+        return _failed(plan, label, "llama-bench", why, wall)
     problems = check_bench_overrides(records, launch.bench_overrides)
     if problems:
         return _failed(plan, label, "llama-bench", "; ".join(problems), wall)
@@ -131,6 +120,26 @@ def run_llama_bench(plan: Plan, model: ModelSpec, label: str, s: RunSettings) ->
                  measured_decode_tok_s=tg[0] if tg else None, measured_prefill_tok_s=pp[0] if pp else None,
                  predicted_decode_tok_s=plan.estimate.decode_tok_s,
                  predicted_prefill_tok_s=plan.estimate.prefill_tok_s, wall_s=wall)
+
+
+def _bench_records(argv: list[str], env: dict, timeout_s: float) -> tuple[list[dict], float, str]:
+    """Run one llama-bench process: (its JSON records, wall seconds, '' or why it gave none)."""
+    from moeplan.launch.benchjson import parse_bench_json
+
+    t0 = time.perf_counter()
+    try:
+        out = _run(argv, timeout_s, env)
+    except FileNotFoundError:
+        raise RunnerError(f"cannot run {argv[0]}", "pass --bin with the folder of llama-bench") from None
+    except subprocess.TimeoutExpired:
+        return [], time.perf_counter() - t0, f"timed out after {timeout_s:.0f} s"
+    wall = time.perf_counter() - t0
+    if out.returncode:
+        return [], wall, f"exit {out.returncode}: {_tail(out.stderr)}"
+    try:
+        return parse_bench_json(out.stdout), wall, ""
+    except RunnerError as err:
+        return [], wall, err.message
 
 
 def _run(argv: list[str], timeout_s: float, env: dict) -> subprocess.CompletedProcess:
@@ -234,7 +243,6 @@ def run_llama_bench_sweep(points: list[tuple[str, Plan]], model: ModelSpec, s: R
     """Run the trial placements `points` (the plan first; they differ in threads and CPU
     layers only) in one llama-bench process: (trials, wall seconds, error or '')."""
     from moeplan.launch import emit_launch
-    from moeplan.launch.benchjson import parse_bench_json
 
     if not s.model_path or not Path(s.model_path).exists():
         raise RunnerError("llama-bench needs the real GGUF file of the plan",
@@ -261,20 +269,9 @@ def run_llama_bench_sweep(points: list[tuple[str, Plan]], model: ModelSpec, s: R
     sets = list(dict.fromkeys(ot for _, _, ot in tagged if ot != "none"))
     argv = sweep_argv([str(a) for a in bench.command.full_argv], threads, sets, prompts, s.tokens)
     env = {**os.environ, **{k: str(v) for k, v in bench.command.env}}
-    t0 = time.perf_counter()
-    try:
-        out = _run(argv, s.timeout_s, env)
-    except FileNotFoundError:
-        raise RunnerError(f"cannot run {argv[0]}", "pass --bin with the folder of llama-bench") from None
-    except subprocess.TimeoutExpired:
-        return [], time.perf_counter() - t0, f"llama-bench timed out after {s.timeout_s:.0f} s (the budget)"
-    wall = time.perf_counter() - t0
-    if out.returncode:
-        return [], wall, f"llama-bench exit {out.returncode}: {_tail(out.stderr)}"
-    try:
-        records = parse_bench_json(out.stdout)
-    except RunnerError as err:
-        return [], wall, err.message
+    records, wall, why = _bench_records(argv, env, s.timeout_s)
+    if why:
+        return [], wall, f"llama-bench: {why}"
     trials = trials_of_sweep(records, tagged, prompts, predict_at)
     if not trials:
         return [], wall, "llama-bench ran none of the trial placements (were the -ot overrides dropped?)"
