@@ -52,6 +52,11 @@ class MemorySystem:
     socket_links: int = 0
     socket_links_mp: int = 0  # links per socket on the family's 4/8-socket parts (0 = same)
     source: str = ""
+    # the share of a CCD link's 32 B/clk a read-only stream reaches (None: FABRIC_READ in
+    # cost/resolve.py, 0.90, the desktop figure of efficiency.toml [fabric]); and whether the
+    # fabric clock follows the memory clock 1:1 up to fclk_ghz (Zen 2 / Zen 3 server parts)
+    ccd_read_fraction: float | None = None
+    fclk_follows_memclk: bool = False
 
 
 # Sources:
@@ -71,6 +76,15 @@ class MemorySystem:
 #   = 48 GB/s (Granite Rapids: 6), xGMI 16 lanes x 18 Gb/s = 36 GB/s (Rome/Milan: 4), xGMI3
 #   16 x 32 Gb/s = 64 GB/s (Genoa/Turin: 4; Lenovo LP1852: "four xGMI links ... 512 GB/s
 #   between sockets", both directions); one direction each.
+# GMI2 (Zen 2 Rome / Castle Peak, Zen 3 Milan / Chagall): a server CCD reads far less than its
+# link's 32 B per FCLK. Measured: 2 x EPYC 7452 (4 CCDs of 8 cores per socket, 8 x DDR4-2666, so
+# FCLK = MEMCLK = 1.333 GHz) read 113.4 GB/s on one node with its 32 cores, 226.2 GB/s on both
+# (AVX2 read-only stream; ktransformers PR 2175, profiles/parts/memory_measurements.toml):
+# 113.4 / (4 x 32 B x 1.333 GHz) = 0.66 of the links, where the DIMMs (170.6 GB/s peak) were not
+# the limit. Zen 3 server parts keep the GMI2 links and the 12 nm IO die of Zen 2 (AMD EPYC 7003
+# architecture white paper), so they get the same fraction (not measured on a Zen 3 part here).
+GMI2_SERVER_READ_FRACTION = 113.4e9 / (4 * 32 * 1.333e9)
+
 FAMILIES: dict[str, MemorySystem] = {
     "haswell": MemorySystem(16, 120.0, socket_link_bytes_per_s=19.2e9, socket_links=2, socket_links_mp=3,
                             source="Haswell/Broadwell-EP/EX: 16-entry superqueue"),
@@ -90,9 +104,11 @@ FAMILIES: dict[str, MemorySystem] = {
     "rocket-lake": MemorySystem(32, 85.0, source="Cypress Cove: 32 L2 misses"),
     "alder-lake": MemorySystem(48, 85.0, source="Golden/Raptor Cove client: 48 L2 misses"),
     "zen2": MemorySystem(32, 110.0, ccd_bytes_per_clk=32, fclk_ghz=1.467, socket_link_bytes_per_s=36e9,
-                         socket_links=4, source="Zen 2: 32 L2 misses; GMI2 32 B/clk at 1.467 GHz"),
+                         socket_links=4, ccd_read_fraction=GMI2_SERVER_READ_FRACTION, fclk_follows_memclk=True,
+                         source="Zen 2: 32 L2 misses; GMI2 32 B/clk at up to 1.467 GHz"),
     "zen3": MemorySystem(32, 110.0, ccd_bytes_per_clk=32, fclk_ghz=1.6, socket_link_bytes_per_s=36e9,
-                         socket_links=4, source="Zen 3: 32 L2 misses; GMI2 32 B/clk at 1.6 GHz"),
+                         socket_links=4, ccd_read_fraction=GMI2_SERVER_READ_FRACTION, fclk_follows_memclk=True,
+                         source="Zen 3: 32 L2 misses; GMI2 32 B/clk at up to 1.6 GHz"),
     "zen4": MemorySystem(64, 115.0, ccd_bytes_per_clk=32, fclk_ghz=2.0, wide_gmi_max_ccds=4,
                          socket_link_bytes_per_s=64e9, socket_links=4,
                          source="Zen 4: 64 L2 misses; GMI3 32 B/clk at 2.0 GHz, GMI3-Wide on 4-CCD parts"),
@@ -160,10 +176,29 @@ def ccd_read_cap(hw: HardwareProfile, threads_per_socket: int) -> tuple[float, s
         return None
     links = 2 if ccds <= ms.wide_gmi_max_ccds else 1
     used = max(1, min(ccds, threads_per_socket))
-    cap = used * links * ms.ccd_bytes_per_clk * (ms.fclk_ghz or 0.0) * 1e9
+    fclk = fabric_clock_ghz(hw, ms)
+    cap = used * links * ms.ccd_bytes_per_clk * fclk * 1e9
     wide = " (GMI-Wide: 2 links)" if links == 2 else ""
-    return cap, (f"{used} of {ccds} CCDs x {links * ms.ccd_bytes_per_clk} B x {ms.fclk_ghz:.2f} GHz FCLK"
+    return cap, (f"{used} of {ccds} CCDs x {links * ms.ccd_bytes_per_clk} B x {fclk:.2f} GHz FCLK"
                  f"{wide} = {cap / 1e9:.0f} GB/s per socket")
+
+
+def fabric_clock_ghz(hw: HardwareProfile, ms: MemorySystem) -> float:
+    """The fabric clock: the family's with its rated memory; on Zen 2 / Zen 3 server parts FCLK
+    runs 1:1 with the memory clock (MT/s / 2) up to that (AMD EPYC 7002/7003 BIOS tuning guides:
+    FCLK synchronous with MEMCLK), so slower DIMMs slow the CCD links too."""
+    f = ms.fclk_ghz or 0.0
+    speed = hw.cpu.ram_speed_mts
+    if ms.fclk_follows_memclk and speed:
+        f = min(f, speed / 2 / 1000)
+    return f
+
+
+def ccd_read_fraction(hw: HardwareProfile, default: float) -> float:
+    """The share of the CCD links' rate a read-only stream reaches on this family (`default`
+    where no measurement gives it)."""
+    ms = memory_system(hw)
+    return ms.ccd_read_fraction if ms and ms.ccd_read_fraction else default
 
 
 def socket_link_cap(hw: HardwareProfile, n_nodes_used: int, n_sockets_used: int) -> tuple[float, str] | None:

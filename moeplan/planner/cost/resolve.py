@@ -344,7 +344,10 @@ def _cpu_bandwidth(hw: HardwareProfile, pr: BackendPriors, nodes: tuple[NumaNode
     b_core, b_how, share_err = _core_read(hw, pr, bws, cores_per_node)
     thread_bw = tu.on_cores * b_core
     ccd = machine.ccd_read_cap(hw, math.ceil(tu.on_cores / sockets_n))
-    ccd_bw = ccd[0] * FABRIC_READ * sockets_n if ccd else math.inf
+    # the CCD links' stream rate (FABRIC_READ, or the family's measured fraction) is a stream
+    # benchmark's figure like the nodes' DRAM rate: the runtime reaches eta_cpu of either
+    ccd_x = machine.ccd_read_fraction(hw, FABRIC_READ)
+    ccd_bw = ccd[0] * ccd_x * sockets_n * eta_c if ccd else math.inf
     dram_bw = eta_c * lay.mem_nodes_bw
     bw_loc = min(thread_bw, ccd_bw, dram_bw)
     rem_bw = rho * bw_loc
@@ -379,7 +382,7 @@ def _cpu_bandwidth(hw: HardwareProfile, pr: BackendPriors, nodes: tuple[NumaNode
     if bound == "threads":
         how = f"{tu.on_cores} threads on cores x {b_core / 1e9:.1f} GB/s per core ({b_how}{smt})"
     elif bound == "ccd":
-        how = f"CCD links: {ccd[1]} x {FABRIC_READ:.2f}" if ccd else ""
+        how = f"CCD links: {ccd[1]} x {ccd_x:.2f} x {etac_src} eta_cpu={eta_c:.2f}" if ccd else ""
     else:
         how = f"{'/'.join(srcs)} x {etac_src} eta_cpu={eta_c:.2f}"
     if link and f_remote:
