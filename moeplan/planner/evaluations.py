@@ -69,13 +69,3 @@ def memoised(model: Any, kind: str, key: tuple, refs: tuple, compute: Callable[[
         counts.ran(kind)
     cache[full] = (refs, value)
     return value
-
-
-def estimate(model: Any, p: Any, hw: Any, pr: Any, *, depth: int = 0, n_prompt: int = 4096,
-             consts: Any = None, prompt_depth: int = 0) -> Any:
-    """cost.estimate.estimate, memoised per placement (see the module docstring)."""
-    from moeplan.planner.cost.estimate import estimate as run
-
-    return memoised(model, "estimate", (p, depth, n_prompt, prompt_depth), (hw, pr, consts),
-                    lambda: run(model, p, hw, pr, depth=depth, n_prompt=n_prompt, consts=consts,
-                                prompt_depth=prompt_depth))

@@ -33,9 +33,10 @@ from moeplan.planner.cost.estimate import (
     physical_cores,
     used_nodes,
 )
+from moeplan.planner.cost.estimate import estimate as _estimate_once
 from moeplan.planner.cost.machine import KT_THRESHOLD_KEY, default_batch
 from moeplan.planner.cost.priors import BackendPriors
-from moeplan.planner.evaluations import estimate, evaluation_counts  # noqa: F401  (memoised per placement)
+from moeplan.planner.evaluations import evaluation_counts, memoised  # noqa: F401  (evaluation_counts: re-exported)
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
 from moeplan.planner.hardware.vendors import unified_notes
 from moeplan.planner.hardware.windows import affinity_mask, bind_hint, reserve_note, vram_reserve_bytes
@@ -46,6 +47,15 @@ from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Alternative, Estimate, Plan, Workload, digest_of, model_ref
 from moeplan.units import GIB
+
+
+def estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, *, depth: int = 0,
+             n_prompt: int = 4096, consts: MemoryConstants | None = None, prompt_depth: int = 0) -> Estimate:
+    """cost.estimate.estimate, memoised per placement within the search (planner/evaluations.py)."""
+    return memoised(model, "estimate", (p, depth, n_prompt, prompt_depth), (hw, pr, consts),
+                    lambda: _estimate_once(model, p, hw, pr, depth=depth, n_prompt=n_prompt, consts=consts,
+                                           prompt_depth=prompt_depth))
+
 
 UBATCHES = (512, 1024, 2048, 4096)
 KV_TYPES = ("f16", "q8_0", "q4_0")
