@@ -158,7 +158,8 @@ class Graph:
 
     # ---- ops ------------------------------------------------------------------------------
     def op(self, op: str, ne: tuple[int, ...], type: str, *src: Tensor | None, name: str = "") -> Tensor:
-        return Tensor(op, _ne(*ne), type, tuple(s for s in src if s is not None), name=name)
+        return Tensor(op, _ne(*ne), type, src if None not in src else tuple(s for s in src if s is not None),
+                      name=name)
 
     def unary(self, op: str, a: Tensor, *src: Tensor | None, name: str = "") -> Tensor:
         """An op whose result has a's type and shape (norms, rope, scale, add, mul, ...)."""
@@ -332,8 +333,12 @@ def plan_allocation(graph: Graph, extra: dict[int, object] | None = None) -> All
             tensors.append(t)
         return i
 
-    node_src = [[slot(s) for s in t.src] for t in graph.nodes]
-    node_owner = [-1 if t.view_src is None else slot(t.view_src) for t in graph.nodes]
+    try:
+        node_src = [[slot_of[id(s)] for s in t.src] for t in graph.nodes]
+        node_owner = [-1 if t.view_src is None else slot_of[id(t.view_src)] for t in graph.nodes]
+    except KeyError:  # a source or owner the graph does not hold
+        node_src = [[slot(s) for s in t.src] for t in graph.nodes]
+        node_owner = [-1 if t.view_src is None else slot(t.view_src) for t in graph.nodes]
     n = len(tensors)
     children = [0] * n
     views = [0] * n
