@@ -158,8 +158,8 @@ class Graph:
 
     # ---- ops ------------------------------------------------------------------------------
     def op(self, op: str, ne: tuple[int, ...], type: str, *src: Tensor | None, name: str = "") -> Tensor:
-        return Tensor(op, _ne(*ne), type, src if None not in src else tuple(s for s in src if s is not None),
-                      name=name)
+        kept: tuple[Tensor, ...] = src if None not in src else tuple(s for s in src if s is not None)  # type: ignore[assignment]
+        return Tensor(op, _ne(*ne), type, kept, name=name)
 
     def unary(self, op: str, a: Tensor, *src: Tensor | None, name: str = "") -> Tensor:
         """An op whose result has a's type and shape (norms, rope, scale, add, mul, ...)."""
@@ -435,7 +435,8 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
     code = [1 if k == "input" else 2 if k == "staging" else 0 for k in plan.kinds]
     offset = [0] * len(sizes)
     live = [0, 0, 0]  # node, input, staging bytes
-    best = AllocResult(0)
+    best = (0, 0, 0, 0)  # the peak's AllocResult fields, made into one at the end
+    at_peak: list[tuple[str, str, int]] = []
     alive: set[int] = set()
     detail = names is not None
     for ev in plan.events:
@@ -464,9 +465,9 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
                 alive.add(ev)
             if end > max_size:
                 max_size = end
-                best = AllocResult(end, live[0] + live[1] + live[2], live[1], live[2])
+                best = (end, live[0] + live[1] + live[2], live[1], live[2])
                 if detail:
-                    best.live_at_peak = [(names[b], plan.kinds[b], padded[b]) for b in sorted(alive)]
+                    at_peak = [(names[b], plan.kinds[b], padded[b]) for b in sorted(alive)]
         else:
             b = ~ev
             size = padded[b]
@@ -488,7 +489,7 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
             else:
                 offs.insert(j, off)
                 lens.insert(j, size)
-    return best
+    return AllocResult(*best, live_at_peak=at_peak)
 
 
 def _kind(t: Tensor) -> str:
