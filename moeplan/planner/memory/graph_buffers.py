@@ -20,8 +20,9 @@ rows.
 
 The search asks for hundreds of contexts. For a given reserved shape only the cache cells
 change with the context, and every tensor's bytes are affine in them, so each shape is built
-once with the cells as ggml_graph.Aff variables ("compiled") and checked against a plain
-build; every further context only evaluates the affine sizes and replays the plan.
+once with the cells as ggml_graph.Aff variables ("compiled"); every further context only
+evaluates the affine sizes and replays the plan. tests/test_graph_programs.py checks the
+compiled sizes against plain builds (the search does not: a second build per shape).
 """
 from __future__ import annotations
 
@@ -205,7 +206,7 @@ def _compile(build: Callable, cells: tuple[int, ...], check: bool = False) -> _P
     of the cells); None when a shape is not affine in the cells (that key is then always built
     afresh). With `check`, also build the plain graph at `cells` and return None when its
     sizes differ from the affine ones. The search does not check (a second build of ten
-    thousand nodes per ubatch was a third of a plan's time): tests/test_ggml_graph.py checks
+    thousand nodes per ubatch was a third of a plan's time): tests/test_graph_programs.py checks
     every bundled graph model's programs against plain builds instead."""
     n = len(cells)
     try:
