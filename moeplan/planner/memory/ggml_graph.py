@@ -105,7 +105,7 @@ class Aff:
         return hash(self.c)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Tensor:
     """ne in ggml order (ne0 = row length); `external`: memory the graph allocator does not
     own (weights, KV cache); `contiguous`: false for permuted/transposed/strided views."""
@@ -159,7 +159,8 @@ class Graph:
 
     # ---- ops ------------------------------------------------------------------------------
     def op(self, op: str, ne: tuple[int, ...], type: str, *src: Tensor | None, name: str = "") -> Tensor:
-        return Tensor(op, _ne(*ne), type, tuple(s for s in src if s is not None), name=name)
+        kept: tuple[Tensor, ...] = src if None not in src else tuple(s for s in src if s is not None)  # type: ignore[assignment]
+        return Tensor(op, _ne(*ne), type, kept, name=name)
 
     def unary(self, op: str, a: Tensor, *src: Tensor | None, name: str = "") -> Tensor:
         """An op whose result has a's type and shape (norms, rope, scale, add, mul, ...)."""
@@ -218,24 +219,18 @@ class Graph:
         if id(t) in seen:
             return t
         seen.add(id(t))
-        stack: list[tuple[Tensor, int]] = [(t, 0)]
+        stack = [(t, iter(t.src))]
         leafs, nodes = self.leafs, self.nodes
         while stack:
-            node, i = stack[-1]
-            src = node.src
-            while i < len(src) and id(src[i]) in seen:
-                i += 1
-            if i < len(src):
-                stack[-1] = (node, i + 1)
-                child = src[i]
-                seen.add(id(child))
-                stack.append((child, 0))
-                continue
-            stack.pop()
-            if node.op == "NONE":
-                leafs.append(node)
+            node, rest = stack[-1]
+            for child in rest:  # the next source not seen yet, if any
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    stack.append((child, iter(child.src)))
+                    break
             else:
-                nodes.append(node)
+                stack.pop()
+                (leafs if node.op == "NONE" else nodes).append(node)
         return t
 
 
@@ -326,69 +321,92 @@ def plan_allocation(graph: Graph, extra: Mapping[int, object] | None = None) -> 
     The decisions depend on shapes only through equality (in-place reuse), not on sizes."""
     extra = extra or {}
     n_leafs = len(graph.leafs)
-    slot_of = {id(t): i for i, t in enumerate(graph.leafs)}
-    slot_of.update({id(t): n_leafs + k for k, t in enumerate(graph.nodes)})
+    # every tensor by its slot (leafs, then nodes; anything else met after them), so that the
+    # walk indexes lists instead of hashing ids: the search compiles graphs of ten thousand nodes
+    tensors: list[Tensor] = graph.leafs + graph.nodes
+    n_graph = len(tensors)
+    slot_of = {id(t): i for i, t in enumerate(tensors)}
+
+    def slot(t: Tensor) -> int:
+        i = slot_of.get(id(t))
+        if i is None:
+            i = slot_of[id(t)] = len(tensors)
+            tensors.append(t)
+        return i
+
+    try:
+        node_src = [[slot_of[id(s)] for s in t.src] for t in graph.nodes]
+        node_owner = [-1 if t.view_src is None else slot_of[id(t.view_src)] for t in graph.nodes]
+    except KeyError:  # a source or owner the graph does not hold
+        node_src = [[slot(s) for s in t.src] for t in graph.nodes]
+        node_owner = [-1 if t.view_src is None else slot(t.view_src) for t in graph.nodes]
+    n = len(tensors)
+    children = [0] * n
+    views = [0] * n
+    for k, owner in enumerate(node_owner):
+        if owner >= 0:
+            views[owner] += 1
+        for i in node_src[k]:
+            children[i] += 1
+    output = [t.output for t in tensors]
+    # not allocated by galloc: weights, caches and views (they use their owner's memory)
+    elsewhere = [t.external or t.view_src is not None for t in tensors]
+    owned = [False] * n
+    block = [-1] * n  # a tensor's block (shared along an in-place chain)
     events: list[int] = []
     slots: list[int] = []
     kinds: list[str] = []
     tags: list[object] = []
-    block: dict[int, int] = {}  # id(tensor) -> its block (shared along an in-place chain)
-    owned: set[int] = set()
-    children: dict[int, int] = {}
-    views: dict[int, int] = {}
 
-    def new_block(slot: int, kind: str, tag: object = None) -> int:
-        slots.append(slot)
+    def new_block(i: int, kind: str, tag: object = None) -> int:
+        if i >= n_graph:
+            raise KeyError("a tensor outside the graph is allocated")
+        slots.append(i)
         kinds.append(kind)
         tags.append(tag)
         events.append(len(slots) - 1)
         return len(slots) - 1
 
-    def release(t: Tensor) -> None:
-        events.append(~block[id(t)])
-        owned.discard(id(t))
-
-    def allocate_node(t: Tensor) -> None:
-        if id(t) in owned or t.external or t.view_src is not None:
+    def allocate_node(i: int) -> None:
+        if owned[i] or elsewhere[i]:
             return
-        owned.add(id(t))
+        owned[i] = True
+        t = tensors[i]
         if t.op in CAN_INPLACE:
-            for p in t.src:
-                if id(p) not in owned or p.output or not p.contiguous or p.type != t.type or p.ne != t.ne:
+            for s in t.src:
+                j = slot_of[id(s)]
+                if not owned[j] or output[j] or not s.contiguous or s.type != t.type or s.ne != t.ne:
                     continue
-                if children.get(id(p), 0) == 1 and views.get(id(p), 0) == 0:
-                    block[id(t)] = block[id(p)]
-                    owned.discard(id(p))  # the child now owns the memory
+                if children[j] == 1 and views[j] == 0:
+                    block[i] = block[j]
+                    owned[j] = False  # the child now owns the memory
                     return
-        block[id(t)] = new_block(slot_of[id(t)], _kind(t))
+        block[i] = new_block(i, _kind(t))
 
-    for leaf in graph.leafs:
-        allocate_node(leaf)
-    for node in graph.nodes:
-        if node.view_src is not None:
-            views[id(node.view_src)] = views.get(id(node.view_src), 0) + 1
-        for s in node.src:
-            children[id(s)] = children.get(id(s), 0) + 1
+    for i in range(n_leafs):
+        allocate_node(i)
     for k, node in enumerate(graph.nodes):
-        for s in node.src:
-            allocate_node(s)
+        src = node_src[k]
+        for i in src:
+            allocate_node(i)
         tag = extra.get(id(node))
         stage = new_block(~k, "staging", tag) if tag is not None else -1
-        allocate_node(node)
+        allocate_node(n_leafs + k)
         if stage >= 0:
             events.append(~stage)
-        for p in node.src:
-            children[id(p)] -= 1
-            if children[id(p)] or views.get(id(p), 0):
+        for i in src:
+            children[i] -= 1
+            if children[i] or views[i]:
                 continue
-            if p.view_src is not None:
-                owner = p.view_src
-                views[id(owner)] -= 1
-                if not views[id(owner)] and not children.get(id(owner), 0) and id(owner) in owned \
-                        and not owner.output:
-                    release(owner)
-            elif id(p) in owned and not p.output:
-                release(p)
+            owner = -1 if tensors[i].view_src is None else slot_of[id(tensors[i].view_src)]
+            if owner >= 0:
+                views[owner] -= 1
+                if not views[owner] and not children[owner] and owned[owner] and not output[owner]:
+                    events.append(~block[owner])
+                    owned[owner] = False
+            elif owned[i] and not output[i]:
+                events.append(~block[i])
+                owned[i] = False
     return AllocPlan(tuple(events), tuple(slots), tuple(kinds), tuple(tags))
 
 
@@ -418,7 +436,8 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
     code = [1 if k == "input" else 2 if k == "staging" else 0 for k in plan.kinds]
     offset = [0] * len(sizes)
     live = [0, 0, 0]  # node, input, staging bytes
-    best = AllocResult(0)
+    best = (0, 0, 0, 0)  # the peak's AllocResult fields, made into one at the end
+    at_peak: list[tuple[str, str, int]] = []
     alive: set[int] = set()
     detail = names is not None
     for ev in plan.events:
@@ -447,9 +466,9 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
                 alive.add(ev)
             if end > max_size:
                 max_size = end
-                best = AllocResult(end, live[0] + live[1] + live[2], live[1], live[2])
+                best = (end, live[0] + live[1] + live[2], live[1], live[2])
                 if names is not None:
-                    best.live_at_peak = [(names[b], plan.kinds[b], padded[b]) for b in sorted(alive)]
+                    at_peak = [(names[b], plan.kinds[b], padded[b]) for b in sorted(alive)]
         else:
             b = ~ev
             size = padded[b]
@@ -471,7 +490,7 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
             else:
                 offs.insert(j, off)
                 lens.insert(j, size)
-    return best
+    return AllocResult(*best, live_at_peak=at_peak)
 
 
 def _kind(t: Tensor) -> str:
