@@ -42,7 +42,7 @@ class Backend:
     interleaved_types_stay_on_cpu: bool = False  # its CUDA backend does not multiply some repacked types
     mla_expanded_prompt: bool = False  # expands MLA heads for prompt batches (attention.IK_MLA_PP_MIN_TOKENS)
     default_batch: int = 2048  # logical batch of a plan without -b
-    # -- plan options it takes (Placement.extra keys, cost/machine.py), and which it refuses
+    # -- plan options it takes (planner/options.py OPTION_KEYS), and which it refuses
     options: tuple[str, ...] = ()
     # -- the launchers and the log checker
     server_program: str = "python"  # program of a non-GGUF runtime's server
@@ -55,7 +55,7 @@ class Backend:
         return self.cli_label or self.name
 
     def takes(self, option: str) -> bool:
-        """Whether a plan for this backend may carry the option (a Placement.extra key)."""
+        """Whether a plan for this backend may carry the option (a PlanOptions field name)."""
         return option in self.options
 
     def unsupported_reason(self, arch: str) -> str:

@@ -1,4 +1,5 @@
 """ik_llama.cpp (ikawrakow/ik_llama.cpp): llama.cpp's programs with its own iqk kernels."""
+from moeplan.planner.options import RTR_KEY
 from moeplan.planner.runtimes import Backend
 
 BACKEND = Backend(
@@ -16,6 +17,6 @@ BACKEND = Backend(
     # (x1.3 the AVX2 path on full-width AVX-512 cores), AVX2 elsewhere with its own repacked layouts
     isa_dot_scale={"neon": 0.7, "avx2": 0.8, "avx_vnni": 1.0, "avx512f": 0.9, "avx512_vnni": 1.3, "amx": 1.3},
     interleaved_types_stay_on_cpu=True, mla_expanded_prompt=True,
-    options=("rtr",),  # -rtr: run-time repacking (cost/machine.py RTR_KEY)
+    options=(RTR_KEY,),  # -rtr: run-time repacking (Placement.options.rtr)
     log_tools=("ik_llama.cpp",),
 )

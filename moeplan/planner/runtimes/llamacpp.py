@@ -1,4 +1,5 @@
 """Mainline llama.cpp (ggml-org/llama.cpp)."""
+from moeplan.planner.options import LLAMA_BUILD_KEY
 from moeplan.planner.runtimes import MAINLINE_ISA_DOT_SCALE, Backend
 
 BACKEND = Backend(
@@ -8,6 +9,6 @@ BACKEND = Backend(
     # ggml-cuda.cu GGML_OP_OFFLOAD_MIN_BATCH = 32: the used experts are copied at ubatch >= 32
     op_offload_rule="mainline", windows_native=True,
     cpu_kernels="mainline", isa_dot_scale=dict(MAINLINE_ISA_DOT_SCALE),
-    options=("llama_build",),  # costed as that build runs (cost/machine.py LLAMA_BUILD_KEY)
+    options=(LLAMA_BUILD_KEY,),  # costed as that build runs (Placement.options.llama_build)
     log_tools=("llama.cpp", "llama-bench"),
 )
