@@ -296,7 +296,7 @@ def _recover_load_mode(run: RunLog, model: ModelSpec, p: Placement, base: Placem
         ch["load_mode"], ev["load_mode"] = "no-mmap", "flags"
     elif any(b.buffer_type.endswith("_Mapped") for b in model_bufs):
         ch["load_mode"], ev["load_mode"] = "mmap", "log"
-    elif any(b.host for b in model_bufs) and run.tool != "ik_llama.cpp":
+    elif any(b.host for b in model_bufs) and not getattr(backends.of_log(run.tool), "mapped_buffer_named_cpu", False):
         # ik_llama.cpp names its mapped buffer plain "CPU" (ggml_backend_cpu_buffer_from_ptr), so
         # its buffers do not tell mmap from --no-mmap
         ch["load_mode"], ev["load_mode"] = "no-mmap", "log"

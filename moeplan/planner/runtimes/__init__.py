@@ -40,6 +40,7 @@ class Backend:
     layerwise_gpu_prefill: bool = False  # long prompts upload every CPU layer's experts (cost/prefill_path.py)
     tensor_parallel_gpus: bool = False  # several GPUs compute every layer together, not one after another
     interleaved_types_stay_on_cpu: bool = False  # its CUDA backend does not multiply some repacked types
+    mapped_buffer_named_cpu: bool = False  # its log names an mmap'ed model buffer plain "CPU" (check/placement.py)
     mla_expanded_prompt: bool = False  # expands MLA heads for prompt batches (attention.IK_MLA_PP_MIN_TOKENS)
     default_batch: int = 2048  # logical batch of a plan without -b
     # -- plan options it takes (planner/options.py OPTION_KEYS), and which it refuses
