@@ -299,6 +299,16 @@ def test_launch_files_name_rocm_and_vulkan_devices(tmp_path):
     assert "Vulkan0" in text and "-DGGML_VULKAN=ON" in text and "unified memory" in text
 
 
+def test_estimate_costs_a_plan_for_an_amd_gpu(tmp_path):
+    # the build settings are plan options the cost model reads (at 47a6b1b it refused them:
+    # "unknown plan option 'gpu_build'", and every ROCm/Vulkan row of the accuracy data was skipped)
+    hw = _hw(tmp_path, "--gpu", "RX 7900 XTX", "--cpu", "Ryzen 9 7950X", "--ram", "192G")
+    r = RUN.invoke(app, ["estimate", "qwen3-30b-a3b", "--hw", hw, "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["placement"]["options"] == {"gpu_build": "rocm", "gfx_target": "gfx1100"} and d["decode_tok_s"] > 0
+
+
 def test_rocm_build_on_an_igpu_asks_for_managed_memory():
     from moeplan.launch.common import EmitContext
     from moeplan.launch.llamacpp import env_pairs
