@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             cells = " ".join(f"{g['vram_required_bytes'] / GIB:.1f}/{b / GIB:.0f}" for g, b in zip(per, budgets))
             ok = all(g["vram_required_bytes"] <= b for g, b in zip(per, budgets))
             worst_fill = max([worst_fill] + [g["vram_required_bytes"] / b for g, b in zip(per, budgets)])
-            ts = dict(best.placement.extra).get("tensor_split", "")
+            ts = best.placement.options.tensor_split
             d = best.estimate.decode_tok_s
             print(f"{name:18} {label:24} {ts:18} {len(best.placement.cpu_moe_layers):>7} {cells:44} "
                   f"{'yes' if ok else 'NO':>3} {d:7.2f} {up:7.2f} {d / up:5.2f} {dt:5.1f}")

@@ -36,6 +36,7 @@ from gguf_fixtures import write_deepseek2, write_qwen3moe  # noqa: E402
 from launch_plans import make_plan, write_runnable  # noqa: E402
 from llama_rpc import RpcServers, rpc_server_path  # noqa: E402
 
+from moeplan.planner.options import PlanOptions  # noqa: E402
 from moeplan.planner.placement import Placement  # noqa: E402
 
 DATA = HERE / "data" / "ik_runs"
@@ -72,12 +73,12 @@ CASES = (
     # GQA: non-contiguous CPU blocks, an uneven -ts, q8_0 KV, no mmap
     IkCase("ik-qwen3moe-rpc2-complete", "qwen3moe",
            _p(cpu_moe_layers=(1, 2, 4), n_ctx=512, n_batch=128, n_ubatch=64, cache_type_k="q8_0",
-              cache_type_v="q8_0", load_mode="no-mmap", n_gpus=2, extra=(("tensor_split", "3,4"),))),
+              cache_type_v="q8_0", load_mode="no-mmap", n_gpus=2, options=PlanOptions(tensor_split="3,4"))),
     # a split where ik's byte rule and llama.cpp's block count disagree (probe ts-block-counts):
     # -ts 1,5 as block counts is blocks 0-1 on the first device, as ik reads it block 0 only
     IkCase("ik-qwen3moe-rpc2-ts15-complete", "qwen3moe",
            _p(cpu_moe_layers=(3,), n_ctx=512, n_batch=128, n_ubatch=64, load_mode="no-mmap", n_gpus=2,
-              extra=(("tensor_split", "1,5"),))),
+              options=PlanOptions(tensor_split="1,5"))),
     # MLA with DeepSeek's head sizes: a dense leading block, shared experts that stay with their block, mmap
     IkCase("ik-deepseek2-rpc2-complete", "deepseek2",
            _p(cpu_moe_layers=(1, 3), n_ctx=512, n_batch=64, n_ubatch=32, load_mode="mmap", n_gpus=2)),
@@ -148,7 +149,7 @@ def planned_devices(model, p: Placement) -> dict[str, str]:
     layer on its device, token_embd on the CPU."""
     from moeplan.planner.memory.devices import assign_blocks, parse_tensor_split
 
-    ts = dict(p.extra).get("tensor_split") or ",".join("1" for _ in range(p.n_gpus))
+    ts = p.options.tensor_split or ",".join("1" for _ in range(p.n_gpus))
     devs, out_dev = assign_blocks(len(model.layers), parse_tensor_split(ts, p.n_gpus), p.n_gpu_layers)
     cpu = set(p.cpu_moe_layers)
     out = {}
@@ -168,7 +169,7 @@ def predicted_buffers(model, p: Placement) -> dict[str, dict[str, int]]:
     from moeplan.launch.ikllama import computed_wkv_b_bytes
     from moeplan.planner.memory.devices import device_memory, parse_tensor_split
 
-    ts = dict(p.extra).get("tensor_split") or ",".join("1" for _ in range(p.n_gpus))
+    ts = p.options.tensor_split or ",".join("1" for _ in range(p.n_gpus))
     devs = device_memory(model, p, parse_tensor_split(ts, p.n_gpus), context_bytes=0, margin_bytes=0)
     where = planned_devices(model, p)
     sizes = {t.name: t.n_bytes for t in model.tensors}

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from moeplan.planner.options import PlanOptions
+
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
@@ -153,7 +155,7 @@ def case_placement(case: RpcCase):
     return Placement(cpu_moe_layers=case.cpu_moe_layers, n_ctx=case.n_ctx, n_threads=2, n_batch=case.n_batch,
                      n_ubatch=case.n_ubatch, cache_type_k=case.cache_type, cache_type_v=case.cache_type,
                      op_offload=False, load_mode="no-mmap", n_gpus=case.n_devices, n_gpu_layers=case.n_gpu_layers,
-                     extra=(("tensor_split", case.tensor_split),) if case.tensor_split else ())
+                     options=PlanOptions(tensor_split=case.tensor_split or ""))
 
 
 def emitted_once_command(case: RpcCase, model, model_path: Path, bin_dir: Path, folder: Path) -> list[str]:

@@ -15,7 +15,8 @@ from moeplan.check.parse import parse_log
 from moeplan.cli import app
 from moeplan.errors import InputError
 from moeplan.planner.hardware.spec import SpecRequest
-from moeplan.planner.hardware.vendors import build_extra, default_build, device_names
+from moeplan.planner.hardware.vendors import build_options, default_build, device_names
+from moeplan.planner.options import PlanOptions
 from moeplan.probes.amd_gpu import import_amdsmi, read_amd_gpus
 from moeplan.probes.probe import read_machine
 from moeplan.profiles import catalog
@@ -278,8 +279,7 @@ def test_strix_halo_plan_keeps_every_expert_on_the_igpu(tmp_path):
     others = [a for a in plan["pareto"] if a["vram_bytes"] < plan["estimate"]["vram_bytes"] - GIB]
     assert others and all(a["decode_tok_s"] < best for a in others)
     assert any("shares the host's DRAM" in n and "save no memory" in n for n in plan["notes"])
-    extra = dict(plan["placement"]["extra"])
-    assert extra == {"gpu_build": "vulkan", "gfx_target": "gfx1151", "unified_memory": "1"}
+    assert plan["placement"]["options"] == {"gpu_build": "vulkan", "gfx_target": "gfx1151", "unified_memory": True}
 
 
 def test_launch_files_name_rocm_and_vulkan_devices(tmp_path):
@@ -299,13 +299,23 @@ def test_launch_files_name_rocm_and_vulkan_devices(tmp_path):
     assert "Vulkan0" in text and "-DGGML_VULKAN=ON" in text and "unified memory" in text
 
 
+def test_estimate_costs_a_plan_for_an_amd_gpu(tmp_path):
+    # the build settings are plan options the cost model reads (at 47a6b1b it refused them:
+    # "unknown plan option 'gpu_build'", and every ROCm/Vulkan row of the accuracy data was skipped)
+    hw = _hw(tmp_path, "--gpu", "RX 7900 XTX", "--cpu", "Ryzen 9 7950X", "--ram", "192G")
+    r = RUN.invoke(app, ["estimate", "qwen3-30b-a3b", "--hw", hw, "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["placement"]["options"] == {"gpu_build": "rocm", "gfx_target": "gfx1100"} and d["decode_tok_s"] > 0
+
+
 def test_rocm_build_on_an_igpu_asks_for_managed_memory():
     from moeplan.launch.common import EmitContext
     from moeplan.launch.llamacpp import env_pairs
 
     class P:
         n_gpus = 1
-        extra = (("gpu_build", "rocm"), ("unified_memory", "1"))
+        options = PlanOptions(gpu_build="rocm", unified_memory=True)
 
     class Plan:
         placement = P()
@@ -318,9 +328,9 @@ def test_device_names_follow_the_vendor():
     nv = _spec(gpu="RTX 4090", gpu_count=2, cpu="Ryzen 9 7950X", ram_bytes=128 * GIB)
     amd = _spec(gpu="MI300X", gpu_count=2, cpu="EPYC 9654", ram_bytes=768 * GIB)
     apu = _spec(gpu="8060S", cpu="Ryzen AI Max+ 395", ram_bytes=128 * GIB)
-    assert device_names(nv, [0, 1]) == "CUDA0,CUDA1" and build_extra(nv) == ()
-    assert device_names(amd, [1]) == "ROCm1" and dict(build_extra(amd)) == {"gpu_build": "rocm",
-                                                                              "gfx_target": "gfx942"}
+    assert device_names(nv, [0, 1]) == "CUDA0,CUDA1" and build_options(nv) == PlanOptions()
+    assert device_names(amd, [1]) == "ROCm1" and build_options(amd) == PlanOptions(gpu_build="rocm",
+                                                                                     gfx_target="gfx942")
     assert device_names(apu, [0]) == "Vulkan0" and default_build(apu.gpus[0]) == "vulkan"
 
 

@@ -112,10 +112,10 @@ def test_builds_before_the_split_kv_change_run_f16_decode_row_parallel(hw, qwen)
     new = A.decode_attention(layers, _machine(64), "llama.cpp", "f16", "f16")
     assert "row-parallel (32 of 64 threads busy)" in old.path and new.path == "split-KV"
     assert old.seconds > 1.5 * new.seconds
-    from moeplan.planner.cost.machine import LLAMA_BUILD_KEY
+    from moeplan.planner.options import PlanOptions
 
     pr = read_priors("llama.cpp")
-    at = {b: estimate(qwen, _cpu_only(64, extra=((LLAMA_BUILD_KEY, str(b)),)), hw, pr, depth=6000, n_prompt=512)
+    at = {b: estimate(qwen, _cpu_only(64, options=PlanOptions(llama_build=b)), hw, pr, depth=6000, n_prompt=512)
           for b in (A.FA_SPLIT_KV_FROM_BUILD - 1, A.FA_SPLIT_KV_FROM_BUILD)}
     cur = estimate(qwen, _cpu_only(64), hw, pr, depth=6000, n_prompt=512)
     assert at[A.FA_SPLIT_KV_FROM_BUILD].decode_tok_s == pytest.approx(cur.decode_tok_s)
@@ -123,7 +123,7 @@ def test_builds_before_the_split_kv_change_run_f16_decode_row_parallel(hw, qwen)
     assert any("PR #19209" in n for n in at[A.FA_SPLIT_KV_FROM_BUILD - 1].notes)
     assert not any("PR #19209" in n for n in cur.notes)
     # with an empty cache there is no attention to run either way
-    empty = estimate(qwen, _cpu_only(64, extra=((LLAMA_BUILD_KEY, "6000"),)), hw, pr, depth=0, n_prompt=512)
+    empty = estimate(qwen, _cpu_only(64, options=PlanOptions(llama_build=6000)), hw, pr, depth=0, n_prompt=512)
     assert empty.decode_tok_s == pytest.approx(estimate(qwen, _cpu_only(64), hw, pr, depth=0, n_prompt=512).decode_tok_s)
 
 

@@ -21,6 +21,7 @@ from moeplan.planner.cost.estimate import (
 )
 from moeplan.planner.memory.accounting import estimate_memory
 from moeplan.planner.memory.constants import memory_constants
+from moeplan.planner.options import KT_THRESHOLD_KEY, PlanOptions
 from moeplan.planner.placement import Placement
 from moeplan.planner.search import Request, choose_plan
 from moeplan.profiles import catalog
@@ -28,7 +29,7 @@ from moeplan.profiles.backends import read_priors
 from moeplan.profiles.catalog import SpecRequest
 from moeplan.units import GIB
 
-KEY = machine.KT_THRESHOLD_KEY
+KEY = KT_THRESHOLD_KEY
 
 
 def kt_priors(**kw):
@@ -130,21 +131,21 @@ def test_crossover_falls_as_the_link_gets_faster():
 
 def test_the_plans_threshold_selects_the_prefill_path():
     m, hw, pr, p, _ = _kt_case(25e9)
-    at = p.with_(extra=((KEY, "1000"),))
+    at = p.with_(options=PlanOptions(kt_gpu_prefill_token_threshold=1000))
     names = lambda n, q: {t.name for t in estimate(m, q, hw, pr, n_prompt=n).prefill_terms}  # noqa: E731
     assert "cpu_experts" in names(999, at) and "h2d_experts" not in names(999, at)
     assert "h2d_experts" in names(1000, at)
-    assert "h2d_experts" not in names(8192, p.with_(extra=((KEY, "0"),)))  # 0 = off
+    assert "h2d_experts" not in names(8192, p.with_(options=PlanOptions(kt_gpu_prefill_token_threshold=0)))  # 0 = off
     with pytest.raises(Exception, match=KEY):
-        estimate(m, p.with_(extra=((KEY, "many"),)), hw, pr)
+        PlanOptions.from_pairs(((KEY, "many"),))
 
 
 def test_a_longer_prefill_chunk_uploads_the_experts_fewer_times():
     """SGLang's --chunked-prefill-size (the plan's n_batch): every chunk uploads every CPU layer's
     experts, so per prompt token the upload is the experts over the chunk."""
     m, hw, pr, p, _ = _kt_case(25e9)
-    on = ((KEY, "1"),)
-    est = {b: estimate(m, p.with_(n_batch=b, extra=on), hw, pr, n_prompt=16384) for b in (2048, 4096, 16384)}
+    on = PlanOptions(kt_gpu_prefill_token_threshold=1)
+    est = {b: estimate(m, p.with_(n_batch=b, options=on), hw, pr, n_prompt=16384) for b in (2048, 4096, 16384)}
     h2d = {b: sum(t.seconds for t in e.prefill_terms if t.name == "h2d_experts") for b, e in est.items()}
     assert h2d[2048] == pytest.approx(2 * h2d[4096]) and h2d[4096] == pytest.approx(4 * h2d[16384])
     assert est[16384].prefill_tok_s > est[4096].prefill_tok_s > est[2048].prefill_tok_s
@@ -170,10 +171,10 @@ def test_gpu_experts_of_every_layer_cost_as_the_layers_of_the_same_bytes():
     from moeplan.launch.ktransformers import gpu_experts_per_layer
 
     p = resolve_placement(m, backend="ktransformers", kt_gpu_experts=3)
-    assert dict(p.extra)[machine.KT_GPU_EXPERTS_KEY] == "3"
+    assert p.options.kt_num_gpu_experts == 3
     hw, pr = toy_hw(), kt_priors()
     syncs = lambda q: next(t for t in estimate(m, q, hw, pr).decode_terms if t.name == "sync").formula  # noqa: E731
-    assert syncs(p).startswith("8 ") and syncs(p.with_(extra=())).startswith(f"{len(p.cpu_moe_layers)} ")
+    assert syncs(p).startswith("8 ") and syncs(p.with_(options=PlanOptions())).startswith(f"{len(p.cpu_moe_layers)} ")
     assert gpu_experts_per_layer(SimpleNamespace(model=m, placement=p)) == (3, 24)
 
 
@@ -199,8 +200,8 @@ def test_layerwise_prefill_holds_one_cpu_layers_experts_in_vram():
     gpu = lambda q: {i.name: i.n_bytes for i in estimate_memory(m, q).items if i.device == "gpu"}  # noqa: E731
     layer = m.moe_layers[0].expert_bytes
     assert gpu(p)["kt_prefill_layer"] == layer  # the planner's candidates reserve it
-    assert gpu(p.with_(extra=((KEY, "500"),)))["kt_prefill_layer"] == layer
-    assert "kt_prefill_layer" not in gpu(p.with_(extra=((KEY, "0"),)))  # the path is off
+    assert gpu(p.with_(options=PlanOptions(kt_gpu_prefill_token_threshold=500)))["kt_prefill_layer"] == layer
+    assert "kt_prefill_layer" not in gpu(p.with_(options=PlanOptions(kt_gpu_prefill_token_threshold=0)))  # the path is off
     assert "kt_prefill_layer" not in gpu(p.with_(op_offload=False))
     assert "kt_prefill_layer" not in gpu(p.with_(backend="llama.cpp"))
 
@@ -215,7 +216,7 @@ def models(tmp_path_factory):
 def test_emitter_pools_and_threshold_flag(models):
     m = models["qwen3moe"]
     p = Placement(backend="ktransformers", cpu_moe_layers=m.moe_layer_indices[:3], n_ctx=8192, n_threads=32,
-                  numa="distribute", numa_nodes=(0, 1), n_batch=4096, extra=((KEY, "700"),))
+                  numa="distribute", numa_nodes=(0, 1), n_batch=4096, options=PlanOptions(kt_gpu_prefill_token_threshold=700))
     stock = emit_launch(make_plan(m, p), m, "ktransformers")
     argv = list(stock.script("launch.sh").command.argv)
     assert argv[argv.index("--kt-threadpool-count") + 1] == "2"

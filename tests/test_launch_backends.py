@@ -10,6 +10,7 @@ from moeplan.launch.benchjson import check_bench_overrides, parse_bench_json
 from moeplan.launch.gpumem import gpu_need
 from moeplan.launch.ikllama import op_offload_min_ubatch
 from moeplan.launch.ktransformers import gpu_experts_per_layer
+from moeplan.planner.options import PlanOptions
 from moeplan.planner.placement import Placement
 
 GIB = 1024**3
@@ -55,7 +56,7 @@ def test_llama_cpp_bench_joins_overrides_and_measures_the_plans_depth(models):
     from moeplan.planner.plan import Estimate
     est = Estimate(**{**ESTIMATE.__dict__, "depth": 4096})
     p = Placement(cpu_moe_layers=(0, 1, 2, 3, 4, 5), n_ubatch=1024, op_offload=False, n_gpus=2,
-                  extra=(("tensor_split", "3,1"),))
+                  options=PlanOptions(tensor_split="3,1"))
     launch = emit_launch(make_plan(m, p, est), m, "llama.cpp", model_path="/m.gguf")
     bench = argv_of(launch, "bench.sh")
     assert value(bench, "-ot").endswith("=CPU") and "," not in value(bench, "-ot")
@@ -69,7 +70,7 @@ def test_op_offload_threshold_env_only_when_the_plan_sets_it(models):
     m = models["qwen3moe"]
     plain = emit_launch(make_plan(m, Placement(cpu_moe_layers=(1,))), m, "llama.cpp", model_path="/m.gguf")
     assert plain.script("launch.sh").command.env == ()
-    tuned = emit_launch(make_plan(m, Placement(cpu_moe_layers=(1,), extra=(("op_offload_min_batch", "256"),))),
+    tuned = emit_launch(make_plan(m, Placement(cpu_moe_layers=(1,), options=PlanOptions(op_offload_min_batch="256"))),
                         m, "llama.cpp", model_path="/m.gguf")
     assert tuned.script("launch.sh").command.env == (("GGML_OP_OFFLOAD_MIN_BATCH", "256"),)
 
@@ -83,7 +84,7 @@ def test_speculative_flags_only_when_the_plan_drafts(models):
     q = models["qwen3moe"]
     with pytest.raises(InputError, match="names no draft model"):
         emit_launch(make_plan(q, Placement(n_draft=3)), q, "llama.cpp", model_path="/m.gguf")
-    drafted = emit_launch(make_plan(q, Placement(n_draft=3, extra=(("draft_model", "/d/s.gguf"),))), q,
+    drafted = emit_launch(make_plan(q, Placement(n_draft=3, options=PlanOptions(draft_model="/d/s.gguf"))), q,
                           "llama.cpp", model_path="/m.gguf")
     assert value(argv_of(drafted), "--spec-type") == "draft-simple" and value(argv_of(drafted), "-md") == "/d/s.gguf"
 
@@ -144,7 +145,7 @@ def test_ik_says_what_its_threshold_means_for_the_plan(models):
                      model_path="/m")
     assert "--no-op-offload" not in argv_of(ok) and "-op" not in argv_of(ok)
     with pytest.raises(InputError, match="GGML_OP_OFFLOAD_MIN_BATCH") as err:
-        emit_launch(make_plan(m, Placement(cpu_moe_layers=(1,), extra=(("op_offload_min_batch", "64"),))), m,
+        emit_launch(make_plan(m, Placement(cpu_moe_layers=(1,), options=PlanOptions(op_offload_min_batch="64"))), m,
                     "ik_llama.cpp", model_path="/m")
     assert "offload-batch-size" in err.value.hint
 
@@ -172,7 +173,7 @@ def test_ik_never_emits_ncmoe_and_no_mmap_is_not_rtr(models):
 
 def test_ik_emits_rtr_only_when_the_plan_asks_for_it(models):
     m = models["gpt-oss"]
-    p = Placement(cpu_moe_layers=(4, 5), load_mode="no-mmap", extra=(("rtr", "1"),))
+    p = Placement(cpu_moe_layers=(4, 5), load_mode="no-mmap", options=PlanOptions(rtr=True))
     launch = emit_launch(make_plan(m, p), m, "ik_llama.cpp", model_path="/m")
     argv = argv_of(launch)
     assert "-rtr" in argv and "--no-mmap" not in argv
@@ -195,7 +196,7 @@ def test_ik_drafting(models):
     mtp = emit_launch(make_plan(d, Placement(n_draft=2)), d, "ik_llama.cpp", model_path="/m")
     assert value(argv_of(mtp), "--spec-type") == "mtp:n_max=2" and "--draft" not in argv_of(mtp)
     q = models["qwen3moe"]
-    draft = emit_launch(make_plan(q, Placement(n_draft=3, extra=(("draft_model", "/d.gguf"),))), q, "ik_llama.cpp",
+    draft = emit_launch(make_plan(q, Placement(n_draft=3, options=PlanOptions(draft_model="/d.gguf"))), q, "ik_llama.cpp",
                         model_path="/m")
     assert value(argv_of(draft), "--spec-type") == "draft:n_max=3" and value(argv_of(draft), "-md") == "/d.gguf"
     with pytest.raises(InputError, match="names no draft model"):
@@ -297,7 +298,7 @@ def test_sglang_multi_node_scripts_per_rank(models):
 def test_model_too_big_for_the_gpus_says_how_many_nodes(models):
     m = models["qwen3moe"]
     # a checkpoint of 200 kB per parameter makes the tiny model a ~90 GB one
-    p = Placement(n_gpus=1, n_ctx=4096, extra=(("hf_bytes_per_param", "200000"),))
+    p = Placement(n_gpus=1, n_ctx=4096, options=PlanOptions(hf_bytes_per_param="200000"))
     need = gpu_need(m, p, 1, 1, 200000.0)
     assert need.weights_bytes == sum(t.n_elements for t in m.tensors) * 200000
     # per GPU: W/N + KV/N + 2 GiB <= 0.90 * 40 GiB  ->  the smallest such N

@@ -18,6 +18,7 @@ from launch_plans import ESTIMATE, make_plan, write_models
 
 from moeplan import __version__
 from moeplan.launch import emit_launch, render_files
+from moeplan.planner.options import PlanOptions
 from moeplan.planner.placement import Placement
 
 GOLDEN = ROOT / "launch"
@@ -33,7 +34,7 @@ CASES = {
                                Placement(cpu_moe_layers=(2, 3, 4, 5, 6), n_ctx=65536, n_threads=32,
                                          n_threads_batch=64, n_ubatch=4096, n_batch=4096, numa="bind",
                                          numa_nodes=(0,), load_mode="no-mmap", n_draft=2, draft_accept=0.8,
-                                         extra=(("op_offload_min_batch", "512"),)),
+                                         options=PlanOptions(op_offload_min_batch="512")),
                                ("llama.cpp", "ktransformers"), 1, 96 * GIB),
     # ik_llama.cpp: MLA flags, --no-mmap, and a ubatch below its op-offload threshold (prefill on the CPU)
     "deepseek2-ik-below-threshold": ("deepseek2", "/models/deepseek/tiny-Q4_K_M-00001-of-00002.gguf",

@@ -10,6 +10,7 @@ from moeplan.errors import InputError, RunnerError
 from moeplan.launch import emit_launch, find_programs, ikllama, ktransformers, llamacpp, release_programs, sglang, vllm
 from moeplan.launch.binaries import Programs
 from moeplan.launch.flags import bad_values, missing_flags, parse_help
+from moeplan.planner.options import PlanOptions
 from moeplan.planner.placement import Placement
 
 HELP = Path(__file__).parent / "data" / "help"
@@ -107,7 +108,7 @@ def test_older_build_gets_no_mmap_mlock_bare_fa_and_llama_cli(models):
 
 def test_older_build_drafts_with_draft_max(models):
     m = models["qwen3moe"]
-    plan = make_plan(m, Placement(n_draft=4, draft_accept=0.7, extra=(("draft_model", "/d/small.gguf"),)))
+    plan = make_plan(m, Placement(n_draft=4, draft_accept=0.7, options=PlanOptions(draft_model="/d/small.gguf")))
     argv = emit_launch(plan, m, "llama.cpp", _programs_from(OLD, "llama-cli"),
                        model_path="/m.gguf").script("launch.sh").command.argv
     assert argv[argv.index("--draft-max"):argv.index("--draft-max") + 2] == ("--draft-max", "4")
@@ -236,7 +237,7 @@ SERVER_PLANS = [  # (model key, placement, n_nodes)
                             cache_type_v="q8_0"), 2),
     ("qwen3moe", Placement(cpu_moe_layers=(1, 2, 3), n_ctx=16384, n_threads=16, numa="bind", numa_nodes=(0,)), 1),
     ("deepseek2", Placement(cpu_moe_layers=(2, 3, 4, 5, 6), n_ctx=8192, cache_type_k="q8_0", cache_type_v="q8_0",
-                            extra=(("kt_method", "AMXINT4"), ("kt_weight_path", "/w"))), 1),
+                            options=PlanOptions(kt_method="AMXINT4", kt_weight_path="/w")), 1),
 ]
 
 

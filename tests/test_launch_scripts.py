@@ -20,6 +20,7 @@ from launch_plans import make_plan, write_models
 
 from moeplan.launch import EMITTERS, emit_launch, render_files, write_launch, write_launch_files
 from moeplan.launch.common import Command, ShellVar, join
+from moeplan.planner.options import PlanOptions
 from moeplan.planner.placement import Placement
 
 GIB = 1024**3
@@ -54,7 +55,7 @@ def recorded(out: Path) -> list[str]:
 PLACEMENTS = {
     "llama.cpp": Placement(cpu_moe_layers=(), n_ctx=16384, n_threads=32, numa="bind", numa_nodes=(0,),
                            cache_type_k="q8_0", cache_type_v="q8_0", load_mode="no-mmap",
-                           extra=(("op_offload_min_batch", "64"),)),
+                           options=PlanOptions(op_offload_min_batch="64")),
     "ik_llama.cpp": Placement(backend="ik_llama.cpp", n_ctx=8192, n_threads=24, n_ubatch=256, load_mode="mlock",
                               numa="interleave", numa_nodes=(0, 1)),
     "ktransformers": Placement(backend="ktransformers", n_ctx=8192, n_threads=48, numa="bind", numa_nodes=(0, 1),
@@ -188,7 +189,7 @@ def test_shell_vars_round_trip_and_expand():
 
 def test_command_shell_line_round_trips(models):
     m = models["qwen3moe"]
-    plan = make_plan(m, Placement(cpu_moe_layers=(0, 1), extra=(("op_offload_min_batch", "128"),)))
+    plan = make_plan(m, Placement(cpu_moe_layers=(0, 1), options=PlanOptions(op_offload_min_batch="128")))
     launch = emit_launch(plan, m, "llama.cpp", model_path="/m/it's a \"model\" $x `y`.gguf")
     cmd: Command = launch.script("launch.sh").command
     line = cmd.shell()

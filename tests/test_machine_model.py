@@ -6,6 +6,7 @@ from model_builders import toy_hw, toy_model, unit_priors
 
 from moeplan.planner.cost import machine
 from moeplan.planner.cost.estimate import estimate
+from moeplan.planner.options import PlanOptions
 from moeplan.planner.placement import Placement
 from moeplan.profiles import catalog
 from moeplan.profiles.catalog import SpecRequest
@@ -111,7 +112,7 @@ def test_ktransformers_uploads_all_cpu_experts_for_long_prompts():
     m, hw = toy_model(), toy_hw()
     pr = unit_priors(name="ktransformers", op_offload="never")
     p = Placement(cpu_moe_layers=(0, 1, 2, 3), n_threads=16, n_batch=4096,
-                  extra=(("kt_gpu_prefill_token_threshold", "4096"),))
+                  options=PlanOptions(kt_gpu_prefill_token_threshold=4096))
     long = estimate(m, p, hw, pr, n_prompt=8192)
     terms = {t.name: t for t in long.prefill_terms}
     # 2 chunks of 4096 tokens (--chunked-prefill-size, the plan's n_batch), each uploads 4 layers

@@ -19,6 +19,7 @@ from moeplan.planner.memory.devices import (
     format_tensor_split,
     split_points,
 )
+from moeplan.planner.options import PlanOptions
 from moeplan.planner.placement import Placement
 from moeplan.planner.search import Request, choose_plan, gpu_budgets
 from moeplan.planner.serde import to_jsonable
@@ -66,7 +67,7 @@ def test_fewer_gpu_layers_leave_the_first_blocks_on_the_cpu():
 def test_devices_add_up_to_the_single_gpu_weights_and_kv():
     p = Placement(n_ctx=8192, cpu_moe_layers=(1, 2, 3), n_gpus=1)
     one = estimate_memory(MODEL, p, CONSTS)
-    multi = estimate_memory(MODEL, p.with_(n_gpus=3, extra=(("tensor_split", "4,5,4"),)), CONSTS)
+    multi = estimate_memory(MODEL, p.with_(n_gpus=3, options=PlanOptions(tensor_split="4,5,4")), CONSTS)
     devs = multi.devices
     assert [len(d.blocks) for d in devs] == [4, 5, 3] and devs[-1].output
     assert sum(d.weights_dense_bytes + d.weights_experts_bytes for d in devs) == \
@@ -81,7 +82,7 @@ def test_devices_add_up_to_the_single_gpu_weights_and_kv():
 
 
 def test_kv_of_a_block_is_on_its_device():
-    p = Placement(n_ctx=32768, n_gpus=2, extra=(("tensor_split", "12,1"),))  # blocks 0-11 on GPU0
+    p = Placement(n_ctx=32768, n_gpus=2, options=PlanOptions(tensor_split="12,1"))  # blocks 0-11 on GPU0
     devs = estimate_memory(MODEL, p, CONSTS).devices
     assert devs[1].blocks == () and devs[1].kv_bytes == 0 and devs[1].output
     assert devs[0].kv_bytes == estimate_memory(MODEL, p.with_(n_gpus=1), CONSTS).get("kv_cache")
@@ -92,7 +93,7 @@ def test_fit_split_fits_every_device_and_covers_every_block():
     budgets = (int(3.0 * GIB), int(2.5 * GIB), int(3.0 * GIB))
     counts = fit_split(MODEL, p, budgets, CONSTS.cuda_context_bytes, CONSTS.margin_bytes)
     assert counts is not None and sum(counts) == len(MODEL.layers) + 1
-    devs = estimate_memory(MODEL, p.with_(extra=(("tensor_split", format_tensor_split(counts)),)), CONSTS).devices
+    devs = estimate_memory(MODEL, p.with_(options=PlanOptions(tensor_split=format_tensor_split(counts))), CONSTS).devices
     for d, b in zip(devs, budgets):
         assert d.vram_required_bytes <= b
     # nothing fits on 1 GiB cards (the margin alone)
@@ -106,7 +107,7 @@ def test_tune_fits_every_gpu_and_uses_more_experts_than_one_gpu():
     req = Request(n_ctx=4096, kv_types=("f16",), ubatches=(512,))
     r = choose_plan(MODEL, hw2, PRIORS, req)
     p = r.best.placement
-    assert p.n_gpus == 2 and dict(p.extra)["tensor_split"]
+    assert p.n_gpus == 2 and p.options.tensor_split
     per = [to_jsonable(g) for g in r.best.estimate.memory.per_gpu]
     for g, budget in zip(per, gpu_budgets(hw2, 6 * GIB)):
         assert g["vram_required_bytes"] <= budget == g["budget_bytes"]
@@ -124,7 +125,7 @@ def test_pooled_vram_is_an_upper_bound_of_the_split():
 
 
 def test_pipeline_decode_reads_each_device_at_its_own_bandwidth():
-    p = Placement(n_ctx=4096, n_gpus=2, extra=(("tensor_split", "6,7"),))
+    p = Placement(n_ctx=4096, n_gpus=2, options=PlanOptions(tensor_split="6,7"))
     fast = estimate(MODEL, p, multi_hw((24, 24), bw=(1000e9, 1000e9)), PRIORS)
     slow = estimate(MODEL, p, multi_hw((24, 24), bw=(1000e9, 250e9)), PRIORS)
     t = {x.name: x.seconds for x in fast.decode_terms}
@@ -169,7 +170,7 @@ def test_issue_example_4x3090_glm52_fits_every_gpu(tmp_path):
     assert len(per) == 4
     for g in per:
         assert g["vram_required_bytes"] <= g["budget_bytes"] == 24 * GIB
-    ts = dict(plan["placement"]["extra"])["tensor_split"]
+    ts = plan["placement"]["options"]["tensor_split"]
     # the emitted command carries that split and the estimate reproduces the plan's devices
     run = tmp_path / "run"
     out = RUN.invoke(app, ["tune", "glm-5.2", "--size", "223GB", "--hw", str(hw), "--ctx", "32k", "--emit", str(run)])
@@ -188,7 +189,7 @@ def test_gpus_subset_emits_dev(tmp_path):
     RUN.invoke(app, ["hardware", "--gpu", "RTX 3090", "--gpu-count", "4", "--cpu", "Ryzen 9 9900X", "--ram", "192G",
                      "--out", str(hw)])
     d = _json(["estimate", "qwen3-30b-a3b", "--hw", str(hw), "--gpus", "1,3", "--json"])
-    assert len(d["vram_bytes_per_gpu"]) == 2 and dict(d["placement"]["extra"])["devices"] == "CUDA1,CUDA3"
+    assert len(d["vram_bytes_per_gpu"]) == 2 and d["placement"]["options"]["devices"] == "CUDA1,CUDA3"
     bad = RUN.invoke(app, ["estimate", "qwen3-30b-a3b", "--hw", str(hw), "--gpus", "5"])
     assert bad.exit_code == 2
 
@@ -199,7 +200,7 @@ def test_ktransformers_prefills_tensor_parallel_not_one_device_after_another():
     CPU experts is costed over one link either way."""
     m, hw = toy_model(), multi_hw(vram_gib=(24.0, 24.0))
     p = Placement(n_ctx=4096, n_gpus=2, cpu_moe_layers=(0, 1, 2, 3), n_threads=16, n_batch=4096,
-                  extra=(("tensor_split", "1,1"), ("kt_gpu_prefill_token_threshold", "1")))
+                  options=PlanOptions(tensor_split="1,1", kt_gpu_prefill_token_threshold=1))
     terms = {}
     for name in ("llama.cpp", "ktransformers"):
         pr = unit_priors(name=name, op_offload="never" if name == "ktransformers" else "mainline")

@@ -77,7 +77,7 @@ def test_kt_prefill_threshold_switches_the_layer_wise_gpu_prefill():
     assert "h2d_experts" in {t["name"] for t in default["prefill_terms"]}
     assert "h2d_experts" not in {t["name"] for t in off["prefill_terms"]}
     assert off["prefill_tok_s"] < default["prefill_tok_s"]
-    assert off["placement"]["extra"] == [["kt_gpu_prefill_token_threshold", "0"]]
+    assert off["placement"]["options"] == {"kt_gpu_prefill_token_threshold": 0}
     for bad, words in ((["--backend", "ktransformers", "--kt-prefill-threshold", "-5"], "is negative"),
                        (["--backend", "llama.cpp", "--kt-prefill-threshold", "100"], "KTransformers setting")):
         out = RUN.invoke(app, base[:2] + ["--hw", "epyc-genoa-2s-4090"] + bad)
@@ -87,7 +87,7 @@ def test_kt_prefill_threshold_switches_the_layer_wise_gpu_prefill():
 def test_llama_build_costs_an_older_builds_cpu_attention():
     base = ["estimate", "qwen3-30b-a3b", "--hw", "epyc-genoa-2s-4090", "--cpu-only", "--depth", "8192", "--json"]
     cur, old = _json(base), _json(base + ["--llama-build", "6263"])
-    assert old["placement"]["extra"] == [["llama_build", "6263"]]
+    assert old["placement"]["options"] == {"llama_build": 6263}
     assert old["decode_tok_s"] < cur["decode_tok_s"]
     assert "row-parallel" in next(t["formula"] for t in old["decode_terms"] if t["name"] == "cpu_attention")
 
@@ -96,7 +96,7 @@ def test_rtr_costs_ik_prefill_on_the_interleaved_kernels():
     base = ["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--backend", "ik_llama.cpp", "--cpu-only",
             "--quant", "IQ4_XS", "--json"]
     plain, rtr = _json(base), _json(base + ["--rtr"])
-    assert rtr["placement"]["extra"] == [["rtr", "1"]] and rtr["placement"]["load_mode"] == "no-mmap"
+    assert rtr["placement"]["options"] == {"rtr": True} and rtr["placement"]["load_mode"] == "no-mmap"
     assert rtr["prefill_tok_s"] < 0.9 * plain["prefill_tok_s"]
     assert rtr["decode_tok_s"] == pytest.approx(plain["decode_tok_s"])
     out = RUN.invoke(app, ["estimate", "qwen3-30b-a3b", "--hw", "desktop-4090-ddr5", "--rtr"])

@@ -403,7 +403,7 @@ def windows_golden_files(models, case):
     win_path = "C:" + path.replace("/", "\\")
     m = replace(models[key], path=win_path, shards=())
     if placement.numa == "bind":
-        placement = placement.with_(extra=placement.extra + (("win_affinity_mask", "0xFFFFFFFF"),))
+        placement = placement.with_(options=placement.options.with_(win_affinity_mask="0xFFFFFFFF"))
     plan = make_plan(m, placement)
     files, runs = {}, []
     for backend in [b for b in backends if b in ("llama.cpp", "ik_llama.cpp")]:

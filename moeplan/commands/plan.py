@@ -39,7 +39,7 @@ from moeplan.commands.placement_opts import (
     resolve_placement,
 )
 from moeplan.errors import InputError
-from moeplan.planner.hardware.vendors import build_extra, device_names
+from moeplan.planner.hardware.vendors import build_options, device_names
 
 HwOpt = Annotated[Optional[str], typer.Option("--hw", help="Hardware profile JSON, a preset name, or omit to use this machine (cached probe).")]
 DepthOpt = Annotated[int, typer.Option("--depth", help="Tokens already in context when decoding.")]
@@ -117,25 +117,24 @@ def select_gpus(profile, gpus: str | None):
                    spec_inputs={**profile.spec_inputs, "devices": device_names(profile, idx)})
 
 
-def _devices_extra(gpus: str | None, profile=None) -> tuple[tuple[str, str], ...]:
-    """-dev of --gpus (CUDA0 / ROCm0 / Vulkan0 by the GPUs' vendor) and, for AMD GPUs, the
-    llama.cpp build the scripts are for (planner/hardware/vendors.py)."""
-    build = build_extra(profile)
+def _devices_options(options, gpus: str | None, profile=None):
+    """`options` with -dev of --gpus (CUDA0 / ROCm0 / Vulkan0 by the GPUs' vendor) and, for AMD
+    GPUs, the llama.cpp build the scripts are for (planner/hardware/vendors.py)."""
+    options = build_options(profile, options)
     if not gpus:
-        return build
-    return (("devices", device_names(profile, [int(i) for i in gpus.split(",") if i.strip()])),) + build
+        return options
+    return options.with_(devices=device_names(profile, [int(i) for i in gpus.split(",") if i.strip()]))
 
 
 def _with_devices(result, gpus: str | None, profile=None):
     """Put -dev of --gpus into the chosen placement (launch files emit it)."""
-    extra = _devices_extra(gpus, profile)
-    if not extra:
+    p = result.best.placement
+    options = _devices_options(p.options, gpus, profile)
+    if options == p.options:
         return result
     from dataclasses import replace
 
-    keys = {k for k, _ in extra}
-    kept = tuple(kv for kv in result.best.placement.extra if kv[0] not in keys)
-    best = replace(result.best, placement=result.best.placement.with_(extra=kept + extra))
+    best = replace(result.best, placement=p.with_(options=options))
     return replace(result, best=best)
 
 
@@ -146,9 +145,7 @@ def _device_split(spec, p, profile, ts: str | None, gpus: str | None):
     from moeplan.planner.memory.devices import format_tensor_split, parse_tensor_split
     from moeplan.planner.search import fit_placement
 
-    dev = _devices_extra(gpus, profile)
-    extra = tuple(kv for kv in p.extra if kv[0] != "tensor_split" and kv[0] not in {k for k, _ in dev}) + dev
-    p = p.with_(extra=extra)
+    p = p.with_(options=_devices_options(p.options.with_(tensor_split=""), gpus, profile))
     if p.n_gpus <= 1:
         if ts:
             raise InputError("--ts needs several GPUs", "drop --ts, or plan for a profile with several GPUs")
@@ -159,7 +156,7 @@ def _device_split(spec, p, profile, ts: str | None, gpus: str | None):
         except ValueError:
             raise InputError(f"cannot read --ts {ts!r} for {p.n_gpus} GPUs",
                              "non-negative weights, one per GPU at most, for example --ts 57,7,7,9") from None
-        return p.with_(extra=p.extra + (("tensor_split", format_tensor_split(w)),))
+        return p.with_(options=p.options.with_(tensor_split=format_tensor_split(w)))
     return fit_placement(spec, p, profile, sum(g.vram_free_bytes if g.vram_free_bytes is not None else g.vram_bytes
                                                for g in profile.gpus), MemoryConstants()) or p
 

@@ -6,13 +6,14 @@ writes launch.sh (the server), bench.sh (the measurement that verifies the plan)
 launch.json (every command as an argv list, for programs) and, per backend, complete.sh
 (llama.cpp, ik_llama.cpp: one short completion), vllm.yaml, ray-*.sh, launch-nodeN.sh.
 
-Backend settings a plan may carry in Placement.extra (all optional; planner/options.py PlanOptions
-reads them into a typed record and refuses any other key):
+Backend settings a plan may carry in Placement.options (all optional; planner/options.py
+PlanOptions, a typed record that refuses any other name), among them:
   op_offload_min_batch  llama.cpp: GGML_OP_OFFLOAD_MIN_BATCH for the run
   tensor_split, devices llama.cpp/ik: -ts and -dev with several GPUs (default: an even split)
   draft_model, spec_type  speculative decoding (default: the model's MTP blocks if it has any)
   kt_method, kt_weight_path, kt_max_deferred_experts_per_token  KTransformers
   hf_bytes_per_param    vLLM/SGLang memory check of a GGUF plan (default 2, BF16)
+  gpu_build, gfx_target, unified_memory  the llama.cpp build (ROCm, Vulkan) the scripts are for
 """
 from __future__ import annotations
 

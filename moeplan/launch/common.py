@@ -170,13 +170,6 @@ class EmitContext:
     def placement(self):
         return self.plan.placement
 
-    def extra(self, key: str, default: str = "") -> str:
-        """Placement.extra[key]: backend settings a plan may carry (see launch/__init__.py)."""
-        for k, v in self.plan.placement.extra:
-            if k == key:
-                return str(v)
-        return default
-
 
 def refuse_experts_override(ctx: EmitContext, backend: str) -> None:
     """vLLM, SGLang and KTransformers: moeplan emits no experts-per-token override for them."""

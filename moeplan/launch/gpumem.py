@@ -4,7 +4,7 @@
   W           weights as the backend loads them: the plan's file bytes for a Hugging Face
               checkpoint; for a GGUF plan the Hugging Face checkpoint is what vLLM/SGLang
               serve, estimated as parameters * HF_BYTES_PER_PARAM (BF16; FP8 checkpoints need
-              half) unless Placement.extra hf_bytes_per_param says otherwise
+              half) unless Placement.options.hf_bytes_per_param says otherwise
   KV_per_gpu  llama.cpp's KV bytes for the plan's context and types, split over pipeline
               stages (nodes) and, for GQA, over tensor-parallel ranks; an MLA latent cache is
               replicated on every tensor-parallel rank
@@ -74,7 +74,7 @@ def check_gpu_fit(ctx: EmitContext, backend: str, fraction: float) -> list[str]:
     only emitted when the model fits the GPUs of `ctx.n_nodes` machines anyway.
     """
     p, m = ctx.placement, ctx.model
-    bpp_text = ctx.extra("hf_bytes_per_param")
+    bpp_text = ctx.placement.options.hf_bytes_per_param
     bpp = float(bpp_text) if bpp_text else None
     need = gpu_need(m, p, p.n_gpus, ctx.n_nodes, bpp)
     where = f"{ctx.n_nodes} node(s) x {p.n_gpus} GPU(s)"

@@ -28,7 +28,7 @@ What the source says, and what moeplan does with it:
     (common.h). moeplan does not emit it (the default applies).
   * -rtr: repacks the host tensors that have a row-interleaved variant at load time
     (src/llama.cpp, iqk_repack_tensor) and sets use_mmap = false (common.cpp). Emitted only for a
-    plan that asks for it (placement extra `rtr`, what `estimate --rtr` costs): an interleaved
+    plan that asks for it (Placement.options.rtr, what `estimate --rtr` costs): an interleaved
     type is not among the types iqk_mul_mat converts to its int8 GEMM
     (MulMat::is_dequant_better), so prefill multiplies it with the type's own kernel, about a
     third as fast (ik_llama.cpp PR 2474: IQ*_R4 146-162 t/s against 451-461 converted), while
@@ -82,7 +82,6 @@ from moeplan.launch.llamacpp import (
 )
 from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
 from moeplan.launch.patterns import CPU_BUFFER, checked_expert_patterns, override_args
-from moeplan.planner.cost.machine import rtr_of
 from moeplan.planner.memory.accounting import kv_layer_bytes
 from moeplan.planner.model.ggml import row_bytes
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
@@ -182,7 +181,7 @@ def _ik_parts(ctx: EmitContext, fs: FlagSet, bench: bool) -> list[tuple[str, ...
     parts: list[tuple[str, ...]] = fused_moe_parts(fs)
     if ctx.model.mla:
         parts.append(("-mla", str(MLA_MODE)))
-    rtr = rtr_of(p.extra)  # asked for (estimate --rtr): its slower prefill is costed
+    rtr = p.options.rtr  # asked for (estimate --rtr): its slower prefill is costed
     if bench:
         parts.append(("-rtr", "1" if rtr else "0"))
         parts.append(("-mmp", "1" if p.load_mode == "mmap" else "0"))
@@ -310,7 +309,7 @@ def _split_parts(ctx: EmitContext, bench: bool) -> list[tuple[str, ...]]:
     if p.n_gpus < 2:
         return parts
     try:
-        weights = parse_tensor_split(ctx.extra("tensor_split") or ",".join("1" for _ in range(p.n_gpus)), p.n_gpus)
+        weights = parse_tensor_split(p.options.tensor_split or ",".join("1" for _ in range(p.n_gpus)), p.n_gpus)
     except ValueError:
         return parts  # device_notes names the bad tensor_split
     devs, out_dev = assign_blocks(len(ctx.model.layers), weights, p.n_gpu_layers)
@@ -353,7 +352,7 @@ def _op_offload_notes(ctx: EmitContext) -> list[str]:
         return []
     threshold = op_offload_min_ubatch(m.n_experts, m.n_experts_used)
     offloads = p.n_ubatch >= threshold
-    if ctx.extra("op_offload_min_batch"):
+    if ctx.placement.options.op_offload_min_batch:
         raise InputError("the plan sets GGML_OP_OFFLOAD_MIN_BATCH, which ik_llama.cpp does not read",
                          f"ik_llama.cpp offloads from -ub {threshold} for this model (ubatch*k >= 32*n_experts; "
                          "-cuda offload-batch-size=N changes the 32); emit for llama.cpp instead")
@@ -374,7 +373,7 @@ def speculative_parts(ctx: EmitContext, fs: FlagSet) -> list[tuple[str, ...]]:
     p = ctx.placement
     if p.n_draft <= 0:
         return []
-    draft = ctx.extra("draft_model")
+    draft = ctx.placement.options.draft_model
     has_nextn = any(layer.kind == "nextn" for layer in ctx.model.layers)
     if fs.has("--spec-type"):
         if draft:
@@ -395,13 +394,13 @@ def emit(ctx: EmitContext) -> Launch:
     p = ctx.placement
     patterns = checked_expert_patterns(ctx.model, p.cpu_moe_layers)
     notes = _op_offload_notes(ctx) + list(numa_notes(p, ctx.os))
-    if p.n_gpus > 1 and ctx.extra("tensor_split"):
+    if p.n_gpus > 1 and p.options.tensor_split:
         notes += device_notes(ctx)
     if p.n_gpus > 1:
         notes.append("-ts is each device's MiB: ik_llama.cpp divides -ts by its own size of every block (all of its "
                      "weights, CPU experts included, plus its KV cache), not by block count as llama.cpp does; these "
                      "values put the plan's blocks on each device")
-    if p.load_mode != "mmap" and not rtr_of(p.extra):
+    if p.load_mode != "mmap" and not p.options.rtr:
         notes.append("--no-mmap, not -rtr: -rtr would repack the CPU experts to row-interleaved types, which "
                      "ik_llama.cpp's prefill multiplies about 3x slower (no int8 GEMM conversion for them)")
     fs_server, fs_once, fs_bench = ctx.flags["server"], ctx.flags["once"], ctx.flags["bench"]

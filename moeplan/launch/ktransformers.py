@@ -43,7 +43,7 @@ from moeplan.launch.numa import numa_prefix
 from moeplan.launch.sglang import LAUNCHER, NO_SGLANG, PORT, bench_command, kv_dtype, limit_parts
 from moeplan.launch.sglang import release_flags as sg_flags
 from moeplan.launch.vllm import model_arg
-from moeplan.planner.cost.machine import kt_gpu_experts_of, kt_pool_count, kt_threshold_of
+from moeplan.planner.cost.machine import kt_pool_count
 
 THRESHOLD_FLAG = "--kt-gpu-prefill-token-threshold"
 KT_RELEASE = "kt-kernel 0.7.2 with SGLang 0.5.23 (the --kt-* flags of its launch_server --help)"
@@ -66,7 +66,7 @@ def gpu_experts_per_layer(ctx: EmitContext) -> tuple[int, int]:
     """
     m, p = ctx.model, ctx.placement
     moe = m.moe_layers
-    given = kt_gpu_experts_of(p.extra)  # estimate --kt-gpu-experts G: G as given
+    given = p.options.kt_num_gpu_experts  # estimate --kt-gpu-experts G: G as given
     if given is not None:
         return given, given * len(moe)
     s_exp = m.expert_bytes_per_expert
@@ -107,8 +107,8 @@ def _native_method(model) -> str | None:
 
 def weights(ctx: EmitContext) -> tuple[str, str, tuple[tuple[str, str], ...], str]:
     """(--kt-method, --kt-weight-path, required variables, note)."""
-    method = ctx.extra("kt_method")
-    path = ctx.extra("kt_weight_path")
+    method = ctx.placement.options.kt_method
+    path = ctx.placement.options.kt_weight_path
     if ctx.model.source == "gguf":
         method = method or "LLAMAFILE"
         first = ctx.model.shards[0] if ctx.model.shards else ctx.model.path
@@ -157,7 +157,7 @@ def emit(ctx: EmitContext) -> Launch:
     elif n_pools == 1 and p.numa != "bind":
         notes.append("one kt-kernel worker pool: its threads and pages are bound to NUMA node 0 (worker_pool.cpp); "
                      "on a multi-socket machine re-plan with --numa distribute for one pool per node")
-    threshold = kt_threshold_of(p.extra)
+    threshold = p.options.kt_gpu_prefill_token_threshold
     threshold_part: tuple[tuple[str, ...], ...] = ()
     if threshold is not None and p.cpu_moe_layers:
         if ctx.flags["server"].has(THRESHOLD_FLAG):
@@ -174,7 +174,7 @@ def emit(ctx: EmitContext) -> Launch:
         (ctx.programs["server"], *LAUNCHER), ("--model-path", model),
         ("--kt-method", method), ("--kt-weight-path", wpath), ("--kt-cpuinfer", str(p.n_threads)),
         ("--kt-threadpool-count", str(n_pools)), ("--kt-num-gpu-experts", str(g)),
-        ("--kt-max-deferred-experts-per-token", ctx.extra("kt_max_deferred_experts_per_token", "0")),
+        ("--kt-max-deferred-experts-per-token", ctx.placement.options.kt_max_deferred_experts_per_token or "0"),
         *threshold_part,
     ]
     if p.n_gpus > 1:

@@ -16,7 +16,7 @@ Choices and why:
                      --mlock (mlock there is --no-mmap --mlock: pinned anonymous memory).
   -np N              always: llama-server's default is 4 slots ('auto'), the plan says n_seq.
   --no-op-offload    only when the plan keeps CPU experts on the CPU in prefill too.
-  GGML_OP_OFFLOAD_MIN_BATCH  only when the plan sets Placement.extra op_offload_min_batch.
+  GGML_OP_OFFLOAD_MIN_BATCH  only when the plan sets Placement.options.op_offload_min_batch.
 """
 from __future__ import annotations
 
@@ -103,9 +103,9 @@ def gpu_split_parts(ctx: EmitContext, bench: bool) -> list[tuple[str, ...]]:
     p = ctx.placement
     parts: list[tuple[str, ...]] = []
     if p.n_gpus > 1:
-        ts = ctx.extra("tensor_split") or ",".join("1" for _ in range(p.n_gpus))
+        ts = ctx.placement.options.tensor_split or ",".join("1" for _ in range(p.n_gpus))
         parts.append(("-ts", ts.replace(",", "/") if bench else ts))
-    devices = ctx.extra("devices")
+    devices = ctx.placement.options.devices
     if devices:
         parts.append(("-dev", devices.replace(",", "/") if bench else devices))
     return parts
@@ -157,33 +157,33 @@ def experts_used_parts(ctx: EmitContext) -> list[tuple[str, ...]]:
 
 
 def env_pairs(ctx: EmitContext) -> tuple[tuple[str, str], ...]:
-    v = ctx.extra("op_offload_min_batch")
+    v = ctx.placement.options.op_offload_min_batch
     out: tuple[tuple[str, str], ...] = (("GGML_OP_OFFLOAD_MIN_BATCH", v),) if v else ()
     # a ROCm build on an APU's iGPU allocates from the BIOS carve-out with hipMalloc unless
     # told to use managed memory, which reaches the GTT (docs/build.md "Unified Memory")
-    if ctx.extra("gpu_build") == "rocm" and ctx.extra("unified_memory") and ctx.placement.n_gpus:
+    if ctx.placement.options.gpu_build == "rocm" and ctx.placement.options.unified_memory and ctx.placement.n_gpus:
         out += (("GGML_CUDA_ENABLE_UNIFIED_MEMORY", "1"),)
     return out
 
 
 def build_notes(ctx: EmitContext) -> list[str]:
     """Which llama.cpp build the scripts are for, when it is not CUDA (planner/hardware/vendors.py)."""
-    build = ctx.extra("gpu_build")
+    build = ctx.placement.options.gpu_build
     if not build or not ctx.placement.n_gpus:
         return []
-    gfx = ctx.extra("gfx_target")
+    gfx = ctx.placement.options.gfx_target
     if build == "rocm":
         out = ["for a ROCm (HIP) build of llama.cpp (cmake -DGGML_HIP=ON"
                + (f" -DGPU_TARGETS={gfx}" if gfx else "") + "): its devices are ROCm0, ROCm1, ... in -dev and "
                "in the logs; a Vulkan build (-DGGML_VULKAN=ON) takes the same flags with Vulkan0, ..."]
-        if ctx.extra("unified_memory"):
+        if ctx.placement.options.unified_memory:
             out.append("GGML_CUDA_ENABLE_UNIFIED_MEMORY=1: the iGPU's weights go to managed memory (the GTT) instead "
                        "of the BIOS carve-out")
         return out
     out = ["for a Vulkan build of llama.cpp (cmake -DGGML_VULKAN=ON): its devices are Vulkan0, Vulkan1, ... in -dev "
            "and in the logs; a ROCm build (-DGGML_HIP=ON" + (f" -DGPU_TARGETS={gfx}" if gfx else "")
            + ") names them ROCm0 and needs GGML_CUDA_ENABLE_UNIFIED_MEMORY=1 on an iGPU"]
-    if ctx.extra("unified_memory"):
+    if ctx.placement.options.unified_memory:
         out.append("unified memory: Vulkan counts the iGPU's carve-out and GTT as its memory; the plan's GPU "
                    "budget is that GTT (raise it with ttm.pages_limit on the kernel command line)")
     if "BF16" in (ctx.model.quant or "").upper():
@@ -197,18 +197,18 @@ def build_notes(ctx: EmitContext) -> list[str]:
 
 def speculative_parts(ctx: EmitContext, fs: FlagSet) -> list[tuple[str, ...]]:
     """Drafting flags for llama-server, only when the plan drafts (it does so when predicted
-    to help). The kind: Placement.extra spec_type, else a draft model (extra draft_model),
+    to help). The kind: Placement.options.spec_type, else a draft model (options.draft_model),
     else the model's own MTP (NextN) blocks."""
     p = ctx.placement
     if p.n_draft <= 0:
         return []
-    draft_model = ctx.extra("draft_model")
+    draft_model = ctx.placement.options.draft_model
     has_nextn = any(layer.kind == "nextn" for layer in ctx.model.layers)
-    spec = ctx.extra("spec_type") or ("draft-simple" if draft_model else "draft-mtp" if has_nextn else "")
+    spec = ctx.placement.options.spec_type or ("draft-simple" if draft_model else "draft-mtp" if has_nextn else "")
     if not spec:
         raise InputError(f"the plan drafts {p.n_draft} tokens per step but names no draft model and "
                          f"{ctx.model.name} has no MTP blocks",
-                         "re-plan with a draft model (Placement.extra draft_model) or without drafting")
+                         "re-plan with a draft model (Placement.options.draft_model) or without drafting")
     parts: list[tuple[str, ...]]
     if fs.has("--spec-type"):
         parts = [("--spec-type", spec), ("--spec-draft-n-max", str(p.n_draft))]
@@ -295,7 +295,7 @@ def _notes(ctx: EmitContext, fs: FlagSet, patterns: tuple[str, ...]) -> list[str
     if patterns and p.load_mode == "mmap":
         notes.append("the CPU experts stay in the page cache (mmap): llama.cpp will suggest "
                      "--load-mode none; the plan chose mmap and counts those pages in its RAM figure")
-    if p.n_gpus > 1 and not ctx.extra("tensor_split"):
+    if p.n_gpus > 1 and not ctx.placement.options.tensor_split:
         notes.append(f"-ts splits the blocks evenly over {p.n_gpus} GPUs; CPU-expert blocks take less "
                      "VRAM, so check nvidia-smi after loading")
     elif p.n_gpus > 1:
@@ -365,13 +365,13 @@ def device_notes(ctx: EmitContext) -> list[str]:
 
     p = ctx.placement
     try:
-        weights = parse_tensor_split(ctx.extra("tensor_split"), p.n_gpus)
+        weights = parse_tensor_split(ctx.placement.options.tensor_split, p.n_gpus)
     except ValueError:
-        raise InputError(f"the plan's tensor_split {ctx.extra('tensor_split')!r} is not a list of at most "
+        raise InputError(f"the plan's tensor_split {ctx.placement.options.tensor_split!r} is not a list of at most "
                          f"{p.n_gpus} non-negative numbers", "re-plan with `moeplan tune`") from None
     devs, out_dev = assign_blocks(len(ctx.model.layers), weights, p.n_gpu_layers)
     cpu = set(p.cpu_moe_layers)
-    names = [d.strip() for d in (ctx.extra("devices") or "").split(",") if d.strip()]
+    names = [d.strip() for d in (ctx.placement.options.devices or "").split(",") if d.strip()]
     notes = []
     for d in range(p.n_gpus):
         blocks = [ctx.model.layers[i].index for i, dv in enumerate(devs) if dv == d]
@@ -379,7 +379,7 @@ def device_notes(ctx: EmitContext) -> list[str]:
         name = names[d] if d < len(names) else f"GPU {d}"
         what = (f"blocks {blocks[0]}-{blocks[-1]}" if blocks else "no blocks") + \
             (f", experts of {len(gpu_exp)} of them" if blocks else "") + (", the output layer" if out_dev == d else "")
-        notes.append(f"-ts {ctx.extra('tensor_split')}: {name} holds {what}")
+        notes.append(f"-ts {ctx.placement.options.tensor_split}: {name} holds {what}")
     return notes
 
 

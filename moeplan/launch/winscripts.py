@@ -100,12 +100,12 @@ def legacy_unsafe(arg: str) -> bool:
 
 def windows_bind(p: Placement) -> tuple[int, str] | None:
     """(node, start /AFFINITY mask) when the plan binds a node; the mask comes from the plan
-    (search.py puts it in Placement.extra), else every processor of the node (start drops the
+    (search.py puts it in Placement.options), else every processor of the node (start drops the
     bits beyond the node's processors)."""
     if p.numa != "bind":
         return None
     node = p.numa_nodes[0] if p.numa_nodes else 0
-    mask = dict(p.extra).get("win_affinity_mask") or "0xFFFFFFFFFFFFFFFF"
+    mask = p.options.win_affinity_mask or "0xFFFFFFFFFFFFFFFF"
     if not re.fullmatch(r"0x[0-9A-Fa-f]{1,16}", str(mask)):
         raise InputError(f"the plan's win_affinity_mask {mask!r} is not a hexadecimal mask", "re-plan with moeplan tune")
     return node, str(mask)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from moeplan.errors import InputError
 from moeplan.planner import backends
 from moeplan.planner.options import PlanOptions
+from moeplan.planner.serde import from_jsonable, to_jsonable
 
 BACKENDS = backends.NAMES
 NUMA_POLICIES = ("none", "bind", "interleave", "distribute")
@@ -68,13 +70,8 @@ class Placement:
     # experts used per token if not the model's own (llama.cpp --override-kv
     # ARCH.expert_used_count=int:6, KTransformers' reduced-expert runs); 0 = the model's
     n_experts_used: int = 0
-    extra: tuple[tuple[str, str], ...] = field(default=())
-
-    @property
-    def options(self) -> PlanOptions:
-        """The backend settings in `extra` as a typed record (planner/options.py); an unknown key
-        or a bad value is an InputError."""
-        return PlanOptions.parse(self.extra)
+    # backend settings (-ts, -dev, -rtr, KTransformers' threshold ...), planner/options.py
+    options: PlanOptions = field(default_factory=PlanOptions)
 
     @property
     def threads_batch(self) -> int:
@@ -87,19 +84,37 @@ class Placement:
         d = asdict(self)
         d["cpu_moe_layers"] = list(self.cpu_moe_layers)
         d["numa_nodes"] = list(self.numa_nodes)
-        d["extra"] = [list(kv) for kv in self.extra]
+        d["options"] = to_jsonable(self.options)
         if self.n_gpu_layers is None:  # omitted at its default, as serde.to_jsonable does
             del d["n_gpu_layers"]
         return d
 
+    def digest_doc(self) -> dict:
+        """The placement as Plan.inputs_digest hashes it: its JSON form with the options as
+        the `extra` pairs plan files held before the typed record (PlanOptions.legacy_pairs),
+        so that a plan's digest did not change with the plan-file format."""
+        d = to_jsonable(self)
+        del d["options"]
+        d["extra"] = self.options.legacy_pairs()
+        return d
+
     @classmethod
     def from_dict(cls, d: dict) -> Placement:
+        """A placement from its JSON form: the settings from `options` ({name: value}) or, in a
+        plan written before the typed record, from `extra` ([key, text] pairs); an unknown
+        setting is an InputError. Other unknown keys are ignored."""
         d = dict(d)
-        d["cpu_moe_layers"] = tuple(int(i) for i in d.get("cpu_moe_layers", ()))
-        d["numa_nodes"] = tuple(int(i) for i in d.get("numa_nodes", ()))
-        d["extra"] = tuple(tuple(kv) for kv in d.get("extra", ()))
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        if "extra" in d and "options" in d:
+            raise InputError("the placement has both `options` and the older `extra`",
+                             "keep one of them (moeplan writes `options`), or re-plan with moeplan tune")
+        options = PlanOptions.from_pairs(d.pop("extra")) if "extra" in d else PlanOptions.from_json_doc(d.pop("options", {}))
+        p = from_jsonable(cls, d)
+        return replace(p, options=options)
+
+    @classmethod
+    def from_json_doc(cls, d: dict) -> Placement:
+        """planner/serde.py's hook: a Plan's placement is read by from_dict."""
+        return cls.from_dict(d)
 
 
 def layers_from_last(moe_indices: tuple[int, ...], n_cpu: int) -> tuple[int, ...]:

@@ -210,7 +210,7 @@ class Plan:
         return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
 
     def inputs_digest(self) -> str:
-        blob = json.dumps([self.model.digest, self.hardware_digest, to_jsonable(self.placement),
+        blob = json.dumps([self.model.digest, self.hardware_digest, self.placement.digest_doc(),
                            self.objective], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from moeplan.errors import InputError
 from moeplan.planner.limits import check_ctx, check_placement, check_threads
 from moeplan.planner.model.ggml import KV_CACHE_TYPES
+from moeplan.planner.options import KT_GPU_EXPERTS_KEY, KT_THRESHOLD_KEY, LLAMA_BUILD_KEY, RTR_KEY, PlanOptions
 from moeplan.planner.placement import BACKENDS, NUMA_POLICIES, Placement, layers_from_last, parse_layer_list
 from moeplan.units import parse_ctx, parse_size
 
@@ -143,13 +144,13 @@ def resolve_placement(model: ModelSpec, req: PlacementRequest) -> Placement:
     if req.batch is not None and req.batch < 1:
         raise InputError(f"--batch {req.batch} is not a batch size", "give tokens per logical batch, e.g. --batch 4096")
     n_gpu_layers = check_ngl(req.ngl, model, backend)
-    cpu, extra = _cpu_expert_layers(model, req, n_gpu_layers)
+    cpu, options = _cpu_expert_layers(model, req, n_gpu_layers)
     # ranges of --threads, --ubatch, --accept, --draft: planner/limits.py (check_placement below)
     if req.experts_used is not None and not 1 <= req.experts_used <= model.n_experts:
         raise InputError(f"--experts-used {req.experts_used} is out of range",
                          f"{model.name} has {model.n_experts} experts, {model.n_experts_used} used by default")
     cache_bytes = parse_size(req.gpu_expert_cache, "--gpu-expert-cache") if req.gpu_expert_cache else 0
-    extra += _backend_extra(req)
+    options = _backend_options(req, options)
     no_mmap = req.no_mmap or req.rtr  # -rtr sets use_mmap = false (common.cpp)
     n_threads = req.threads or req.default_threads
     n_ctx = check_ctx(parse_ctx(req.ctx), "--ctx", model.name, model.n_ctx_train)
@@ -166,14 +167,14 @@ def resolve_placement(model: ModelSpec, req: PlacementRequest) -> Placement:
         numa=req.numa, numa_nodes=req.numa_nodes, op_offload=not req.no_op_offload,
         gpu_expert_cache_bytes=cache_bytes, load_mode="no-mmap" if no_mmap else "mmap",
         n_draft=req.draft, draft_accept=req.accept, n_experts_used=req.experts_used or 0, n_gpu_layers=n_gpu_layers,
-        extra=extra,
+        options=options,
     )
     check_placement(p, model=model, logical_cpus=req.logical_cpus)
     return p
 
 
 def _cpu_expert_layers(model: ModelSpec, req: PlacementRequest,
-                       n_gpu_layers: int | None) -> tuple[tuple[int, ...], tuple[tuple[str, str], ...]]:
+                       n_gpu_layers: int | None) -> tuple[tuple[int, ...], PlanOptions]:
     """The blocks whose experts stay on the CPU (one of --cpu-moe-layers, --cpu-layers,
     --all-cpu-moe, --kt-gpu-experts), and the KTransformers GPU-expert count when given."""
     backend = req.backend
@@ -183,11 +184,9 @@ def _cpu_expert_layers(model: ModelSpec, req: PlacementRequest,
         raise InputError("give only one of --cpu-moe-layers, --cpu-layers, --all-cpu-moe, --kt-gpu-experts",
                          "they all say which experts stay on the CPU")
     moe = model.moe_layer_indices
-    extra: tuple[tuple[str, str], ...] = ()
+    options = PlanOptions()
     cpu_moe_layers = req.cpu_moe_layers
     if req.kt_gpu_experts is not None:
-        from moeplan.planner.cost.machine import KT_GPU_EXPERTS_KEY
-
         _only_for(backend, KT_GPU_EXPERTS_KEY, "--kt-gpu-experts is KTransformers' --kt-num-gpu-experts")
         if not 0 <= req.kt_gpu_experts <= model.n_experts:
             raise InputError(f"--kt-gpu-experts {req.kt_gpu_experts} is out of range",
@@ -196,7 +195,7 @@ def _cpu_expert_layers(model: ModelSpec, req: PlacementRequest,
         # spread over the experts they serve the same share of each token's expert reads
         cpu_moe_layers = len(moe) - round(req.kt_gpu_experts * len(moe) / max(1, model.n_experts))
 
-        extra += ((KT_GPU_EXPERTS_KEY, str(req.kt_gpu_experts)),)
+        options = options.with_(kt_num_gpu_experts=req.kt_gpu_experts)
     if n_gpu_layers is not None:
         from moeplan.planner.memory.devices import layer_split
 
@@ -204,7 +203,7 @@ def _cpu_expert_layers(model: ModelSpec, req: PlacementRequest,
         # experts to move to the CPU are chosen among the GPU blocks' MoE layers
         moe = tuple(i for i in moe if i not in cpu_blocks)
     if req.all_cpu_moe:
-        return moe, extra
+        return moe, options
     if req.cpu_layers is not None:
         try:
             cpu = parse_layer_list(req.cpu_layers)
@@ -216,9 +215,9 @@ def _cpu_expert_layers(model: ModelSpec, req: PlacementRequest,
         if not_moe:
             raise InputError(f"block {not_moe[0]} has no routed experts",
                              f"MoE blocks of {model.name}: {all_moe[0]}-{all_moe[-1]} (see moeplan inspect)")
-        return tuple(cpu), extra
+        return tuple(cpu), options
     if cpu_moe_layers is None:
-        return (), extra
+        return (), options
     if cpu_moe_layers < 0 or cpu_moe_layers > len(moe):
         raise InputError(f"--cpu-moe-layers {cpu_moe_layers} is out of range",
                          f"{model.name} has {len(moe)} MoE layers"
@@ -226,31 +225,28 @@ def _cpu_expert_layers(model: ModelSpec, req: PlacementRequest,
     from moeplan.planner import backends
 
     if backends.get(backend).n_cpu_moe_from == "last":
-        return tuple(layers_from_last(moe, cpu_moe_layers)), extra
+        return tuple(layers_from_last(moe, cpu_moe_layers)), options
     # llama.cpp --n-cpu-moe N covers block indices 0..N-1; to keep N *MoE* layers on the
     # CPU as asked, take the first N MoE blocks (what --n-cpu-moe N+n_dense_lead does)
-    return tuple(moe[:cpu_moe_layers]), extra
+    return tuple(moe[:cpu_moe_layers]), options
 
 
-def _backend_extra(req: PlacementRequest) -> tuple[tuple[str, str], ...]:
-    """The backend-specific settings (--kt-prefill-threshold, --llama-build, --rtr), each only
-    for its backend."""
-    from moeplan.planner.cost.machine import KT_THRESHOLD_KEY, LLAMA_BUILD_KEY, RTR_KEY
-
-    extra: tuple[tuple[str, str], ...] = ()
+def _backend_options(req: PlacementRequest, options: PlanOptions) -> PlanOptions:
+    """`options` with the backend-specific settings (--kt-prefill-threshold, --llama-build,
+    --rtr), each only for its backend."""
     if req.kt_prefill_threshold is not None:
         _only_for(req.backend, KT_THRESHOLD_KEY, "--kt-prefill-threshold is a KTransformers setting")
         if req.kt_prefill_threshold < 0:
             raise InputError(f"--kt-prefill-threshold {req.kt_prefill_threshold} is negative",
                              "give a prompt length in tokens, or 0 for no layer-wise GPU prefill")
-        extra += ((KT_THRESHOLD_KEY, str(req.kt_prefill_threshold)),)
+        options = options.with_(kt_gpu_prefill_token_threshold=req.kt_prefill_threshold)
     if req.llama_build is not None:
         _only_for(req.backend, LLAMA_BUILD_KEY, "--llama-build is a llama.cpp build number")
         if req.llama_build <= 0:
             raise InputError(f"--llama-build {req.llama_build} is not a build number",
                              "give the number `llama-server --version` prints, e.g. 6263")
-        extra += ((LLAMA_BUILD_KEY, str(req.llama_build)),)
+        options = options.with_(llama_build=req.llama_build)
     if req.rtr:
         _only_for(req.backend, RTR_KEY, "--rtr is ik_llama.cpp's run-time repacking")
-        extra += ((RTR_KEY, "1"),)
-    return extra
+        options = options.with_(rtr=True)
+    return options

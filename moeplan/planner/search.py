@@ -34,7 +34,7 @@ from moeplan.planner.cost.estimate import (
     used_nodes,
 )
 from moeplan.planner.cost.estimate import estimate as _estimate_once
-from moeplan.planner.cost.machine import KT_THRESHOLD_KEY, default_batch
+from moeplan.planner.cost.machine import default_batch
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.evaluations import evaluation_counts, memoised  # noqa: F401  (evaluation_counts: re-exported)
 from moeplan.planner.hardware.profile import OS_RESERVE_BYTES, HardwareProfile
@@ -44,6 +44,7 @@ from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory, 
 from moeplan.planner.memory.cache import plan_cache
 from moeplan.planner.memory.devices import fit_split, format_tensor_split, layer_split
 from moeplan.planner.model.spec import ModelSpec
+from moeplan.planner.options import PlanOptions
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Alternative, Estimate, Plan, Workload, digest_of, model_ref
 from moeplan.units import GIB
@@ -161,7 +162,7 @@ def gpu_budgets(hw: HardwareProfile, vram: int) -> tuple[int, ...]:
 
 def fit_placement(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int,
                   consts: MemoryConstants) -> Placement | None:
-    """p with the whole-block -ts (Placement.extra tensor_split) under which every GPU fits;
+    """p with the whole-block -ts (Placement.options.tensor_split) under which every GPU fits;
     p itself with one GPU; None when no split of the blocks fits."""
     if p.n_gpus <= 1 or len(hw.gpus) <= 1:
         return p
@@ -169,8 +170,7 @@ def fit_placement(model: ModelSpec, p: Placement, hw: HardwareProfile, vram: int
                        consts.op_offload_min_batch)
     if counts is None:
         return None
-    extra = tuple(kv for kv in p.extra if kv[0] != "tensor_split") + (("tensor_split", format_tensor_split(counts)),)
-    return p.with_(extra=extra)
+    return p.with_(options=p.options.with_(tensor_split=format_tensor_split(counts)))
 
 
 @dataclass(frozen=True)
@@ -387,7 +387,7 @@ def validation_trials(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: B
 
 
 def _win_mask(hw: HardwareProfile, node_ids: tuple[int, ...]) -> str:
-    """start /AFFINITY's mask for the bound node (launch.cmd reads it from Placement.extra)."""
+    """start /AFFINITY's mask for the bound node (launch.cmd reads it from Placement.options)."""
     for n in hw.numa_nodes:
         if n.id in node_ids:
             return affinity_mask(n)
@@ -488,7 +488,7 @@ def _search_settings(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, r
                          n_gpus=n_gpus, n_gpu_layers=ngl)
         base = base.with_(n_threads=req.threads or default_threads(hw, base, pr.name))
         if hw.os == "windows" and numa == "bind":
-            base = base.with_(extra=(("win_affinity_mask", _win_mask(hw, nodes)),))
+            base = base.with_(options=PlanOptions(win_affinity_mask=_win_mask(hw, nodes)))
         out.append(base)
     return out
 
@@ -566,8 +566,8 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
         # the layer-wise GPU prefill threshold the estimate assumed (cost/prefill_path.py
         # kt_prefill_crossover_tokens), written into the plan for the emitter
         thr = kt_plan_threshold(model, best.placement, hw, pr, consts)
-        extra = tuple(kv for kv in best.placement.extra if kv[0] != KT_THRESHOLD_KEY) + ((KT_THRESHOLD_KEY, str(thr)),)
-        best = Candidate(best.placement.with_(extra=extra), best.estimate, best.score)
+        options = best.placement.options.with_(kt_gpu_prefill_token_threshold=thr)
+        best = Candidate(best.placement.with_(options=options), best.estimate, best.score)
     alts = _distinct_alternatives(candidates[1:], best)
     pareto = pareto_front(model, best.placement, order, hw, pr, req, vram, ram, consts) if has_gpu else ()
     return SearchResult(best=best, alternatives=tuple(alts), pareto=pareto, n_evaluated=n_eval,
@@ -825,7 +825,7 @@ def _windows_why(best: Candidate, cands: list[Candidate], hw: HardwareProfile) -
     spread = [c for c in cands if c.placement.numa != "bind"]
     if p.numa == "bind":
         node = p.numa_nodes[0] if p.numa_nodes else 0
-        mask = dict(p.extra).get("win_affinity_mask", "")
+        mask = p.options.win_affinity_mask
         line = f"NUMA on Windows: bound to node {node} with {bind_hint(node, mask)}"
         if spread:
             d = max(c.estimate.decode_tok_s for c in spread)
@@ -838,7 +838,7 @@ def _windows_why(best: Candidate, cands: list[Candidate], hw: HardwareProfile) -
                       "model's host memory does not fit one node's RAM"]
     b = max(binds, key=lambda c: c.estimate.decode_tok_s)
     node = b.placement.numa_nodes[0] if b.placement.numa_nodes else 0
-    mask = dict(b.placement.extra).get("win_affinity_mask", "")
+    mask = b.placement.options.win_affinity_mask
     gain = b.estimate.decode_tok_s / max(e.decode_tok_s, 1e-9) - 1
     verdict = "would gain" if gain > 0 else "would change decode by"
     return out + [f"NUMA on Windows: the plan keeps the Windows default (pages spread over the nodes, "

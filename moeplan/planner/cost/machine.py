@@ -23,11 +23,6 @@ from dataclasses import dataclass
 
 from moeplan.planner import backends
 from moeplan.planner.hardware.profile import HardwareProfile
-from moeplan.planner.options import KT_GPU_EXPERTS_KEY as KT_GPU_EXPERTS_KEY  # the keys' old home, re-exported
-from moeplan.planner.options import KT_THRESHOLD_KEY as KT_THRESHOLD_KEY
-from moeplan.planner.options import LLAMA_BUILD_KEY as LLAMA_BUILD_KEY
-from moeplan.planner.options import RTR_KEY as RTR_KEY
-from moeplan.planner.options import PlanOptions
 
 LINE_BYTES = 64
 
@@ -432,33 +427,13 @@ def kt_pool_count(numa: str, n_nodes_used: int) -> int:
 # on the CPU pools. KTransformers 0.2/0.3 prefill on the CPU.
 # The planner sets the threshold to the prompt length where the layer-wise path gets faster
 # (cost/prefill_path.py kt_prefill_crossover_tokens); a plan carries it among its options
-# (planner/options.py KT_THRESHOLD_KEY).
+# (Placement.options.kt_gpu_prefill_token_threshold).
 
 
 def default_batch(backend: str) -> int:
     """The logical batch a plan runs without -b: llama.cpp's 2048; for KTransformers SGLang's
     --chunked-prefill-size as `kt run` passes it (the backend record's default_batch)."""
     return backends.behaviour(backend).default_batch
-
-
-def kt_threshold_of(extra: tuple[tuple[str, str], ...]) -> int | None:
-    """The plan's --kt-gpu-prefill-token-threshold (0 = off), None when the plan sets none."""
-    return PlanOptions.parse(extra).kt_gpu_prefill_token_threshold
-
-
-def kt_gpu_experts_of(extra: tuple[tuple[str, str], ...]) -> int | None:
-    """The plan's --kt-num-gpu-experts when it was given as such, else None."""
-    return PlanOptions.parse(extra).kt_num_gpu_experts
-
-
-def rtr_of(extra: tuple[tuple[str, str], ...]) -> bool:
-    """Whether the plan runs ik_llama.cpp with -rtr."""
-    return PlanOptions.parse(extra).rtr
-
-
-def llama_build_of(extra: tuple[tuple[str, str], ...]) -> int | None:
-    """The plan's llama.cpp build number, None when the plan names none (the vendored build)."""
-    return PlanOptions.parse(extra).llama_build
 
 
 def kt_layerwise_prefill(backend: str, n_prompt: int, has_cpu_experts_and_gpu: bool, threshold: int) -> bool:

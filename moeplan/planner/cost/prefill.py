@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, replace
 
 from moeplan.planner import backends
-from moeplan.planner.cost import attention, kernels, machine
+from moeplan.planner.cost import attention, kernels
 from moeplan.planner.cost.multi_device import _multi_gpu_prefill
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.cost.resolve import Factors
@@ -30,6 +30,7 @@ from moeplan.planner.cost.work import (
 )
 from moeplan.planner.hardware.profile import HardwareProfile
 from moeplan.planner.model.spec import ModelSpec
+from moeplan.planner.options import RTR_KEY
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Term
 
@@ -145,7 +146,7 @@ def _ubatch(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPrio
     offload = _offloads(pr, p, u, k, n, layerwise)
     rates = cpu_rates(hw, pr, f)
     backend = backends.behaviour(pr.name)
-    if backend.takes(machine.RTR_KEY) and p.options.rtr:
+    if backend.takes(RTR_KEY) and p.options.rtr:
         rates = replace(rates, repack=True)
     # ik_llama.cpp: experts of an interleaved type its CUDA backend does not multiply stay on the
     # CPU whatever the batch (kernels.IK_CUDA_INTERLEAVED); `stay` is their share of the weights

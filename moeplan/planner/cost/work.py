@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from typing import cast
 
 from moeplan.planner import backends
-from moeplan.planner.cost import attention, graph, kernels, machine
+from moeplan.planner.cost import attention, graph, kernels
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.cost.resolve import REF_CLOCK_HZ, Factors, _mm_eff_prior, cpu_isa_class, physical_cores
 from moeplan.planner.hardware.profile import HardwareProfile
 from moeplan.planner.memory.cache import memo
 from moeplan.planner.memory.devices import layer_split
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
+from moeplan.planner.options import LLAMA_BUILD_KEY
 from moeplan.planner.placement import Placement
 from moeplan.planner.plan import Term
 
@@ -154,7 +155,7 @@ def cpu_attention_decode(model: ModelSpec, p: Placement, hw: HardwareProfile, pr
 def _pre_split_kv_build(p: Placement, pr: BackendPriors) -> int | None:
     """The plan's llama.cpp build when it predates the split-KV decode attention (PR #19209),
     else None (no build named: a current one)."""
-    build = p.options.llama_build if backends.behaviour(pr.name).takes(machine.LLAMA_BUILD_KEY) else None
+    build = p.options.llama_build if backends.behaviour(pr.name).takes(LLAMA_BUILD_KEY) else None
     return build if build is not None and build < attention.FA_SPLIT_KV_FROM_BUILD else None
 
 

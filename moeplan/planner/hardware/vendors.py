@@ -19,6 +19,7 @@ docs/build.md "Unified Memory", ggml-cuda.cu ggml_cuda_device_malloc).
 from __future__ import annotations
 
 from moeplan.planner.hardware.profile import Gpu, HardwareProfile
+from moeplan.planner.options import PlanOptions
 from moeplan.units import GIB
 
 # llama.cpp build -> the device-name prefix its backend registers
@@ -69,22 +70,23 @@ def device_names(hw: HardwareProfile | None, indices: list[int]) -> str:
     return ",".join(device_name(build, i) for i in indices)
 
 
-def build_extra(hw: HardwareProfile | None) -> tuple[tuple[str, str], ...]:
-    """Placement.extra entries that tell the launch files which llama.cpp build to write for:
-    ('gpu_build', 'rocm' | 'vulkan'), the GPU's LLVM target and whether it shares the host's
-    memory. Nothing for NVIDIA GPUs (CUDA, the scripts' default) or a machine without a GPU."""
+def build_options(hw: HardwareProfile | None, options: PlanOptions | None = None) -> PlanOptions:
+    """`options` with the settings that tell the launch files which llama.cpp build to write
+    for: gpu_build 'rocm' | 'vulkan', the GPU's LLVM target and whether it shares the host's
+    memory. Unchanged for NVIDIA GPUs (CUDA, the scripts' default) or a machine without a GPU."""
+    options = options if options is not None else PlanOptions()
     if hw is None or not hw.gpus:
-        return ()
+        return options
     build = profile_build(hw)
     if build == "cuda":
-        return ()
+        return options
     g = hw.gpus[0]
-    out: tuple[tuple[str, str], ...] = (("gpu_build", build),)
+    options = options.with_(gpu_build=build)
     if g.gfx_target:
-        out += (("gfx_target", g.gfx_target),)
+        options = options.with_(gfx_target=g.gfx_target)
     if hw.unified_memory:
-        out += (("unified_memory", "1"),)
-    return out
+        options = options.with_(unified_memory=True)
+    return options
 
 
 def default_unified_budget_bytes(ram_bytes: int) -> int:

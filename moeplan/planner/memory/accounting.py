@@ -192,10 +192,9 @@ def kt_prefill_layer_bytes(model: ModelSpec, p: Placement, cpu_layers: set[int])
     ~3.6GB for MiniMax-M2.1)"); none when the plan's threshold is 0 (the path is off). A plan
     without a threshold yet (the planner's candidates) reserves it."""
     from moeplan.planner import backends
-    from moeplan.planner.cost.machine import kt_threshold_of
 
     if (not backends.behaviour(p.backend).layerwise_gpu_prefill or not p.op_offload or not cpu_layers
-            or kt_threshold_of(p.extra) == 0):
+            or p.options.kt_gpu_prefill_token_threshold == 0):
         return 0
     return max((layer.expert_bytes for layer in model.moe_layers if layer.index in cpu_layers), default=0)
 
@@ -347,9 +346,9 @@ def cpu_blocks_compute_terms(model: ModelSpec, p: Placement, out_gpu: bool) -> d
 
 
 def tensor_split_weights(p: Placement) -> tuple[float, ...]:
-    """The plan's -ts (Placement.extra tensor_split) as weights per device; without one,
+    """The plan's -ts (Placement.options.tensor_split) as weights per device; without one,
     equal weights (what moeplan emits then: -ts 1,1,...)."""
-    ts = dict(p.extra).get("tensor_split")
+    ts = p.options.tensor_split
     if ts:
         return parse_tensor_split(ts, p.n_gpus)
     return (1.0,) * p.n_gpus

@@ -40,11 +40,11 @@ class Backend:
     layerwise_gpu_prefill: bool = False  # long prompts upload every CPU layer's experts (cost/prefill_path.py)
     tensor_parallel_gpus: bool = False  # several GPUs compute every layer together, not one after another
     interleaved_types_stay_on_cpu: bool = False  # its CUDA backend does not multiply some repacked types
+    mapped_buffer_named_cpu: bool = False  # its log names an mmap'ed model buffer plain "CPU" (check/placement.py)
     mla_expanded_prompt: bool = False  # expands MLA heads for prompt batches (attention.IK_MLA_PP_MIN_TOKENS)
     default_batch: int = 2048  # logical batch of a plan without -b
-    mapped_buffer_named_cpu: bool = False  # its logs name an mmap'd model buffer plain "CPU" (check/placement.py)
     sched_max_copies: int = 1  # GGML_SCHED_MAX_COPIES: input copies under pipeline parallelism (memory/compute_buffer.py)
-    # -- plan options it takes (Placement.extra keys, cost/machine.py), and which it refuses
+    # -- plan options it takes (planner/options.py OPTION_KEYS), and which it refuses
     options: tuple[str, ...] = ()
     # -- the launchers and the log checker
     server_program: str = "python"  # program of a non-GGUF runtime's server
@@ -57,7 +57,7 @@ class Backend:
         return self.cli_label or self.name
 
     def takes(self, option: str) -> bool:
-        """Whether a plan for this backend may carry the option (a Placement.extra key)."""
+        """Whether a plan for this backend may carry the option (a PlanOptions field name)."""
         return option in self.options
 
     def unsupported_reason(self, arch: str) -> str:

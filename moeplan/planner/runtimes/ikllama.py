@@ -1,4 +1,5 @@
 """ik_llama.cpp (ikawrakow/ik_llama.cpp): llama.cpp's programs with its own iqk kernels."""
+from moeplan.planner.options import RTR_KEY
 from moeplan.planner.runtimes import Backend
 
 BACKEND = Backend(
@@ -17,8 +18,7 @@ BACKEND = Backend(
     isa_dot_scale={"neon": 0.7, "avx2": 0.8, "avx_vnni": 1.0, "avx512f": 0.9, "avx512_vnni": 1.3, "amx": 1.3},
     interleaved_types_stay_on_cpu=True, mla_expanded_prompt=True,
     # GGML_SCHED_MAX_COPIES 1 (ggml/CMakeLists.txt L110 at 8337e4cd): pipeline parallelism adds no copies
-    # names its mapped model buffer plain "CPU" (ggml_backend_cpu_buffer_from_ptr): no mmap tell
-    mapped_buffer_named_cpu=True,
-    options=("rtr",),  # -rtr: run-time repacking (cost/machine.py RTR_KEY)
+    mapped_buffer_named_cpu=True,  # ggml_backend_cpu_buffer_from_ptr: a "CPU" buffer, mmap or not
+    options=(RTR_KEY,),  # -rtr: run-time repacking (Placement.options.rtr)
     log_tools=("ik_llama.cpp",),
 )

@@ -1,5 +1,6 @@
 """KTransformers (kvcache-ai/ktransformers): kt-kernel CPU experts under SGLang, or 0.2/0.3's
 local_chat."""
+from moeplan.planner.options import KT_GPU_EXPERTS_KEY, KT_THRESHOLD_KEY
 from moeplan.planner.runtimes import Backend
 
 KT_CHUNKED_PREFILL_TOKENS = 4096  # SGLang --chunked-prefill-size as `kt run` passes it (run.py resolve(..., 4096))
@@ -24,6 +25,6 @@ BACKEND = Backend(
     # SGLang --tp-size n (launch/ktransformers.py): every GPU computes its 1/n of every layer
     tensor_parallel_gpus=True,
     default_batch=KT_CHUNKED_PREFILL_TOKENS,
-    options=("kt_gpu_prefill_token_threshold", "kt_num_gpu_experts"),
+    options=(KT_THRESHOLD_KEY, KT_GPU_EXPERTS_KEY),
     help_marker="--kt-method", log_tools=("ktransformers",), log_program="ktransformers",
 )

@@ -1,4 +1,5 @@
 """Mainline llama.cpp (ggml-org/llama.cpp)."""
+from moeplan.planner.options import LLAMA_BUILD_KEY
 from moeplan.planner.runtimes import MAINLINE_ISA_DOT_SCALE, Backend
 
 BACKEND = Backend(
@@ -10,6 +11,6 @@ BACKEND = Backend(
     cpu_kernels="mainline", isa_dot_scale=dict(MAINLINE_ISA_DOT_SCALE),
     # GGML_SCHED_MAX_COPIES 4 (ggml/CMakeLists.txt L188, ggml-backend.cpp L772 at 0c1e570)
     sched_max_copies=4,
-    options=("llama_build",),  # costed as that build runs (cost/machine.py LLAMA_BUILD_KEY)
+    options=(LLAMA_BUILD_KEY,),  # costed as that build runs (Placement.options.llama_build)
     log_tools=("llama.cpp", "llama-bench"),
 )
