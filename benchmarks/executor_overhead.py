@@ -11,10 +11,10 @@ benchmark times decode steps of tiny qwen3moe-shaped models (n_embd 64, 8 expert
 so every weight byte is in cache and the byte term is a few microseconds) with L blocks and k
 experts used per token, and fits by least squares
 
-    t_token = t_token_s + L x (s_layer_gpu_s + k x s_expert_gpu_s) + bytes / bandwidth
+    t_token = t_token_s + L x (s_layer_host_s + k x s_expert_op_s) + bytes / bandwidth
 
 after subtracting each run's bytes / the host's DRAM read rate (moeplan probe's figure, cached
-or measured). The three constants are what profiles/backends.toml's [executor] section holds.
+or measured). The three constants (t_token_s, s_layer_host_s, s_expert_op_s) are what profiles/backends.toml's [executor] section holds.
 `--clock thread` (the default) times the calling thread's CPU time with one torch thread, so
 other tenants of a shared machine cannot stretch it; `--clock wall --threads 2` shows what the
 parallel case adds (OpenMP fork/join per op, and on a busy machine, waits for descheduled
@@ -28,38 +28,19 @@ import sys
 import time
 
 import numpy as np
+from executor_roofline import qwen3moe_shapes
 
 from moeplan.executor.build import ExecOptions
 from moeplan.executor.routing import parse_routing
 from moeplan.executor.run import RunSpec, run_bench
-from moeplan.planner.model.build import build_model_spec
-from moeplan.planner.model.ggml import TYPE_SIZES
-from moeplan.planner.model.spec import make_tensor
 from moeplan.planner.placement import Placement
 
 
-def tiny_moe(n_layer: int, n_used: int, n_expert: int = 8, d: int = 64, f: int = 32, hq: int = 4, hkv: int = 2,
-             dh: int = 16, vocab: int = 96):
-    """A qwen3moe ModelSpec of the shapes tests/gguf_fixtures.write_qwen3moe writes (BF16)."""
-    def t(name, shape, typ="BF16"):
-        b, sz = TYPE_SIZES[typ]
-        return make_tensor(name, shape, typ, int(np.prod(shape)) // b * sz)
-
-    ts = [t("token_embd.weight", (d, vocab)), t("output.weight", (d, vocab)), t("output_norm.weight", (d,), "F32")]
-    for i in range(n_layer):
-        p = f"blk.{i}."
-        ts += [t(p + "attn_norm.weight", (d,), "F32"), t(p + "ffn_norm.weight", (d,), "F32"),
-               t(p + "attn_q.weight", (d, hq * dh)), t(p + "attn_k.weight", (d, hkv * dh)),
-               t(p + "attn_v.weight", (d, hkv * dh)), t(p + "attn_output.weight", (hq * dh, d)),
-               t(p + "attn_q_norm.weight", (dh,), "F32"), t(p + "attn_k_norm.weight", (dh,), "F32"),
-               t(p + "ffn_gate_inp.weight", (d, n_expert), "F32"),
-               t(p + "ffn_gate_exps.weight", (d, f, n_expert)), t(p + "ffn_up_exps.weight", (d, f, n_expert)),
-               t(p + "ffn_down_exps.weight", (f, d, n_expert))]
-    hp = {"block_count": n_layer, "embedding_length": d, "attention.head_count": hq, "attention.head_count_kv": hkv,
-          "attention.key_length": dh, "attention.value_length": dh, "expert_count": n_expert,
-          "expert_used_count": n_used, "expert_feed_forward_length": f, "context_length": 4096}
-    return build_model_spec("qwen3moe", hp, ts, name=f"tiny qwen3moe {n_layer} blocks top-{n_used}",
-                            source="profile", quant="BF16", n_vocab=vocab, file_bytes=sum(x.n_bytes for x in ts))
+def tiny_moe(n_layer: int, n_used: int):
+    """A qwen3moe ModelSpec of the shapes tests/gguf_fixtures.write_qwen3moe writes (n_embd 64,
+    8 experts of n_ff 32, 4/2 heads of 16, vocab 96), BF16."""
+    return qwen3moe_shapes(n_layer, 64, 32, 8, n_used, 4, 2, 16, 96, "BF16",
+                           f"tiny qwen3moe {n_layer} blocks top-{n_used}", 4096)
 
 
 def time_decode(model, dtype: str, threads: int, tokens: int, clock) -> tuple[float, int]:
@@ -123,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     c0, c1, c2, worst = fit(rows)
     print(f"\nfit t = t_token + L x (s_layer + k x s_expert), largest residual {worst:.0%}:")
     print(f"  t_token_s      = {c0 * 1e6:.0f} us   (per token: embedding, head, sampling)")
-    print(f"  s_layer_gpu_s  = {c1 * 1e6:.0f} us   (per block: norms, attention, router)")
-    print(f"  s_expert_gpu_s = {c2 * 1e6:.0f} us   (per routed expert per MoE block)")
+    print(f"  s_layer_host_s = {c1 * 1e6:.0f} us   (per block: norms, attention, router)")
+    print(f"  s_expert_op_s  = {c2 * 1e6:.0f} us   (per routed expert per MoE block)")
     return 0
 
 
