@@ -14,7 +14,8 @@ experts used per token, and fits by least squares
     t_token = t_token_s + L x (s_layer_host_s + k x s_expert_op_s) + bytes / bandwidth
 
 after subtracting each run's bytes / the host's DRAM read rate (moeplan probe's figure, cached
-or measured). The three constants (t_token_s, s_layer_host_s, s_expert_op_s) are what profiles/backends.toml's [executor] section holds.
+or measured). The three constants (t_token_s, s_layer_host_s, s_expert_op_s) are what
+profiles/backends.toml's [executor] section holds.
 `--clock thread` (the default) times the calling thread's CPU time with one torch thread, so
 other tenants of a shared machine cannot stretch it; `--clock wall --threads 2` shows what the
 parallel case adds (OpenMP fork/join per op, and on a busy machine, waits for descheduled
