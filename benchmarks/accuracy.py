@@ -376,6 +376,10 @@ def estimate_args(r: dict, backend: str, hw_path: Path) -> tuple[list[str] | Non
         args += ["--numa", "distribute"]
     elif re.search(r"-n\s*0|--cpunodebind|membind|-m\s*0|isolate", numa):
         args += ["--numa", "bind"]
+    elif "--numa numactl" in numa:
+        # any --numa makes ggml_is_numa() true on several nodes: no MAP_POPULATE, MADV_RANDOM
+        # (llama-mmap.cpp `if (numa)`), static chunks: first touch by the reading thread, as distribute
+        args += ["--numa", "distribute"]
     elif backend == "ktransformers":
         # KTransformers runs one worker pool per node only when the row says so (a USE_NUMA=1
         # build of 0.2/0.3, --kt-threadpool-count N > 1): --numa distribute; else one pool

@@ -54,8 +54,12 @@ def qwen3_30b_a3b_shapes(expert_type: str = "BF16"):
     """A ModelSpec with Qwen3-30B-A3B's tensor index (config.json of Qwen/Qwen3-30B-A3B:
     hidden 2048, 48 layers, 128 experts, 8 used, moe_intermediate 768, 32 heads, 4 kv heads,
     head_dim 128, vocab 151936), all tensors of `expert_type` but norms (F32)."""
-    n_layer, d, f, n_exp, k, hq, hkv, dh, vocab = 48, 2048, 768, 128, 8, 32, 4, 128, 151936
-    block, size = TYPE_SIZES[expert_type]
+    return qwen3moe_shapes(48, 2048, 768, 128, 8, 32, 4, 128, 151936, expert_type, "Qwen3-30B-A3B shapes", 40960)
+
+
+def qwen3moe_shapes(n_layer: int, d: int, f: int, n_exp: int, k: int, hq: int, hkv: int, dh: int, vocab: int,
+                    expert_type: str, name: str, ctx: int):
+    """A qwen3moe ModelSpec of these shapes, all tensors of `expert_type` but norms and router (F32)."""
 
     def t(name, shape, typ=expert_type):
         n = 1
@@ -76,8 +80,8 @@ def qwen3_30b_a3b_shapes(expert_type: str = "BF16"):
                t(p + "ffn_down_exps.weight", (f, d, n_exp))]
     hp = {"block_count": n_layer, "embedding_length": d, "attention.head_count": hq, "attention.head_count_kv": hkv,
           "attention.key_length": dh, "attention.value_length": dh, "expert_count": n_exp,
-          "expert_used_count": k, "expert_feed_forward_length": f, "context_length": 40960}
-    return build_model_spec("qwen3moe", hp, ts, name="Qwen3-30B-A3B shapes", source="profile",
+          "expert_used_count": k, "expert_feed_forward_length": f, "context_length": ctx}
+    return build_model_spec("qwen3moe", hp, ts, name=name, source="profile",
                             quant=expert_type, n_vocab=vocab, file_bytes=sum(x.n_bytes for x in ts))
 
 

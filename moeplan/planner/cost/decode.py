@@ -244,6 +244,16 @@ def estimate_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, p
             _cpu_block_decode_terms(model, p, hw, pr, f, depth, c.n_step, c.split, c.kv_cpu, terms, errs)
         if c.cpu_exp:
             _cpu_experts_decode(model, p, pr, f, resident_share, c, terms, errs)
+    if pr.s_layer_host_s:
+        n_blocks = len(model.trunk_layers) * c.n_step
+        terms.append(Term("block_dispatch", n_blocks * pr.s_layer_host_s, "sync",
+                          f"{n_blocks} blocks x {pr.s_layer_host_s * 1e6:.0f} us of host op dispatch"))
+        errs["block_dispatch"] = pr.err("s_sync_s")
+    if pr.s_expert_op_s and model.moe_layers:
+        n_launch = len(model.moe_layers) * (p.n_experts_used or model.n_experts_used) * c.n_step
+        terms.append(Term("expert_launch", n_launch * pr.s_expert_op_s, "sync",
+                          f"{n_launch} expert FFNs x {pr.s_expert_op_s * 1e6:.0f} us (one op group each)"))
+        errs["expert_launch"] = pr.err("s_sync_s")
     terms.append(Term("per_token", f.t_token_s.value, "sync", "sampling, graph build, host sync"))
     errs["per_token"] = f.t_token_s.rel_err
     a = min(max(p.draft_accept, 0.0), 0.999)

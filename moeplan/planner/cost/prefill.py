@@ -16,6 +16,7 @@ from moeplan.planner.cost.work import (
     S_HOP_REL_ERR,
     S_HOP_S,
     SplitLayers,
+    _cpu_block_barriers,
     _matmul_err,
     _split_hops,
     attention_flops_per_token,
@@ -295,14 +296,46 @@ def prefill_terms(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: Backe
     errs: dict[str, float] = {}
     if f.cpu_only:
         _cpu_only_prefill(model, p, hw, pr, f, c, terms, errs)
+        _cpu_ubatch_barriers(model, pr, f, c, terms, errs)
         return terms, errs
     if devices:
         _devices_prefill(model, p, hw, pr, f, c, devices, terms, errs)
     else:
         _gpu_prefill(model, f, c, terms, errs)
+    _gpu_launch_floor(model, f, c, terms, errs)
     if c.moe_cpu:
         _cpu_experts_prefill(pr, f, c, terms, errs)
     if c.split.blocks:
         ca = cpu_attention_prefill(model, p, hw, pr, f, int(c.depth_mid), c.u, c.split.blocks)
         _cpu_block_prefill_terms(model, f, c.u, c.scale, c.split, c.dense_offload, ca, terms, errs, c.rates)
     return terms, errs
+
+
+def _cpu_ubatch_barriers(model: ModelSpec, pr: BackendPriors, f: Factors, c: _Ubatch, terms: list[Term],
+                         errs: dict[str, float]) -> None:
+    """Every node of a ubatch's CPU graph ends in a barrier, as in decode (cost/graph.py): per
+    ubatch, nodes x the barrier figure decode uses (core hand-over x threads, plus the wait for
+    a descheduled thread when threads outnumber CPUs). With one thread a node costs no
+    measurable fixed time beyond its work (benchmarks/llamacpp_ubatch_overhead.py: 8-75 us per
+    ubatch in all, 0 +- 0.4 us per node on this project's VM); with two, 1.2 us per node."""
+    n_bar = _cpu_block_barriers(model, pr, model.trunk_layers)
+    if n_bar and f.barrier_s:
+        terms.append(Term("barriers", n_bar * f.barrier_s * c.scale, "sync",
+                          f"{n_bar} graph-node barriers per ubatch of {c.u} x {f.barrier_s * 1e6:.2f} us"))
+        errs["barriers"] = f.s_sync_s.rel_err
+
+
+def _gpu_launch_floor(model: ModelSpec, f: Factors, c: _Ubatch, terms: list[Term], errs: dict[str, float]) -> None:
+    """The host's fixed work per ubatch: building the graph and syncing (t_token_s) and
+    launching every GPU layer's kernels (s_layer_gpu_s; CUDA graphs are used only for batch-1
+    decode), the same figures decode charges per token. The host runs ahead of the GPU, so only
+    the part beyond the GPU's own work of the ubatch shows: a floor that a tiny model's prefill
+    hits (millions of tokens/s otherwise)."""
+    n_gpu_blocks = len(model.trunk_layers) - c.split.n_trunk
+    host = (n_gpu_blocks * f.s_layer_gpu_s.value + f.t_token_s.value) * c.scale
+    gpu = sum(t.seconds for t in terms if t.resource == "gpu-compute")
+    if host > gpu:
+        terms.append(Term("launch_floor", host - gpu, "sync",
+                          f"max(0, ({n_gpu_blocks} layers x {f.s_layer_gpu_s.value * 1e6:.0f} us + "
+                          f"{f.t_token_s.value * 1e3:.1f} ms) per ubatch of {c.u} - GPU work)"))
+        errs["launch_floor"] = f.t_token_s.rel_err

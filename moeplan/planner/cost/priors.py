@@ -34,6 +34,12 @@ class BackendPriors:
         ending in a wait of s_barrier_s_per_thread x T (doubled across sockets).
     s_layer_gpu_s: fixed GPU cost per layer per token (kernel launches not hidden by graphs).
     t_token_s: fixed per-token cost (sampling, graph build, host sync).
+    s_layer_host_s: fixed host cost per block per token wherever the block runs, for a runtime
+        whose host launches every op one by one (the bundled executor's Python and torch
+        dispatch); 0 where a graph is built once per token (in t_token_s).
+    s_expert_op_s: fixed cost per routed expert per MoE layer per token, for a runtime that
+        launches each chosen expert's FFN as its own ops (the bundled executor's run_experts
+        loop); 0 where one fused op (ggml's MUL_MAT_ID) covers all of a layer's experts.
     pi_h2d: fraction of the host-to-GPU copy rate that expert uploads reach in prefill.
     gpu_mfu: fraction of the GPU's dense FP16 tensor rate reached by prefill matmuls.
     cpu_mm_eff: batched (prefill) matmul rate of one core as a fraction of its FP32 FMA peak
@@ -74,6 +80,8 @@ class BackendPriors:
     n_cpu_ops_per_layer: int = 4
     s_layer_gpu_s: float = 60e-6
     t_token_s: float = 1e-3
+    s_layer_host_s: float = 0.0
+    s_expert_op_s: float = 0.0
     pi_h2d: float = 0.8
     gpu_mfu: float = 0.35
     cpu_mm_eff: dict[str, float] = field(default_factory=dict)

@@ -288,12 +288,16 @@ def _numa_layout(hw: HardwareProfile, p: Placement, nodes: tuple[NumaNode, ...],
         # and thread i runs on node i % n (set_numa_thread_affinity): every later read is local
         return _Layout(every, 0.0, "threads pinned round-robin over nodes, each page first touched by the thread "
                        "that reads it (page cache dropped): reads node-local", nodes)
-    # none: threads spread by the OS, pages on the loader's node until it is full
+    # none: threads spread by the OS, pages on the loader's node until it is full, then on the
+    # next: a tensor's pages sit on one node, so while a layer is read one node's DRAM serves
+    # it, whichever node that is, and the threads of the other nodes read it over the socket
+    # links (1 - 1/n of the threads). Spilling over k nodes does not make reads local: only
+    # --numa distribute's first touch by the reading thread does.
     k = machine.pages_nodes(host_bytes, [n.mem_total_bytes for n in nodes])
-    return _Layout(sum(b[0] for b in bws[:k]), 1 - k / len(nodes),
-                   f"no NUMA policy: pages on {'one node' if k == 1 else f'{k} nodes'} (MAP_POPULATE from the loading "
-                   f"thread), threads on all {len(nodes)}; dynamic chunking lets the threads near the pages take more "
-                   "of the work", nodes, k)
+    return _Layout(sum(b[0] for b in bws[:k]) / k, 1 - 1 / len(nodes),
+                   f"no NUMA policy: pages on {'one node' if k == 1 else f'{k} nodes, filled one after another'} "
+                   f"(MAP_POPULATE from the loading thread), each layer on one node, threads on all {len(nodes)}; "
+                   "dynamic chunking lets the threads near the pages take more of the work", nodes, 1)
 
 
 def _windows_layout(hw: HardwareProfile, nodes: tuple[NumaNode, ...], bws: list[tuple[float, str, float]]) -> _Layout:

@@ -1,0 +1,114 @@
+"""The bundled executor's fixed costs per decode token: per block, per routed expert, per token.
+
+    python benchmarks/executor_overhead.py [--layers 2,4,8] [--used 2,8] [--rounds 5] [--tokens 32]
+                                           [--threads 1] [--clock thread|wall] [--dtype bf16]
+
+On small models the executor's decode time is not its bytes over the memory bandwidth but the
+Python + torch dispatch of every op it launches: each block runs norms, q/k/v/o projections,
+RoPE, attention over the cache and the router as separate torch calls, and in decode one
+expert FFN (gate, up, act, down, weighting: run_experts' loop) per routed expert. This
+benchmark times decode steps of tiny qwen3moe-shaped models (n_embd 64, 8 experts of n_ff 32,
+so every weight byte is in cache and the byte term is a few microseconds) with L blocks and k
+experts used per token, and fits by least squares
+
+    t_token = t_token_s + L x (s_layer_host_s + k x s_expert_op_s) + bytes / bandwidth
+
+after subtracting each run's bytes / the host's DRAM read rate (moeplan probe's figure, cached
+or measured). The three constants (t_token_s, s_layer_host_s, s_expert_op_s) are what
+profiles/backends.toml's [executor] section holds.
+`--clock thread` (the default) times the calling thread's CPU time with one torch thread, so
+other tenants of a shared machine cannot stretch it; `--clock wall --threads 2` shows what the
+parallel case adds (OpenMP fork/join per op, and on a busy machine, waits for descheduled
+threads). Each figure is the best of --rounds runs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+from executor_roofline import qwen3moe_shapes
+
+from moeplan.executor.build import ExecOptions
+from moeplan.executor.routing import parse_routing
+from moeplan.executor.run import RunSpec, run_bench
+from moeplan.planner.placement import Placement
+
+
+def tiny_moe(n_layer: int, n_used: int):
+    """A qwen3moe ModelSpec of the shapes tests/gguf_fixtures.write_qwen3moe writes (n_embd 64,
+    8 experts of n_ff 32, 4/2 heads of 16, vocab 96), BF16."""
+    return qwen3moe_shapes(n_layer, 64, 32, 8, n_used, 4, 2, 16, 96, "BF16",
+                           f"tiny qwen3moe {n_layer} blocks top-{n_used}", 4096)
+
+
+def time_decode(model, dtype: str, threads: int, tokens: int, clock) -> tuple[float, int]:
+    p = Placement(n_ctx=512, n_ubatch=512, n_threads=threads)
+    opt = ExecOptions(device="cpu", dtype=dtype)
+    r = run_bench(model, p, opt, RunSpec(n_prompt=0, n_tokens=tokens, n_warmup=4, routing=parse_routing("uniform")),
+                  clock=clock)
+    return r["decode_s_per_token"], sum(r["bytes_per_token_by_tier"].values())
+
+
+def host_read_bytes_per_s() -> float:
+    from moeplan.probes.hwprofile import load_hardware
+
+    hw = load_hardware(None)
+    nodes = [n for n in hw.numa_nodes if n.dram_read_bytes_per_s]
+    return nodes[0].dram_read_bytes_per_s.effective if nodes else 20e9
+
+
+def fit(rows: list[tuple[int, int, float]]) -> tuple[float, float, float, float]:
+    """Least squares t = c0 + L*c1 + L*k*c2 over rows (L, k, t); returns c0, c1, c2 and the
+    largest relative residual."""
+    a = np.array([[1.0, L, L * k] for L, k, _ in rows])
+    y = np.array([t for _, _, t in rows])
+    c, *_ = np.linalg.lstsq(a, y, rcond=None)
+    worst = float(np.max(np.abs(a @ c - y) / y))
+    return float(c[0]), float(c[1]), float(c[2]), worst
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", default="2,4,8")
+    ap.add_argument("--used", default="2,8")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--clock", default="thread", choices=("thread", "wall"))
+    args = ap.parse_args(argv)
+    import torch
+
+    if args.clock == "thread" and args.threads != 1:
+        print("error: --clock thread times one thread; use --threads 1", file=sys.stderr)
+        return 2
+    clock = time.thread_time if args.clock == "thread" else time.perf_counter
+    torch.set_num_threads(args.threads)
+    bw = host_read_bytes_per_s()
+    print(f"torch {torch.__version__}, {args.threads} thread(s), clock {args.clock}, dtype {args.dtype}, "
+          f"load average {os.getloadavg()[0]:.2f}, host DRAM read {bw / 1e9:.1f} GB/s")
+    rows = []
+    for k in (int(x) for x in args.used.split(",")):
+        for L in (int(x) for x in args.layers.split(",")):
+            model = tiny_moe(L, k)
+            best, nbytes = float("inf"), 0
+            for _ in range(args.rounds):
+                t, nbytes = time_decode(model, args.dtype, args.threads, args.tokens, clock)
+                best = min(best, t)
+            fixed = best - nbytes / bw
+            rows.append((L, k, fixed))
+            print(f"  {L} blocks, top-{k}: {best * 1e3:.3f} ms/token ({1 / best:.0f} tok/s), "
+                  f"{nbytes / 1e3:.0f} kB/token = {nbytes / bw * 1e6:.1f} us at DRAM rate", flush=True)
+    c0, c1, c2, worst = fit(rows)
+    print(f"\nfit t = t_token + L x (s_layer + k x s_expert), largest residual {worst:.0%}:")
+    print(f"  t_token_s      = {c0 * 1e6:.0f} us   (per token: embedding, head, sampling)")
+    print(f"  s_layer_host_s = {c1 * 1e6:.0f} us   (per block: norms, attention, router)")
+    print(f"  s_expert_op_s  = {c2 * 1e6:.0f} us   (per routed expert per MoE block)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
