@@ -65,7 +65,7 @@ def test_workload_shown_and_agent_preset(hw3090):
     assert custom["workload"] == {"name": "custom", "prompt_tokens": 8192, "gen_tokens": 500, "depth": 20480}
     r = run("tune", "glm-4.5-air", "--hw", hw3090, "--ctx", "32k")
     text = " ".join(r.stdout.split())
-    assert "recommended for the shortest chat: 1,024-token prompt, 512 tokens generated" in text
+    assert "recommended for the shortest request (chat: 1,024-token prompt, 512 tokens generated)" in text
     assert "one chat request:" in text
     bad = run("tune", "glm-4.5-air", "--hw", hw3090, "--workload", "lots")
     assert bad.exit_code == 2 and "hint: chat, agent, coding, or PROMPT:GEN[:DEPTH]" in bad.stderr

@@ -245,7 +245,8 @@ def alternatives_table(plan: Plan) -> Table:
 def tune_render(model: ModelSpec, plan: Plan, command: str = "", explain: bool = False) -> Group:
     e = plan.estimate
     wl = plan.workload
-    goal = (f"the shortest {wl.describe()}" if plan.objective == "workload" and wl is not None else plan.objective)
+    goal = (f"the shortest request ({wl.describe()})" if plan.objective == "workload" and wl is not None
+            else plan.objective)
     parts: list[RenderableType] = [
         Text(f"recommended for {goal}: {model.name} ({model.quant}) on {plan.hardware_name}", style="bold"),
         speed_line(e)]
