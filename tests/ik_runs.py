@@ -222,7 +222,7 @@ def check_run(case: IkCase, model, log: str) -> list[tuple[str, str, int, int]]:
     `check` reads the plan's placement back from the log, and that each device's buffers are
     moeplan's accounting (weights and KV exact; the compute buffer is held to its bounds by
     compute_outside_bounds), plus the attn_kv_b ik computes for an MLA GGUF from mainline
-    (exact, launch/ikllama.py computed_wkv_b_bytes: moeplan's planner does not count it).
+    (exact, planner/memory/devices.py computed_kv_b_bytes, which an ik plan's memory counts).
     Returns (device, buffer, predicted bytes, measured bytes) rows."""
     from moeplan.check.compare import differences
     from moeplan.check.parse import is_host_buffer, parse_log

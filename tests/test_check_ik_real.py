@@ -233,3 +233,26 @@ def test_ik_layer_sizes_are_the_ones_ik_prints(case, tmp_path):
         if comp:
             assert float(comp) <= reserve / mib + 0.0051
     assert max(float(c) for _, _, c in table if c) == pytest.approx(reserve / mib, abs=0.0051)
+
+
+def test_planner_counts_the_attn_kv_b_ik_computes(tmp_path):
+    """An ik plan's memory counts the attn_kv_b ik computes at load for a mainline MLA GGUF
+    (the runtime record's computes_mla_kv_b): per device exactly the recorded allocations no
+    buffer line names, in the breakdown as weights_computed; a llama.cpp plan has none."""
+    from moeplan.planner.memory.accounting import estimate_memory
+    from moeplan.planner.memory.devices import device_memory, parse_tensor_split
+
+    case = next(c for c in COMPLETE if c.fixture == "deepseek2")
+    model, log = _recorded(case, tmp_path)
+    p = case.placement
+    measured = {r[0]: r[3] for r in check_run(case, model, log) if r[1] == "computed wkv_b"}
+    assert measured == {"RPC0": 1_671_168, "RPC1": 1_114_112}
+    ts = parse_tensor_split("1,1", 2)
+    ik = device_memory(model, p, ts, 0, 0)
+    main = device_memory(model, replace(p, backend="llama.cpp"), ts, 0, 0)
+    assert {f"RPC{d.index}": d.weights_dense_bytes - m.weights_dense_bytes for d, m in zip(ik, main)} == measured
+    mem = estimate_memory(model, p)
+    assert mem.get("weights_computed") == sum(measured.values())
+    assert estimate_memory(model, replace(p, backend="llama.cpp")).get("weights_computed") == 0
+    one = replace(p, n_gpus=1, options=replace(p.options, tensor_split=""))
+    assert estimate_memory(model, one).get("weights_computed") == sum(measured.values())
