@@ -256,3 +256,16 @@ def test_planner_counts_the_attn_kv_b_ik_computes(tmp_path):
     assert estimate_memory(model, replace(p, backend="llama.cpp")).get("weights_computed") == 0
     one = replace(p, n_gpus=1, options=replace(p.options, tensor_split=""))
     assert estimate_memory(model, one).get("weights_computed") == sum(measured.values())
+
+
+def test_compute_terms_cache_tells_the_backends_apart(tmp_path):
+    """The per-model cache of compute_buffer_terms keys on the backend: ik's MLA graph and
+    mainline's give different terms for the same placement fields."""
+    from moeplan.planner.memory.accounting import MemoryConstants, compute_buffer_terms
+
+    case = next(c for c in COMPLETE if c.fixture == "deepseek2")
+    model, _ = _recorded(case, tmp_path)
+    p = replace(case.placement, n_gpus=1, options=replace(case.placement.options, tensor_split=""))
+    ik = compute_buffer_terms(model, p, True, MemoryConstants())
+    main = compute_buffer_terms(model, replace(p, backend="llama.cpp"), True, MemoryConstants())
+    assert "q_a" in ik and "q_a" not in main

@@ -172,9 +172,9 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
     Checked against llama.cpp's own allocation log; see tests/test_memory_llamacpp.py.
     """
     staging = cb.staging_bytes(model, p, consts.op_offload_min_batch) if gpu else 0
-    # the terms depend on the placement only through these fields (and the staging size),
-    # so the search's thousands of calls share a per-model cache
-    key = ("cb", gpu, staging, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn, p.cache_type_k,
+    # the terms depend on the placement only through these fields (and the staging size; the
+    # backend picks ik_llama.cpp's MLA graph), so the search's thousands of calls share a per-model cache
+    key = ("cb", gpu, staging, p.backend, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn, p.cache_type_k,
            p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
     cache = memo(model)
     hit = cache.get(key)
