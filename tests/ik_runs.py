@@ -220,10 +220,10 @@ COMPUTE_OVER = 0.15  # the bound tests/test_multi_gpu_llamacpp.py holds llama.cp
 def check_run(case: IkCase, model, log: str) -> list[tuple[str, str, int, int]]:
     """Assert that a complete.sh run of `case` placed every tensor where the plan says, that
     `check` reads the plan's placement back from the log, and that each device's buffers are
-    moeplan's accounting (weights and KV exact, compute not below ik's and at most
-    COMPUTE_OVER above), plus the attn_kv_b ik computes for an MLA GGUF from mainline (exact,
-    launch/ikllama.py computed_wkv_b_bytes: moeplan's planner does not count it). Returns (device, buffer, predicted
-    bytes, measured bytes) rows."""
+    moeplan's accounting (weights and KV exact; the compute buffer is held to its bounds by
+    compute_outside_bounds), plus the attn_kv_b ik computes for an MLA GGUF from mainline
+    (exact, planner/memory/devices.py computed_kv_b_bytes, which an ik plan's memory counts).
+    Returns (device, buffer, predicted bytes, measured bytes) rows."""
     from moeplan.check.compare import differences
     from moeplan.check.parse import is_host_buffer, parse_log
     from moeplan.check.placement import recover_placement
@@ -259,13 +259,16 @@ def check_run(case: IkCase, model, log: str) -> list[tuple[str, str, int, int]]:
     return rows
 
 
-def compute_outside_bounds(rows: list[tuple[str, str, int, int]]) -> list[tuple[str, int, int, float]]:
-    """Compute-buffer rows of check_run outside [ik's, ik's + COMPUTE_OVER]: (device,
-    predicted, measured, relative difference)."""
+def compute_outside_bounds(rows: list[tuple[str, str, int, int]],
+                           below_bytes: int = 0) -> list[tuple[str, int, int, float]]:
+    """Compute-buffer rows of check_run outside [ik's - below_bytes, ik's + COMPUTE_OVER]:
+    (device, predicted, measured, relative difference). `below_bytes`: ggml-alloc's
+    fragmentation that the live-set model leaves out (compute_buffer.fragmentation_allowance,
+    the bound tests/test_memory_llamacpp.py holds llama.cpp's buffers to)."""
     out = []
     for dev, kind, want_b, got_b in rows:
         rel = (want_b - got_b) / got_b if kind == "compute" else 0.0
-        if kind == "compute" and not 0 <= rel <= COMPUTE_OVER:
+        if kind == "compute" and not (-below_bytes <= want_b - got_b and rel <= COMPUTE_OVER):
             out.append((dev, want_b, got_b, round(rel, 4)))
     return out
 

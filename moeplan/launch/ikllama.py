@@ -83,6 +83,8 @@ from moeplan.launch.llamacpp import (
 from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
 from moeplan.launch.patterns import CPU_BUFFER, checked_expert_patterns, override_args
 from moeplan.planner.memory.accounting import kv_layer_bytes
+from moeplan.planner.memory.devices import computed_kv_b_bytes as computed_wkv_b_bytes
+from moeplan.planner.memory.devices import load_computed_bytes
 from moeplan.planner.model.ggml import row_bytes
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
@@ -263,19 +265,6 @@ def _ik_block_size(layer: LayerSpec, m: ModelSpec, p: Placement) -> tuple[float,
     return size, comp
 
 
-def computed_wkv_b_bytes(layer: LayerSpec) -> int:
-    """Bytes of the attn_kv_b tensor ik_llama.cpp computes at load for an MLA block with
-    attn_k_b/attn_v_b and no attn_kv_b (a GGUF converted by mainline): llm_prepare_mla
-    (src/llama.cpp) builds kv_lora x n_head*(nope + v), Q8_0 from quantized inputs, in a buffer
-    of the block's buffer type (its device), unless -mla 1; no buffer line counts it."""
-    t = {x.name.split(".", 2)[-1]: x for x in layer.tensors}
-    kb, vb = t.get("attn_k_b.weight"), t.get("attn_v_b.weight")
-    if kb is None or vb is None or "attn_kv_b.weight" in t:
-        return 0
-    q = kb.ggml_type if kb.ggml_type.upper() in ("F16", "BF16", "F32") else "Q8_0"
-    return row_bytes(q, _ne(vb.shape, 0)) * _ne(kb.shape, 2) * (_ne(kb.shape, 0) + _ne(vb.shape, 1))
-
-
 def ik_layer_sizes(m: ModelSpec, p: Placement) -> tuple[tuple[float, ...], float, float]:
     """(size of every block, size of the output layer, compute reserve per device) in bytes,
     as ik_llama.cpp's get_layer_sizes computes them to divide -ts."""
@@ -406,9 +395,12 @@ def emit(ctx: EmitContext) -> Launch:
     fs_server, fs_once, fs_bench = ctx.flags["server"], ctx.flags["once"], ctx.flags["bench"]
     if ctx.model.mla and not any(".attn_kv_b." in t.name for t in ctx.model.tensors):
         extra_b = sum(computed_wkv_b_bytes(layer) for layer in ctx.model.layers)
+        counted = any(load_computed_bytes(layer, p) for layer in ctx.model.layers)
         notes.append(f"this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp computes "
                      f"them from attn_k_b/attn_v_b at load and runs -mla {MLA_MODE}; they take {extra_b / MIB:.1f} MiB "
-                     "more on the blocks' devices, which the plan's VRAM figure does not include")
+                     "more on the blocks' devices, " + (
+                         "counted in the plan's memory (weights_computed)" if counted else
+                         "which the plan's VRAM figure (a plan for another backend) does not include"))
     spec = speculative_parts(ctx, fs_server)
     prefix = numa_prefix(p, ctx.os)
     server = Command(parts=((ctx.programs["server"],), *_placement_parts(ctx, fs_server, patterns, False),

@@ -28,7 +28,13 @@ from dataclasses import dataclass
 
 from moeplan.planner.memory import compute_buffer as cb
 from moeplan.planner.memory.cache import memo, plan_cache
-from moeplan.planner.memory.devices import DeviceMemory, device_memory, layer_split, parse_tensor_split
+from moeplan.planner.memory.devices import (
+    DeviceMemory,
+    device_memory,
+    layer_split,
+    load_computed_bytes,
+    parse_tensor_split,
+)
 from moeplan.planner.memory.kv import (  # noqa: F401 (re-exported: callers import them from here)
     kv_bytes_per_token,
     kv_cache_bytes,
@@ -166,9 +172,9 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
     Checked against llama.cpp's own allocation log; see tests/test_memory_llamacpp.py.
     """
     staging = cb.staging_bytes(model, p, consts.op_offload_min_batch) if gpu else 0
-    # the terms depend on the placement only through these fields (and the staging size),
-    # so the search's thousands of calls share a per-model cache
-    key = ("cb", gpu, staging, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn, p.cache_type_k,
+    # the terms depend on the placement only through these fields (and the staging size; the
+    # backend picks ik_llama.cpp's MLA graph), so the search's thousands of calls share a per-model cache
+    key = ("cb", gpu, staging, p.backend, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn, p.cache_type_k,
            p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
     cache = memo(model)
     hit = cache.get(key)
@@ -232,6 +238,9 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
     gpu_experts = sum(layer.expert_bytes for layer in model.moe_layers if layer.index not in cpu_layers)
     cpu_experts = sum(layer.expert_bytes for layer in model.moe_layers if layer.index in cpu_layers)
     n_gpu_moe = sum(1 for layer in model.moe_layers if layer.index not in cpu_layers)
+    # weights the runtime builds at load on each block's device (ik_llama.cpp: attn_kv_b of a
+    # mainline MLA GGUF, devices.load_computed_bytes)
+    built = {layer.index: load_computed_bytes(layer, p) for layer in model.trunk_layers}
 
     if split:
         n_cpu_trunk = sum(1 for layer in model.trunk_layers if layer.index in cpu_blocks)
@@ -248,6 +257,13 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
         items.append(MemoryItem("weights_dense", weights_dev, out + resident,
                                 "output + output_norm + attention/norm/router/shared/dense-FFN of every block",
                                 page_cache=cpu_only and mmap_backed))
+    built_gpu = sum(b for i, b in built.items() if i not in cpu_blocks) if not cpu_only else 0
+    built_cpu = sum(built.values()) - built_gpu
+    why = "attn_kv_b that ik_llama.cpp computes at load from attn_k_b/attn_v_b (a GGUF without it), Q8_0, of the "
+    if built_gpu:
+        items.append(MemoryItem("weights_computed", "gpu", built_gpu, why + "GPU blocks"))
+    if built_cpu:
+        items.append(MemoryItem("weights_computed_cpu", "host", built_cpu, why + "CPU blocks"))
     if not cpu_only:
         items.append(MemoryItem("weights_experts", "gpu", gpu_experts,
                                 f"routed experts of the {n_gpu_moe} MoE layers kept on the GPU"))

@@ -175,7 +175,8 @@ def _attention_layers(model: ModelSpec, p: Placement, shape: ReserveShape) -> li
             rope = k.n_embd - kv_lora
             nope = int(_hp(model, "attention.key_length_mla", 0) or 0) - rope
             out.append({"kind": "mla", "n_kv": shape.n_ctx_seq, "kv_lora": kv_lora, "rope": rope,
-                        "nope": max(nope, 0), "n_embd_v": 0, "k_type": p.cache_type_k})
+                        "nope": max(nope, 0), "n_embd_v": 0, "k_type": p.cache_type_k,
+                        "q_lora": int(_hp(model, "attention.q_lora_rank", 0) or 0)})
             continue
         swa = k.cells in ("swa", "swa-seq")
         cells = _swa_cells(k.window, p, shape) if swa else shape.n_ctx_seq
@@ -211,7 +212,9 @@ def attention_bytes(model: ModelSpec, p: Placement, shape: ReserveShape) -> dict
     best: dict[str, int] = {}
     for a in _attention_layers(model, p, shape):
         terms = {"residual": F32 * e * t, "attn_norm": F32 * e * t}
-        if a["kind"] == "mla":
+        if a["kind"] == "mla" and _ik_absorbed_mla(p, t):
+            terms = _ik_mla_terms(a, t, e, h)
+        elif a["kind"] == "mla":
             # q = wq_b(q_a), its nope part absorbed by wk_b, then Q = [q_absorbed, q_pe]
             terms["q"] = F32 * h * t * (a["nope"] + a["rope"])
             terms["q_absorbed"] = F32 * h * t * a["kv_lora"]
@@ -231,6 +234,44 @@ def attention_bytes(model: ModelSpec, p: Placement, shape: ReserveShape) -> dict
         if sum(terms.values()) > sum(best.values()):
             best = terms
     return best
+
+
+def _ik_absorbed_mla(p: Placement, n_tokens: int) -> bool:
+    """Whether ik_llama.cpp's absorbed MLA graph sizes the buffer: a runtime whose record says it
+    expands the MLA heads for prompt batches (ik_llama.cpp), -mla 3 with flash attention, and a
+    reserve batch below that expansion's threshold (build_deepseek2.cpp L1299: pp_opt = n_tokens
+    >= 128 && mla_attn > 1; the expanded graph of larger batches is not modelled here)."""
+    from moeplan.planner import backends
+    from moeplan.planner.cost.attention import IK_MLA_PP_MIN_TOKENS
+
+    return (backends.behaviour(p.backend).mla_expanded_prompt and p.flash_attn
+            and n_tokens < IK_MLA_PP_MIN_TOKENS)
+
+
+def _ik_mla_terms(a: dict, t: int, e: int, h: int) -> dict[str, int]:
+    """ik_llama.cpp 8337e4cd3, src/graphs/build_deepseek2.cpp build_deepseek2_layer_attention,
+    -mla 3 with flash attention and T < 128 (the absorbed path, L1025-1060): its live set at
+    the peak, the allocation of Q = concat(q_rope, q_nope2) (L1040), in ggml-alloc's order:
+      attn_norm (4*E*T; its slot then holds the roped q_rope, L872),
+      q_a = wq_a(cur) (4*q_lora*T, L787) and kv_rope_compressed = wkv_a_mqa(cur)
+      (4*(kv_lora+rope)*T, L790), both computed before q's norm and freed only once the roped
+      k_rope and kvr reuse their place: a hole Q does not fit in,
+      q = wq_b(q_a) (4*H*(nope+rope)*T, L831), freed after q_nope2: Q does not fit there either,
+      q_nope2 = wk_b x q_nope (4*H*kv_lora*T, L1036) and Q (4*H*(kv_lora+rope)*T).
+    Unlike mainline's graph no separate residual or q_pe slot stays under Q (the residual is
+    the graph input or sits in a freed hole; q_rope is in attn_norm's slot). Replayed with
+    ggml-alloc's best fit (ggml_graph.py) this is the peak of a block whose input is a graph
+    input; a block after CPU-resident experts sits a little higher (the experts' result is a
+    new split input, ggml-backend.cpp graph_copy): fragmentation_allowance covers it. Checked
+    on the recorded run tests/data/ik_runs/ik-deepseek2-rpc2-complete.log."""
+    return {
+        "attn_norm": F32 * e * t,
+        "q_a": F32 * a["q_lora"] * t,
+        "kv_a": F32 * (a["kv_lora"] + a["rope"]) * t,
+        "q": F32 * h * t * (a["nope"] + a["rope"]),
+        "q_absorbed": F32 * h * t * a["kv_lora"],
+        "q_mqa": F32 * h * t * (a["kv_lora"] + a["rope"]),
+    }
 
 
 def _q_bytes(model: ModelSpec, p: Placement, shape: ReserveShape) -> int:

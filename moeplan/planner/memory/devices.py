@@ -41,7 +41,8 @@ from moeplan.planner.memory.split import (  # noqa: F401 (re-exported: callers i
     parse_tensor_split,
     split_points,
 )
-from moeplan.planner.model.spec import ModelSpec
+from moeplan.planner.model.ggml import row_bytes
+from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
 
 
@@ -88,6 +89,32 @@ def _ranges(ix: Sequence[int]) -> str:
     return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
 
 
+def computed_kv_b_bytes(layer: LayerSpec) -> int:
+    """Bytes of the attn_kv_b tensor ik_llama.cpp computes at load for an MLA block with
+    attn_k_b/attn_v_b and no attn_kv_b (a GGUF converted by mainline): llm_prepare_mla
+    (src/llama.cpp at 8337e4cd3) builds kv_lora x n_head*(nope + v), Q8_0 from quantized inputs,
+    in a buffer of the block's buffer type (its device), unless -mla 1; no buffer line counts it
+    (tests/data/ik_runs/ik-deepseek2-rpc2-complete.log: "Computed blk.N.attn_kv_b.weight")."""
+    t = {x.name.split(".", 2)[-1]: x for x in layer.tensors}
+    kb, vb = t.get("attn_k_b.weight"), t.get("attn_v_b.weight")
+    if kb is None or vb is None or "attn_kv_b.weight" in t:
+        return 0
+
+    def ne(shape: tuple[int, ...], i: int) -> int:
+        return shape[i] if len(shape) > i else 1
+
+    q = kb.ggml_type if kb.ggml_type.upper() in ("F16", "BF16", "F32") else "Q8_0"
+    return row_bytes(q, ne(vb.shape, 0)) * ne(kb.shape, 2) * (ne(kb.shape, 0) + ne(vb.shape, 1))
+
+
+def load_computed_bytes(layer: LayerSpec, p: Placement) -> int:
+    """Weights the plan's runtime builds at load beside the block's own (its record's
+    computes_mla_kv_b: ik_llama.cpp's attn_kv_b), on the block's device."""
+    from moeplan.planner import backends
+
+    return computed_kv_b_bytes(layer) if backends.behaviour(p.backend).computes_mla_kv_b else 0
+
+
 @dataclass(frozen=True)
 class _BlockCost:
     dense: int
@@ -104,7 +131,7 @@ def _block_costs(model: ModelSpec, p: Placement) -> dict[int, _BlockCost]:
         nextn = layer.kind == "nextn"
         kv = kv_layer_bytes(layer, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, n_ub,
                             kv_unified=p.kv_unified, v_width=v_width) if p.kv_offload else 0
-        out[layer.index] = _BlockCost(dense=0 if nextn else layer.resident_bytes,
+        out[layer.index] = _BlockCost(dense=0 if nextn else layer.resident_bytes + load_computed_bytes(layer, p),
                                       experts=layer.expert_bytes if layer.kind == "moe" and layer.index not in cpu else 0,
                                       kv=kv)
     return out

@@ -42,6 +42,7 @@ class Backend:
     interleaved_types_stay_on_cpu: bool = False  # its CUDA backend does not multiply some repacked types
     mapped_buffer_named_cpu: bool = False  # its log names an mmap'ed model buffer plain "CPU" (check/placement.py)
     mla_expanded_prompt: bool = False  # expands MLA heads for prompt batches (attention.IK_MLA_PP_MIN_TOKENS)
+    computes_mla_kv_b: bool = False  # builds attn_kv_b at load for an MLA GGUF without it (memory/devices.py)
     default_batch: int = 2048  # logical batch of a plan without -b
     sched_max_copies: int = 1  # GGML_SCHED_MAX_COPIES: input copies under pipeline parallelism (memory/compute_buffer.py)
     # -- plan options it takes (planner/options.py OPTION_KEYS), and which it refuses

@@ -9,7 +9,7 @@ rem flags for: ik_llama.cpp commit 8337e4cd3 (2026-08-15, read from its source) 
 rem note: op offload: ik_llama.cpp copies CPU experts to the GPU when ubatch*k >= 32*n_experts, i.e. from -ub 128 for this model (8 experts, k=2); at -ub 64 prefill computes the CPU experts on the CPU
 rem note: Windows: launch.cmd binds with `start /NODE 1 /AFFINITY mask` (threads on node 1, memory preferred there: the CPU experts must fit in its RAM); launch.sh has no binding
 rem note: --no-mmap, not -rtr: -rtr would repack the CPU experts to row-interleaved types, which ik_llama.cpp's prefill multiplies about 3x slower (no int8 GEMM conversion for them)
-rem note: this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp computes them from attn_k_b/attn_v_b at load and runs -mla 3; they take 0.1 MiB more on the blocks' devices, which the plan's VRAM figure does not include
+rem note: this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp computes them from attn_k_b/attn_v_b at load and runs -mla 3; they take 0.1 MiB more on the blocks' devices, counted in the plan's memory (weights_computed)
 setlocal DisableDelayedExpansion
 start "" /B /WAIT /NODE 1 /AFFINITY 0xFFFFFFFF llama-server.exe ^
     -m C:\models\deepseek\tiny-Q4_K_M-00001-of-00002.gguf ^

@@ -8,7 +8,7 @@
 # note: op offload: ik_llama.cpp copies CPU experts to the GPU when ubatch*k >= 32*n_experts, i.e. from -ub 128 for this model (8 experts, k=2); at -ub 64 prefill computes the CPU experts on the CPU
 # note: numactl binds threads and memory to node(s) 1: the CPU experts must fit in those nodes' RAM
 # note: --no-mmap, not -rtr: -rtr would repack the CPU experts to row-interleaved types, which ik_llama.cpp's prefill multiplies about 3x slower (no int8 GEMM conversion for them)
-# note: this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp computes them from attn_k_b/attn_v_b at load and runs -mla 3; they take 0.1 MiB more on the blocks' devices, which the plan's VRAM figure does not include
+# note: this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp computes them from attn_k_b/attn_v_b at load and runs -mla 3; they take 0.1 MiB more on the blocks' devices, counted in the plan's memory (weights_computed)
 set -euo pipefail
 exec numactl --cpunodebind=1 --membind=1 \
     llama-server \

@@ -7,7 +7,7 @@
 # flags for: ik_llama.cpp commit 8337e4cd3 (2026-08-15, read from its source) (no ik_llama.cpp binary found: pass --bin)
 # note: op offload: ik_llama.cpp copies CPU experts to the GPU when ubatch*k >= 32*n_experts, i.e. from -ub 1024 for this model (256 experts, k=8); at -ub 4096 prefill copies the used CPU experts to the GPU
 # note: numactl binds threads and memory to node(s) 0: the CPU experts must fit in those nodes' RAM
-# note: this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp computes them from attn_k_b/attn_v_b at load and runs -mla 3; they take 1037.0 MiB more on the blocks' devices, which the plan's VRAM figure does not include
+# note: this GGUF has no attn_kv_b tensors (as converted by mainline llama.cpp): ik_llama.cpp computes them from attn_k_b/attn_v_b at load and runs -mla 3; they take 1037.0 MiB more on the blocks' devices, which the plan's VRAM figure (a plan for another backend) does not include
 # note: the plan was made for llama.cpp; its speed figures are for that backend
 set -euo pipefail
 : "${MODEL:?set MODEL to the GGUF file of DeepSeek-V3 Q4_K_M (first shard of a split model)}"
