@@ -88,6 +88,7 @@ from moeplan.planner.memory.devices import load_computed_bytes
 from moeplan.planner.model.ggml import row_bytes
 from moeplan.planner.model.spec import LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
+from moeplan.units import MIB
 
 IK_COMMIT = "8337e4cd3"
 IK_RELEASE = f"ik_llama.cpp commit {IK_COMMIT} (2026-08-15, read from its source)"
@@ -96,7 +97,6 @@ MLA_MODE = 3
 OP_OFFLOAD_OFF = "-1,0"  # -op: every ggml op (id -1), offload off
 BENCH_OVERRIDE_FIELD = "override_tensor"
 AMB_MIB = 256  # -amb default (common.h attn_max_batch), what get_layer_sizes splits MLA heads by
-MIB = 1024 * 1024
 
 # llama-bench's help lists `-mla <0|1|2>`, written before MLA mode 3; its parser takes any
 # integer (string_split<int>) and its own default is 3 since PR #863.

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-MIB = 1024 * 1024
+from moeplan.units import MIB
+
 _ROW = re.compile(r"^(\S+) (\d+) (\d+) (\d+) ?$")
 
 
