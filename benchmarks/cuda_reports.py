@@ -93,6 +93,11 @@ def placement_of(report: dict) -> tuple[ModelSpec, Placement, list[str]]:
     cpu_moe = pr.get("cpu_moe")
     n_gpus = int(pr.get("n_gpus", 1))
     ngl = flags.get("n_gpu_layers")
+    if "gpu_blocks" in pr:
+        # builds before the output layer counted in -ngl (log: "offloading N repeating layers"):
+        # N blocks on the GPU is a current -ngl of N + 1 for the blocks (the output's place then
+        # differs, so such records compare the KV cache only)
+        ngl = int(pr["gpu_blocks"]) + 1
     p = resolve_placement(
         model, backend=pr.get("backend", "llama.cpp"), ctx=str(flags["n_ctx"]), kv_type=kv_k, kv_type_v=kv_v,
         no_flash_attn=fa is False, ubatch=int(_setting(report, "n_ubatch", defaults)),
@@ -125,17 +130,20 @@ def compare(report: dict) -> tuple[list[Row], list[str]]:
     pr = report["predict"]
     rows: list[Row] = []
     rid = report["id"]
-    if pr.get("kv_only") or "kv_total_mib" in report and not any("kv_mib" in d for d in report.get("devices", [])):
-        if "kv_total_mib" in report:
-            rows.append(Row(rid, "all", "KV", mem.get("kv_cache") / MIB, report["kv_total_mib"], "KV self size"))
-        if pr.get("kv_only"):
-            return rows, defaults
-    for d in report.get("devices", []):
+    kv_total = (mem.get("kv_cache") + mem.get("kv_cache_cpu")) / MIB
+    devices = report.get("devices", [])
+    # a run on more devices than the report lets moeplan place (no -ts): its totals only
+    per_device = all(d["name"] in pred for d in devices)
+    if "kv_total_mib" in report and not (per_device and any("kv_mib" in d for d in devices)):
+        rows.append(Row(rid, "all", "KV", kv_total, report["kv_total_mib"], "KV self size"))
+    for d in devices if per_device else []:
         got = pred.get(d["name"])
         if got is None:
             continue
         if "kv_mib" in d:
             rows.append(Row(rid, d["name"], "KV", got["KV"], d["kv_mib"], "KV buffer line"))
+        if pr.get("kv_only"):
+            continue
         if "model_mib" in d and pr.get("quant"):
             rows.append(Row(rid, d["name"], "model", got["model"], d["model_mib"], "model buffer line"))
         if "compute_mib" in d:
@@ -152,7 +160,9 @@ def all_rows(reports: list[dict]) -> tuple[list[Row], dict[str, list[str]], dict
     skipped: dict[str, str] = {}
     for r in reports:
         if not predictable(r):
-            skipped[r["id"]] = r.get("why_not_predicted", "no bundled profile or settings not stated")
+            skipped[r["id"]] = r.get("why_not_predicted") or (
+                "the model is not among moeplan's bundled profiles" if "profile" not in r
+                else "the report does not state the settings")
             continue
         rr, dd = compare(r)
         rows += rr
