@@ -8,6 +8,7 @@ buffer as moeplan predicts it (planner.memory.accounting.estimate_memory, the fu
 
     python benchmarks/cuda_reports.py            # table + summary
     python benchmarks/cuda_reports.py --json     # the rows as JSON
+    python benchmarks/cuda_reports.py --log run.log --model model.gguf   # + a recorded run
 
 TRAINING data: the reports may be used to fit moeplan's CUDA constants, so agreement with
 them is not held-out accuracy. Settings a report does not state are taken at the tool's
@@ -183,6 +184,9 @@ def summary(rows: list[Row]) -> dict:
         "compute_worst": ({"report": worst.report, "device": worst.device, "error": worst.error} if worst else None),
         "compute_below": sum(e < 0 for e in errs),
         "compute_within_5pct_not_below": sum(0 <= e <= 0.05 for e in errs),
+        # each report once (its worst device), so that a run on many equal devices does not weigh more
+        "compute_per_report": {rid: max((r.error for r in comp if r.report == rid), key=abs)
+                               for rid in sorted({r.report for r in comp})},
         "kv_figures": len(kv),
         "kv_exact": sum(abs(r.predicted_mib - r.reported_mib) <= KV_EXACT_MIB for r in kv),
         "model_figures": len(model),
@@ -190,13 +194,48 @@ def summary(rows: list[Row]) -> dict:
     }
 
 
+def log_rows(log: Path, model_ref: str) -> list[Row]:
+    """The same comparison for a whole llama.cpp / ik_llama.cpp log (a recorded CUDA run): the
+    placement as `moeplan check` recovers it from the log (its echoed command, context lines
+    and override lines), the figures from its buffer lines. `model_ref` is a GGUF file (exact
+    model buffers) or a bundled profile name."""
+    from moeplan.check.parse import parse_log
+    from moeplan.check.placement import recover_placement
+
+    if Path(model_ref).is_file():
+        from moeplan.probes.gguf_model import read_gguf_model
+        model = read_gguf_model(model_ref)
+    else:
+        model = load_profile(model_ref)
+    run = parse_log(log.read_text(errors="replace"), str(log))
+    p = recover_placement(run, model).placement
+    n_dev = len({b.buffer_type.split("[")[0] for b in run.buffers if not b.host and b.buffer_type.startswith("CUDA")})
+    if n_dev > 1 and p.n_gpus != n_dev:
+        p = p.with_(n_gpus=n_dev)
+    pred = _per_device(estimate_memory(model, p), p.n_gpus)
+    seen: dict[tuple[str, str], float] = {}
+    for b in run.buffers:
+        if not b.host and b.kind in ("model", "KV", "compute"):
+            key = (b.buffer_type.split("[")[0], b.kind)
+            seen[key] = seen.get(key, 0.0) + b.bytes / MIB
+    return [Row(log.name, dev, kind, pred[dev][kind], mib, "log buffer line")
+            for (dev, kind), mib in sorted(seen.items()) if dev in pred]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--json", action="store_true", help="print the rows and the summary as JSON")
+    ap.add_argument("--log", type=Path, action="append", default=[],
+                    help="also compare a llama.cpp log of a CUDA run (repeatable; needs --model)")
+    ap.add_argument("--model", help="for --log: the run's GGUF file or a bundled profile name")
     a = ap.parse_args(argv)
+    if a.log and not a.model:
+        ap.error("--log needs --model (the run's GGUF file or a bundled profile)")
     reports = load_reports(a.data)
     rows, defaults, skipped = all_rows(reports)
+    for log in a.log:
+        rows += log_rows(log, a.model)
     s = summary(rows)
     if a.json:
         print(json.dumps({"rows": [{**asdict(r), "error": r.error} for r in rows], "defaults": defaults,
@@ -220,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
               f"median |error| {s['compute_median_abs_error']:.1%}, worst {w['error']:+.1%} "
               f"({w['report']} {w['device']}), {s['compute_below']} below the report, "
               f"{s['compute_within_5pct_not_below']} within 5% and not below")
+        per = s["compute_per_report"]
+        print(f"  per report (worst device): median |error| {statistics.median(abs(e) for e in per.values()):.1%}; "
+              + ", ".join(f"{rid} {e:+.1%}" for rid, e in per.items()))
     print(f"  KV buffers: {s['kv_exact']} of {s['kv_figures']} exact (within {KV_EXACT_MIB} MiB)")
     if s["model_figures"]:
         print(f"  model buffers: {s['model_figures']} figures, median |error| {s['model_median_abs_error']:.1%}")
