@@ -49,7 +49,7 @@ KV_EXACT_MIB = 0.1
 class Row:
     report: str
     device: str
-    kind: str  # model | KV | compute
+    kind: str  # model | KV | compute | VRAM (a reading of the whole device)
     predicted_mib: float
     reported_mib: float
     source: str  # which figure of the report: the buffer line, a failed allocation, the log's total
@@ -152,6 +152,10 @@ def compare(report: dict) -> tuple[list[Row], list[str]]:
         elif "compute_alloc_failed_mib" in d:
             rows.append(Row(rid, d["name"], "compute", got["compute"], d["compute_alloc_failed_mib"],
                             "failed compute allocation"))
+    if "vram_used_gib" in report and not pr.get("kv_only"):
+        # what nvidia-smi (or the user) saw: every buffer plus moeplan's CUDA context prior
+        rows.append(Row(rid, "all", "VRAM", mem.vram_bytes / MIB, report["vram_used_gib"] * 1024,
+                        "VRAM reading" + (" (approximate)" if report.get("vram_approx") else "")))
     return rows, defaults
 
 
@@ -189,6 +193,7 @@ def summary(rows: list[Row]) -> dict:
                                for rid in sorted({r.report for r in comp})},
         "kv_figures": len(kv),
         "kv_exact": sum(abs(r.predicted_mib - r.reported_mib) <= KV_EXACT_MIB for r in kv),
+        "vram_figures": [(r.report, r.error) for r in rows if r.kind == "VRAM"],
         "model_figures": len(model),
         "model_median_abs_error": statistics.median(abs(r.error) for r in model) if model else None,
     }
@@ -263,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  per report (worst device): median |error| {statistics.median(abs(e) for e in per.values()):.1%}; "
               + ", ".join(f"{rid} {e:+.1%}" for rid, e in per.items()))
     print(f"  KV buffers: {s['kv_exact']} of {s['kv_figures']} exact (within {KV_EXACT_MIB} MiB)")
+    for rid, e in s["vram_figures"]:
+        print(f"  VRAM reading: {rid} {e:+.1%}")
     if s["model_figures"]:
         print(f"  model buffers: {s['model_figures']} figures, median |error| {s['model_median_abs_error']:.1%}")
     else:

@@ -39,7 +39,7 @@ def test_records_name_their_source_and_are_training_data():
     assert DATA["split"] == "train" and "training" in DATA["use"]
     assert len(REPORTS) == len(DATA["reports"])
     for r in DATA["reports"]:
-        assert r["url"].startswith("https://github.com/") and r["by"], r["id"]
+        assert r["url"].startswith("https://") and r["by"], r["id"]
         figures = [v for d in r.get("devices", []) + r.get("breakdown", []) for k, v in d.items()
                    if k.endswith("_mib") and k != "unaccounted_mib"]  # unaccounted may be negative
         figures += [v for k, v in r.items() if k.endswith(("_mib", "_gib"))]
@@ -114,5 +114,23 @@ def test_compute_buffer_within_5pct_and_never_below(rid):
             assert 0 <= row.error <= 0.05, row
 
 
+VRAM_REPORTS = [rid for rid in PREDICTABLE if any(row.kind == "VRAM" for row in ROWS[rid])]
+VRAM_MISSES = {
+    "ik259-deepseek-r1-a6000-mla2-q8kv": "the compute buffer of -mla 2 -fa -amb 2048 (above) is 5.2 GiB short",
+    "page-gptoss120b-ncpumoe36-8gb": "5% below the author's 'about 8GB'",
+}
+
+
+@pytest.mark.parametrize("rid", [
+    pytest.param(rid, marks=pytest.mark.xfail(strict=True, reason=VRAM_MISSES[rid])) if rid in VRAM_MISSES
+    else rid for rid in VRAM_REPORTS])
+def test_total_vram_within_10pct_and_never_below_a_reading(rid):
+    """Issue 33 item 3: the total a user sees (every buffer, the CUDA context and pool) at or
+    above the report's reading and at most 10% above it."""
+    row = next(r for r in ROWS[rid] if r.kind == "VRAM")
+    assert 0 <= row.error <= 0.10, row
+
+
 def test_the_expected_misses_are_predictable_reports():
     assert set(COMPUTE_MISSES) <= set(COMPUTE_REPORTS)
+    assert set(VRAM_MISSES) <= set(VRAM_REPORTS)
