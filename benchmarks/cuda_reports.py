@@ -152,9 +152,10 @@ def compare(report: dict) -> tuple[list[Row], list[str]]:
         elif "compute_alloc_failed_mib" in d:
             rows.append(Row(rid, d["name"], "compute", got["compute"], d["compute_alloc_failed_mib"],
                             "failed compute allocation"))
-    if "vram_used_gib" in report and not pr.get("kv_only"):
+    seen_mib = report.get("vram_used_mib", report["vram_used_gib"] * 1024 if "vram_used_gib" in report else None)
+    if seen_mib is not None and not pr.get("kv_only"):
         # what nvidia-smi (or the user) saw: every buffer plus moeplan's CUDA context prior
-        rows.append(Row(rid, "all", "VRAM", mem.vram_bytes / MIB, report["vram_used_gib"] * 1024,
+        rows.append(Row(rid, "all", "VRAM", mem.vram_bytes / MIB, seen_mib,
                         "VRAM reading" + (" (approximate)" if report.get("vram_approx") else "")))
     return rows, defaults
 
