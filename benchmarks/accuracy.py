@@ -14,7 +14,7 @@ ranges.py) are grouped by the resource they
 charge (CPU, GPU, PCIe, fixed per-layer/per-token costs); one time scale per group (the CPU group
 per backend), shrunk towards 1, is fitted on train rows, and the prediction's range is centred
 and sized by the conformal 80th percentile of the train rows' log residuals, held out by source,
-of the group that dominates the row (docs/cost-model.md). Figures, train and test side by side:
+of the group that dominates the row, every source weighing the same (docs/cost-model.md). Figures, train and test side by side:
 
   model (no fit)  the mechanisms and priors alone; its range from the train residuals (a train row:
                   the other train sources' only);
@@ -52,7 +52,7 @@ from typer.testing import CliRunner
 from moeplan.cli import app
 from moeplan.errors import InputError
 from moeplan.planner.cost.attention import FA_SPLIT_KV_FROM_BUILD
-from moeplan.planner.cost.ranges import TERM_GROUP
+from moeplan.planner.cost.ranges import TERM_GROUP, weighted_conformal_quantile, weighted_median
 from moeplan.profiles import backends as backends_mod
 from moeplan.profiles.catalog import find_cpu
 
@@ -610,17 +610,13 @@ def _quantile(v: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (i - lo)
 
 
-# rows, and sources they come from, a term group needs for a range width of its own (a
-# conformal 80% quantile of fewer rows is mostly its largest residual)
+# rows, and sources they come from, a term group needs for a range width of its own. The width
+# weighs sources, not rows, and with S sources its conformal RANGE_QUANTILE needs a cumulative
+# weight of q (S + 1): below S = (1 + q) / (1 - q) (9 at q = 0.8) that is more than all sources
+# but the largest hold, so the width would be the group's largest residual; such a group takes
+# the pooled width
 MIN_GROUP_ROWS = 12
-MIN_GROUP_SOURCES = 5
-
-
-def _conformal(v: list[float]) -> float:
-    """The RANGE_QUANTILE of v with split conformal prediction's finite-sample correction
-    (level ceil((n + 1) q) / n): a new row's residual falls below it with probability >= q."""
-    n = len(v)
-    return sorted(v)[min(n, math.ceil((n + 1) * RANGE_QUANTILE)) - 1]
+MIN_GROUP_SOURCES = math.ceil((1 + RANGE_QUANTILE) / (1 - RANGE_QUANTILE) - 1e-9)
 
 
 def _residual(pred: float, measured: float, floor: float) -> tuple[float, bool]:
@@ -642,12 +638,16 @@ def _range(pred: float, cw: tuple[float, float], floor: float) -> tuple[float, f
     return (min(lo, floor) if floor else lo), pred * math.exp(w - c)
 
 
-def _center_width(res: list[tuple[float, bool]]) -> tuple[float, float]:
-    """(c, w): c the median log residual of rows the floor does not cover (where the measured
-    figures sit against the model's), w the conformal quantile of the scores about it."""
-    free = [e for e, ok in res if not ok]
-    c = statistics.median(free) if free else 0.0
-    return c, _conformal([_score(e, ok, c) for e, ok in res])
+def _center_width(res: list[tuple[float, bool, str]]) -> tuple[float, float]:
+    """(c, w) from (log residual, floor covers, source) rows: c the median log residual of rows
+    the floor does not cover (where the measured figures sit against the model's), w the
+    conformal RANGE_QUANTILE of the scores about it; both weigh every source the same (a row
+    1/n of its source's n rows) and w has the weighted finite-sample correction
+    (cost/ranges.py weighted_conformal_quantile): the next machine is a new source."""
+    free = [(e, src) for e, ok, src in res if not ok]
+    c = weighted_median([e for e, _ in free], [src for _, src in free]) if free else 0.0
+    return c, weighted_conformal_quantile([_score(e, ok, c) for e, ok, _ in res], [src for _, _, src in res],
+                                          RANGE_QUANTILE)
 
 
 def range_widths(residuals: list[tuple[str, float, bool, str]]) -> dict[str, tuple[float, float]]:
@@ -655,10 +655,10 @@ def range_widths(residuals: list[tuple[str, float, bool, str]]) -> dict[str, tup
     source) rows held out: at least MIN_GROUP_ROWS rows from MIN_GROUP_SOURCES sources, else the
     pooled figure under 'all' (one source's rows share its machine and say little about the next
     one's)."""
-    out = {"all": _center_width([(e, ok) for _, e, ok, _ in residuals])} if residuals else {}
+    out = {"all": _center_width([(e, ok, src) for _, e, ok, src in residuals])} if residuals else {}
     for g in sorted({r[0] for r in residuals}):
-        v = [(e, ok) for gg, e, ok, _ in residuals if gg == g]
-        if len(v) >= MIN_GROUP_ROWS and len({r[3] for r in residuals if r[0] == g}) >= MIN_GROUP_SOURCES:
+        v = [(e, ok, src) for gg, e, ok, src in residuals if gg == g]
+        if len(v) >= MIN_GROUP_ROWS and len({src for _, _, src in v}) >= MIN_GROUP_SOURCES:
             out[g] = _center_width(v)
     return out
 
@@ -859,8 +859,9 @@ def fit_json(res: list[Row], ev: dict, use_fit: dict[str, bool]) -> dict:
     return {"about": "term-group time scales fitted on the TRAIN split of benchmarks/data/measurements.jsonl "
                      "(benchmarks/split.py) by benchmarks/accuracy.py --write-fit, kept only where they beat the "
                      "unfitted model on held-out train sources; range_log_center = median log(predicted/measured), "
-                     "range_log_half_width = 80th percentile (conformal) of |log residual - centre| of train rows "
-                     "held out by source, by dominant group: the range is prediction x exp(-centre -/+ "
+                     "range_log_half_width = 80th percentile (weighted conformal) of |log residual - centre| of "
+                     "train rows held out by source, every source weighing 1 (a row 1/n of its source's n), by "
+                     "dominant group: the range is prediction x exp(-centre -/+ "
                      "half-width) (docs/cost-model.md). No test row informs any figure here.",
             "split_rule": split.RULE,
             "fitted_on_sources": used,
