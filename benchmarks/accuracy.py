@@ -52,7 +52,7 @@ from typer.testing import CliRunner
 from moeplan.cli import app
 from moeplan.errors import InputError
 from moeplan.planner.cost.attention import FA_SPLIT_KV_FROM_BUILD
-from moeplan.planner.cost.ranges import TERM_GROUP, weighted_conformal_quantile, weighted_median
+from moeplan.planner.cost.ranges import TERM_GROUP, source_weights, weighted_conformal_quantile, weighted_median
 from moeplan.profiles import backends as backends_mod
 from moeplan.profiles.catalog import find_cpu
 
@@ -782,14 +782,20 @@ def ranking(rows: list[Row], scales: dict[str, dict[str, float]]) -> dict:
 
 # ---- report ----------------------------------------------------------------------------------
 
-def _stats(pairs: list[tuple[float, float]], ranges: list | None = None) -> dict:
+def _stats(pairs: list[tuple[float, float]], ranges: list | None = None, sources: list[str] | None = None) -> dict:
+    """Median error; with ranges, the share of rows inside their range, the median half-width
+    and (with sources) the coverage with every source weighing the same (the share the
+    calibration aims at: cost/ranges.py weighted_conformal_quantile)."""
     errs = [abs(p / m - 1) for p, m in pairs if p and m]
     d = {"n": len(errs), "median_err": statistics.median(errs) if errs else None}
     if ranges:
-        cov = [lo <= m <= hi for (lo, hi), (p, m) in zip(ranges, pairs) if lo is not None]
-        hw = [(hi - lo) / 2 / p for (lo, hi), (p, m) in zip(ranges, pairs) if lo is not None]
-        d["coverage"] = sum(cov) / len(cov) if cov else None
-        d["half_width"] = statistics.median(hw) if hw else None
+        kept = [(lo <= m <= hi, (hi - lo) / 2 / p, src) for (lo, hi), (p, m), src
+                in zip(ranges, pairs, sources or [""] * len(pairs), strict=True) if lo is not None]
+        d["coverage"] = sum(c for c, _, _ in kept) / len(kept) if kept else None
+        d["half_width"] = statistics.median(h for _, h, _ in kept) if kept else None
+        if sources and kept:
+            w = source_weights([src for _, _, src in kept])
+            d["coverage_by_source"] = sum(wi for wi, (c, _, _) in zip(w, kept, strict=True) if c) / sum(w)
     return d
 
 
@@ -799,11 +805,12 @@ def summary(rows: list[Row], ev: dict, select=lambda x: True) -> dict:
     for m in METRICS:
         ids = [i for i in ev[m] if not i.startswith("_") and select(by_id[i])]
         e = [ev[m][i] for i in ids]
+        srcs = [by_id[i].source for i in ids]
         s = {"prior": _stats([(v["prior"], v["measured"]) for v in e],
-                             [v["prior_range"] for v in e] if m != "vram" else None),
+                             [v["prior_range"] for v in e] if m != "vram" else None, srcs),
              "in_sample": _stats([(v["in_sample"], v["measured"]) for v in e]),
              "loso": _stats([(v["loso"], v["measured"]) for v in e],
-                            [v["loso_range"] for v in e] if m != "vram" else None)}
+                            [v["loso_range"] for v in e] if m != "vram" else None, srcs)}
         if m == "decode":
             for b in ("active", "all"):
                 s[f"roofline_{b}"] = _stats([(by_id[i].baseline.get(b), ev[m][i]["measured"]) for i in ids])
@@ -899,6 +906,10 @@ def doc_block(tr: dict, te: dict, ship: dict[str, str], rank: dict, n_split: dic
             cov = (lambda st: f"{f(st.get('coverage'))} / {f(st.get('half_width'))}" if "coverage" in st else "–")
             lines.append(f"| {m} | {FIGURES[name]}{shipped} | {a['n']} | {f(a['median_err'])} | {cov(a)} | "
                          f"{b['n']} | {f(b['median_err'])} | {cov(b)} |")
+    lines += ["", "Range coverage with every source weighing the same (a row 1/n of its source's n rows: what "
+              "the source-weighted calibration aims at 80% for): " +
+              "; ".join(f"{m} train {f(tr[m][ship[m]].get('coverage_by_source'))}, "
+                        f"test {f(te[m][ship[m]].get('coverage_by_source'))}" for m in ("decode", "prefill")) + "."]
     lines += ["", "Ranking (pairs of configurations of one machine and model from one source; order counted on "
               f"pairs whose measured figures differ by more than {RANK_DIFF:.0%}; ratio error "
               "= median |predicted ratio / measured ratio - 1| over all pairs):", "",
@@ -1037,7 +1048,10 @@ def main(argv: list[str] | None = None) -> int:
               ", ".join(f"{m} median err {st[m][ship[m]]['median_err'] or float('nan'):.1%} (<= {t:.0%})"
                         for m, t in TARGETS.items()) +
               f", decode coverage {st['decode'][ship['decode']].get('coverage') or 0:.1%} (>= {COVERAGE_TARGET:.0%})"
-              f" half-width {st['decode'][ship['decode']].get('half_width') or 0:.1%} (<= {HALF_WIDTH_TARGET:.0%})")
+              f" half-width {st['decode'][ship['decode']].get('half_width') or 0:.1%} (<= {HALF_WIDTH_TARGET:.0%})"
+              f"; coverage with every source weighing the same: decode "
+              f"{st['decode'][ship['decode']].get('coverage_by_source') or 0:.1%}, prefill "
+              f"{st['prefill'][ship['prefill']].get('coverage_by_source') or 0:.1%}")
     print(f"\nnot estimable ({len(skipped)} figures):")
     reasons: dict[str, list[str]] = {}
     for rid, m, why in skipped:
