@@ -79,9 +79,10 @@ KERNEL_RUNS: tuple[KernelRun, ...] = (
               1337.70, "https://github.com/kyuz0/amd-strix-halo-toolboxes/tree/d1a34bee0900be574fc31be9dcdc02a925581889"
               "/benchmark/results#llama-2-7b.Q4_0__vulkan_radv__fa1.log", "build b9187, -fa 1"),
     KernelRun("rdna3", "AMD Radeon RX 7900 XTX", 122.8e12, LLAMA3_8B, "Q4_K_M", "ROCm", "pp2048 -ub 512", 2048,
-              3189.36, "https://github.com/ggml-org/llama.cpp/pull/26284", "master column"),
+              3189.36, "https://github.com/ggml-org/llama.cpp/pull/26284", "baseline (master) column of the PR's compare table"),
     KernelRun("rdna2", "AMD Radeon RX 6800", 32.3e12, LLAMA3_8B, "Q4_0", "ROCm", "pp2048 -ub 512", 2048,
-              638.26, "https://github.com/ggml-org/llama.cpp/pull/8416", "master column; no WMMA: packed-FP16 peak"),
+              638.26, "https://github.com/ggml-org/llama.cpp/pull/8416",
+              "baseline (master) column of the PR's compare table; no WMMA: packed-FP16 peak"),
 )
 
 # the LLVM targets (profile Gpu.gfx_target) of each AMD family
