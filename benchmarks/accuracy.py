@@ -14,7 +14,7 @@ ranges.py) are grouped by the resource they
 charge (CPU, GPU, PCIe, fixed per-layer/per-token costs); one time scale per group (the CPU group
 per backend), shrunk towards 1, is fitted on train rows, and the prediction's range is centred
 and sized by the conformal 80th percentile of the train rows' log residuals, held out by source,
-of the group that dominates the row (docs/cost-model.md). Figures, train and test side by side:
+of the group that dominates the row, every source weighing the same (docs/cost-model.md). Figures, train and test side by side:
 
   model (no fit)  the mechanisms and priors alone; its range from the train residuals (a train row:
                   the other train sources' only);
@@ -52,7 +52,7 @@ from typer.testing import CliRunner
 from moeplan.cli import app
 from moeplan.errors import InputError
 from moeplan.planner.cost.attention import FA_SPLIT_KV_FROM_BUILD
-from moeplan.planner.cost.ranges import TERM_GROUP
+from moeplan.planner.cost.ranges import TERM_GROUP, source_weights, weighted_conformal_quantile, weighted_median
 from moeplan.profiles import backends as backends_mod
 from moeplan.profiles.catalog import find_cpu
 
@@ -610,17 +610,13 @@ def _quantile(v: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (i - lo)
 
 
-# rows, and sources they come from, a term group needs for a range width of its own (a
-# conformal 80% quantile of fewer rows is mostly its largest residual)
+# rows, and sources they come from, a term group needs for a range width of its own. The width
+# weighs sources, not rows, and with S sources its conformal RANGE_QUANTILE needs a cumulative
+# weight of q (S + 1): below S = (1 + q) / (1 - q) (9 at q = 0.8) that is more than all sources
+# but the largest hold, so the width would be the group's largest residual; such a group takes
+# the pooled width
 MIN_GROUP_ROWS = 12
-MIN_GROUP_SOURCES = 5
-
-
-def _conformal(v: list[float]) -> float:
-    """The RANGE_QUANTILE of v with split conformal prediction's finite-sample correction
-    (level ceil((n + 1) q) / n): a new row's residual falls below it with probability >= q."""
-    n = len(v)
-    return sorted(v)[min(n, math.ceil((n + 1) * RANGE_QUANTILE)) - 1]
+MIN_GROUP_SOURCES = math.ceil((1 + RANGE_QUANTILE) / (1 - RANGE_QUANTILE) - 1e-9)
 
 
 def _residual(pred: float, measured: float, floor: float) -> tuple[float, bool]:
@@ -642,12 +638,16 @@ def _range(pred: float, cw: tuple[float, float], floor: float) -> tuple[float, f
     return (min(lo, floor) if floor else lo), pred * math.exp(w - c)
 
 
-def _center_width(res: list[tuple[float, bool]]) -> tuple[float, float]:
-    """(c, w): c the median log residual of rows the floor does not cover (where the measured
-    figures sit against the model's), w the conformal quantile of the scores about it."""
-    free = [e for e, ok in res if not ok]
-    c = statistics.median(free) if free else 0.0
-    return c, _conformal([_score(e, ok, c) for e, ok in res])
+def _center_width(res: list[tuple[float, bool, str]]) -> tuple[float, float]:
+    """(c, w) from (log residual, floor covers, source) rows: c the median log residual of rows
+    the floor does not cover (where the measured figures sit against the model's), w the
+    conformal RANGE_QUANTILE of the scores about it; both weigh every source the same (a row
+    1/n of its source's n rows) and w has the weighted finite-sample correction
+    (cost/ranges.py weighted_conformal_quantile): the next machine is a new source."""
+    free = [(e, src) for e, ok, src in res if not ok]
+    c = weighted_median([e for e, _ in free], [src for _, src in free]) if free else 0.0
+    return c, weighted_conformal_quantile([_score(e, ok, c) for e, ok, _ in res], [src for _, _, src in res],
+                                          RANGE_QUANTILE)
 
 
 def range_widths(residuals: list[tuple[str, float, bool, str]]) -> dict[str, tuple[float, float]]:
@@ -655,10 +655,10 @@ def range_widths(residuals: list[tuple[str, float, bool, str]]) -> dict[str, tup
     source) rows held out: at least MIN_GROUP_ROWS rows from MIN_GROUP_SOURCES sources, else the
     pooled figure under 'all' (one source's rows share its machine and say little about the next
     one's)."""
-    out = {"all": _center_width([(e, ok) for _, e, ok, _ in residuals])} if residuals else {}
+    out = {"all": _center_width([(e, ok, src) for _, e, ok, src in residuals])} if residuals else {}
     for g in sorted({r[0] for r in residuals}):
-        v = [(e, ok) for gg, e, ok, _ in residuals if gg == g]
-        if len(v) >= MIN_GROUP_ROWS and len({r[3] for r in residuals if r[0] == g}) >= MIN_GROUP_SOURCES:
+        v = [(e, ok, src) for gg, e, ok, src in residuals if gg == g]
+        if len(v) >= MIN_GROUP_ROWS and len({src for _, _, src in v}) >= MIN_GROUP_SOURCES:
             out[g] = _center_width(v)
     return out
 
@@ -782,14 +782,20 @@ def ranking(rows: list[Row], scales: dict[str, dict[str, float]]) -> dict:
 
 # ---- report ----------------------------------------------------------------------------------
 
-def _stats(pairs: list[tuple[float, float]], ranges: list | None = None) -> dict:
+def _stats(pairs: list[tuple[float, float]], ranges: list | None = None, sources: list[str] | None = None) -> dict:
+    """Median error; with ranges, the share of rows inside their range, the median half-width
+    and (with sources) the coverage with every source weighing the same (the share the
+    calibration aims at: cost/ranges.py weighted_conformal_quantile)."""
     errs = [abs(p / m - 1) for p, m in pairs if p and m]
     d = {"n": len(errs), "median_err": statistics.median(errs) if errs else None}
     if ranges:
-        cov = [lo <= m <= hi for (lo, hi), (p, m) in zip(ranges, pairs) if lo is not None]
-        hw = [(hi - lo) / 2 / p for (lo, hi), (p, m) in zip(ranges, pairs) if lo is not None]
-        d["coverage"] = sum(cov) / len(cov) if cov else None
-        d["half_width"] = statistics.median(hw) if hw else None
+        kept = [(lo <= m <= hi, (hi - lo) / 2 / p, src) for (lo, hi), (p, m), src
+                in zip(ranges, pairs, sources or [""] * len(pairs), strict=True) if lo is not None]
+        d["coverage"] = sum(c for c, _, _ in kept) / len(kept) if kept else None
+        d["half_width"] = statistics.median(h for _, h, _ in kept) if kept else None
+        if sources and kept:
+            w = source_weights([src for _, _, src in kept])
+            d["coverage_by_source"] = sum(wi for wi, (c, _, _) in zip(w, kept, strict=True) if c) / sum(w)
     return d
 
 
@@ -799,11 +805,12 @@ def summary(rows: list[Row], ev: dict, select=lambda x: True) -> dict:
     for m in METRICS:
         ids = [i for i in ev[m] if not i.startswith("_") and select(by_id[i])]
         e = [ev[m][i] for i in ids]
+        srcs = [by_id[i].source for i in ids]
         s = {"prior": _stats([(v["prior"], v["measured"]) for v in e],
-                             [v["prior_range"] for v in e] if m != "vram" else None),
+                             [v["prior_range"] for v in e] if m != "vram" else None, srcs),
              "in_sample": _stats([(v["in_sample"], v["measured"]) for v in e]),
              "loso": _stats([(v["loso"], v["measured"]) for v in e],
-                            [v["loso_range"] for v in e] if m != "vram" else None)}
+                            [v["loso_range"] for v in e] if m != "vram" else None, srcs)}
         if m == "decode":
             for b in ("active", "all"):
                 s[f"roofline_{b}"] = _stats([(by_id[i].baseline.get(b), ev[m][i]["measured"]) for i in ids])
@@ -859,8 +866,9 @@ def fit_json(res: list[Row], ev: dict, use_fit: dict[str, bool]) -> dict:
     return {"about": "term-group time scales fitted on the TRAIN split of benchmarks/data/measurements.jsonl "
                      "(benchmarks/split.py) by benchmarks/accuracy.py --write-fit, kept only where they beat the "
                      "unfitted model on held-out train sources; range_log_center = median log(predicted/measured), "
-                     "range_log_half_width = 80th percentile (conformal) of |log residual - centre| of train rows "
-                     "held out by source, by dominant group: the range is prediction x exp(-centre -/+ "
+                     "range_log_half_width = 80th percentile (weighted conformal) of |log residual - centre| of "
+                     "train rows held out by source, every source weighing 1 (a row 1/n of its source's n), by "
+                     "dominant group: the range is prediction x exp(-centre -/+ "
                      "half-width) (docs/cost-model.md). No test row informs any figure here.",
             "split_rule": split.RULE,
             "fitted_on_sources": used,
@@ -898,6 +906,10 @@ def doc_block(tr: dict, te: dict, ship: dict[str, str], rank: dict, n_split: dic
             cov = (lambda st: f"{f(st.get('coverage'))} / {f(st.get('half_width'))}" if "coverage" in st else "–")
             lines.append(f"| {m} | {FIGURES[name]}{shipped} | {a['n']} | {f(a['median_err'])} | {cov(a)} | "
                          f"{b['n']} | {f(b['median_err'])} | {cov(b)} |")
+    lines += ["", "Range coverage with every source weighing the same (a row 1/n of its source's n rows: what "
+              "the source-weighted calibration aims at 80% for): " +
+              "; ".join(f"{m} train {f(tr[m][ship[m]].get('coverage_by_source'))}, "
+                        f"test {f(te[m][ship[m]].get('coverage_by_source'))}" for m in ("decode", "prefill")) + "."]
     lines += ["", "Ranking (pairs of configurations of one machine and model from one source; order counted on "
               f"pairs whose measured figures differ by more than {RANK_DIFF:.0%}; ratio error "
               "= median |predicted ratio / measured ratio - 1| over all pairs):", "",
@@ -1036,7 +1048,10 @@ def main(argv: list[str] | None = None) -> int:
               ", ".join(f"{m} median err {st[m][ship[m]]['median_err'] or float('nan'):.1%} (<= {t:.0%})"
                         for m, t in TARGETS.items()) +
               f", decode coverage {st['decode'][ship['decode']].get('coverage') or 0:.1%} (>= {COVERAGE_TARGET:.0%})"
-              f" half-width {st['decode'][ship['decode']].get('half_width') or 0:.1%} (<= {HALF_WIDTH_TARGET:.0%})")
+              f" half-width {st['decode'][ship['decode']].get('half_width') or 0:.1%} (<= {HALF_WIDTH_TARGET:.0%})"
+              f"; coverage with every source weighing the same: decode "
+              f"{st['decode'][ship['decode']].get('coverage_by_source') or 0:.1%}, prefill "
+              f"{st['prefill'][ship['prefill']].get('coverage_by_source') or 0:.1%}")
     print(f"\nnot estimable ({len(skipped)} figures):")
     reasons: dict[str, list[str]] = {}
     for rid, m, why in skipped:

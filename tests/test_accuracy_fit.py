@@ -107,21 +107,32 @@ def test_user_inputs_from_rows():
     assert args[args.index("--cores") + 1] == "64" and "--cpu" not in args
 
 
-def test_range_width_is_the_conformal_quantile_of_enough_sources():
+def test_range_width_is_the_source_weighted_conformal_quantile_of_enough_sources():
+    from moeplan.planner.cost.ranges import weighted_conformal_quantile, weighted_median
+
     b = _bench()
-    # split conformal: the ceil((n + 1) 0.8)-th smallest of n held-out residuals
-    assert b._conformal([float(i) for i in range(1, 11)]) == 9.0
-    assert b._conformal([1.0, 2.0, 3.0, 4.0]) == 4.0
-    # a group's own width needs MIN_GROUP_ROWS rows from MIN_GROUP_SOURCES sources
-    many = [("cpu", 0.1 * i, False, f"s{i % 6}") for i in range(1, 13)]
+    # a group's own width needs MIN_GROUP_ROWS rows from MIN_GROUP_SOURCES sources: 9 at 80%,
+    # the fewest whose weighted conformal quantile is not forced to the largest score
+    assert b.MIN_GROUP_SOURCES == 9
+    many = [("cpu", 0.1 * i, False, f"s{i % 10}") for i in range(1, 13)]
     one_source = [("gpu", 0.05, False, "solo")] * 12
-    w = b.range_widths(many + one_source)
-    assert "cpu" in w and "gpu" not in w
-    # the centre is the median residual, the width the conformal quantile about it
+    eight = [("pcie", 0.1 * i, False, f"p{i % 8}") for i in range(1, 13)]
+    w = b.range_widths(many + one_source + eight)
+    assert "cpu" in w and "gpu" not in w and "pcie" not in w
+    # the centre is the source-weighted median residual, the width the weighted conformal
+    # quantile about it (ten sources; s1 and s2 hold two rows each, weighing 1/2)
     c, hw = w["cpu"]
+    srcs = [f"s{i % 10}" for i in range(1, 13)]
+    assert c == pytest.approx(weighted_median([0.1 * i for i in range(1, 13)], srcs))
     assert c == pytest.approx(0.65)
-    assert hw == pytest.approx(b._conformal([abs(0.1 * i - 0.65) for i in range(1, 13)]))
-    assert w["all"][0] == pytest.approx(statistics.median([e for _, e, _, _ in many + one_source]))
+    assert hw == pytest.approx(weighted_conformal_quantile([abs(0.1 * i - 0.65) for i in range(1, 13)], srcs, 0.8))
+    w = b.range_widths(many + one_source)
+    # pooled: the 12 rows of 'solo' weigh as much as one source of the seven, not half the rows,
+    # so the centre is not pulled to its 0.05 (row-weighted: the median of 24 rows, 0.1)
+    allc = w["all"][0]
+    assert allc == pytest.approx(weighted_median([e for _, e, _, _ in many + one_source],
+                                                 [s for _, _, _, s in many + one_source]))
+    assert allc > statistics.median([e for _, e, _, _ in many + one_source])
 
 
 def test_a_skewed_residual_set_gives_a_range_reaching_further_down():

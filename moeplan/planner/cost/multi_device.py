@@ -3,6 +3,7 @@ after another (a pipeline with one token in flight), plus one hop per device bou
 """
 from __future__ import annotations
 
+from moeplan.planner.cost import gpu_kernels
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.cost.resolve import PCIE_PAYLOAD, Factors, _fig
 from moeplan.planner.cost.work import S_HOP_REL_ERR, S_HOP_S
@@ -83,6 +84,15 @@ def _multi_gpu_decode_terms(model: ModelSpec, p: Placement, hw: HardwareProfile,
         errs["device_hops"] = S_HOP_REL_ERR
 
 
+def _kernel_ratio(hw: HardwareProfile, index: int) -> float:
+    """GPU index's kernel efficiency (cost/gpu_kernels.py) over GPU 0's, whose is in the rate."""
+    if index >= len(hw.gpus) or not hw.gpus:
+        return 1.0
+    g, g0 = hw.gpus[index], hw.gpus[0]
+    return (gpu_kernels.kernel_efficiency(g.vendor, g.gfx_target)[0]
+            / gpu_kernels.kernel_efficiency(g0.vendor, g0.gfx_target)[0])
+
+
 def _multi_gpu_prefill(model: ModelSpec, p: Placement, hw: HardwareProfile, f: Factors, u: int, share: float,
                        per_tok: float, attn: float, offload_cpu_params: float, devices: tuple) -> tuple[float, str, float]:
     """Seconds per ubatch of the GPU side of a layer split: each device's matmuls (compute or
@@ -113,7 +123,8 @@ def _multi_gpu_prefill(model: ModelSpec, p: Placement, hw: HardwareProfile, f: F
             params += offload_cpu_params
         flops = u * (2 * params + attn * n_a / n_attn)
         fig = _fig(hw.gpus[d.index].fp16_flop_per_s) if d.index < len(hw.gpus) else None
-        rate = f.gpu_flop_per_s.value * (fig[0] / base_flop[0] if fig and base_flop else 1.0)
+        rate = f.gpu_flop_per_s.value * (fig[0] / base_flop[0] if fig and base_flop else 1.0) * \
+            _kernel_ratio(hw, d.index)
         bw = device_bw_bytes_per_s(hw, f, d.index)
         t = max(flops / max(1.0, rate), rd / max(1.0, bw))
         total += t

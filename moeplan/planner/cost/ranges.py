@@ -5,6 +5,7 @@ dominates the terms, the priors' range from each term's uncertainty, and the bot
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from moeplan.planner.hardware.profile import HardwareProfile
 from moeplan.planner.plan import Term
@@ -95,3 +96,57 @@ BOTTLENECK_TEXT = {
     "sync": "per-layer synchronisation between CPU and GPU",
     "nvme": "NVMe reads (the CPU experts do not fit in RAM)",
 }
+
+
+# ---- calibrating the ranges (benchmarks/accuracy.py --write-fit) ------------------------------
+# Each held-out residual belongs to a source (one page, thread or repository: one machine and one
+# way of measuring). A new user's machine is a new source, and rows of one source share their
+# machine's error, so the calibration weighs every source the same: a row counts 1/n of its
+# source's n rows. Row-weighted, one source with many tight rows (52 Strix Halo rows of one
+# repository) would narrow every range.
+
+def source_weights(sources: Sequence[str]) -> list[float]:
+    """Each row's weight: 1 / (rows of its source), so that every source weighs 1."""
+    n: dict[str, int] = {}
+    for s in sources:
+        n[s] = n.get(s, 0) + 1
+    return [1.0 / n[s] for s in sources]
+
+
+def weighted_median(values: Sequence[float], sources: Sequence[str]) -> float:
+    """The median of values with every source weighing the same (source_weights): the smallest
+    value whose cumulative weight reaches half the total, the mean of it and the next value where
+    the half falls exactly between them; 0 for no values."""
+    if not values:
+        return 0.0
+    pairs = sorted(zip(values, source_weights(sources), strict=True))
+    half = 0.5 * sum(w for _, w in pairs)
+    cum = 0.0
+    for i, (v, w) in enumerate(pairs):
+        cum += w
+        if math.isclose(cum, half, rel_tol=1e-12, abs_tol=1e-12) and i + 1 < len(pairs):
+            return 0.5 * (v + pairs[i + 1][0])
+        if cum > half:
+            return v
+    return pairs[-1][0]
+
+
+def weighted_conformal_quantile(scores: Sequence[float], sources: Sequence[str], q: float) -> float:
+    """The q-quantile of held-out conformity scores with every source weighing 1 (a row 1/n of its
+    source's n rows) and the finite-sample correction of weighted split conformal prediction
+    (Tibshirani, Barber, Candes and Ramdas 2019, 'Conformal prediction under covariate shift'):
+    the new machine is one more source, whose unit of weight sits at +infinity, so the quantile is
+    the smallest score whose cumulative weight reaches q x (S + 1) for S sources. With one row per
+    source this is split conformal's ceil((n + 1) q)-th smallest score. Where q x (S + 1) > S
+    (fewer than q / (1 - q) sources) no finite score suffices and the largest is returned."""
+    if not scores:
+        return float("nan")
+    pairs = sorted(zip(scores, source_weights(sources), strict=True))
+    n_sources = len(set(sources))
+    need = q * (n_sources + 1)
+    cum = 0.0
+    for v, w in pairs:
+        cum += w
+        if cum >= need - 1e-9:
+            return v
+    return pairs[-1][0]

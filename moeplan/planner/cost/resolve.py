@@ -14,7 +14,7 @@ from typing import Any
 from moeplan.errors import InputError
 from moeplan.planner import backends
 from moeplan.planner.cost import factors as F
-from moeplan.planner.cost import machine
+from moeplan.planner.cost import gpu_kernels, machine
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.hardware.profile import Figure, HardwareProfile, NumaNode, pcie_bytes_per_s
 from moeplan.planner.hardware.windows import GROUP_SIZE as WINDOWS_GROUP_SIZE
@@ -206,6 +206,12 @@ def _gpu_rates(hw: HardwareProfile, pr: BackendPriors, cpu_only: bool) -> tuple[
     else:
         bw_g = Rate(0.0, "none", 0.0, "no GPU")
     mfu, mfu_src, mfu_err = _factor(F.GPU_MFU, pr.gpu_mfu, pr, hw)
+    if gpu and mfu_src == "prior":
+        # the prior is NVIDIA's; another family's kernels reach a measured share of that
+        # (cost/gpu_kernels.py). A calibration measured this GPU: it stands as it is
+        k, k_err, k_how = gpu_kernels.kernel_efficiency(gpu.vendor, gpu.gfx_target)
+        if k_how:
+            mfu, mfu_src, mfu_err = mfu * k, f"prior x {k_how}", math.hypot(mfu_err, k_err)
     gf = _fig(gpu.fp16_flop_per_s) if gpu else None
     if gf:
         f_gpu = Rate(gf[0] * mfu, f"{gf[1]} x {mfu_src} mfu={mfu:.2f}", math.hypot(gf[2], mfu_err))
