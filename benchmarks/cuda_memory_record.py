@@ -115,8 +115,13 @@ def write_model(name: str, folder: Path) -> Path:
 
 
 def smi(query: str, extra: str = "") -> list[list[str]]:
-    out = subprocess.run(["nvidia-smi", f"--query-{extra or 'gpu'}={query}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=30).stdout
+    """nvidia-smi's CSV rows for `query`; none where nvidia-smi is missing (a CPU build records
+    its buffer lines only)."""
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-{extra or 'gpu'}={query}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
     return [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.strip()]
 
 
@@ -128,8 +133,13 @@ def process_mib(pid: int) -> int | None:
     return None
 
 
-def gpu_used_mib() -> int:
-    return int(smi("memory.used")[0][0])
+def gpu_used_mib() -> int | None:
+    rows = smi("memory.used")
+    return int(rows[0][0]) if rows and rows[0][0].isdigit() else None
+
+
+def _delta(now: int | None, before: int | None) -> int | None:
+    return None if now is None or before is None else now - before
 
 
 def _free_port() -> int:
@@ -166,7 +176,7 @@ def run_case(server: Path, model: Path, case: CudaCase, timeout_s: float) -> dic
         result["load_s"] = round(time.monotonic() - t0, 2)
         if proc.poll() is None:
             result["nvidia_smi_process_mib_after_load"] = process_mib(proc.pid)
-            result["nvidia_smi_gpu_delta_mib_after_load"] = gpu_used_mib() - before
+            result["nvidia_smi_gpu_delta_mib_after_load"] = _delta(gpu_used_mib(), before)
             n_tok = case.n_ubatch
             body = json.dumps({"prompt": " ".join(f"w{i}" for i in range(n_tok)), "n_predict": 4,
                                "cache_prompt": False}).encode()
@@ -180,7 +190,7 @@ def run_case(server: Path, model: Path, case: CudaCase, timeout_s: float) -> dic
             except (OSError, ValueError) as exc:
                 result["prompt_error"] = str(exc)[:200]
             result["nvidia_smi_process_mib_after_prompt"] = process_mib(proc.pid)
-            result["nvidia_smi_gpu_delta_mib_after_prompt"] = gpu_used_mib() - before
+            result["nvidia_smi_gpu_delta_mib_after_prompt"] = _delta(gpu_used_mib(), before)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

@@ -8,7 +8,9 @@
 #   DEVICE=cpu PROMPT=32 TOKENS=2 scripts/gpu-check.sh   # dry run of the script without a GPU
 #
 # Knobs (environment): MODEL (bundled profile, default qwen3-30b-a3b), SAMPLE (blocks per class,
-# default 2), TOKENS (decode, 32), PROMPT (prefill, 512), DEVICE (cuda), PYTHON, KEEP.
+# default 2), TOKENS (decode, 32), PROMPT (prefill, 512), DEVICE (cuda), PYTHON, KEEP;
+# MOEPLAN_LLAMA_BIN (a CUDA llama.cpp build/bin: also record its buffers per case, LLAMA_BUDGET
+# seconds, into LLAMA_RECORD, default the temp folder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -153,6 +155,13 @@ run "mmap, evicted before each token"   "$OUT/mmap.gguf" --all-cpu-moe --expert-
 step "roofline: CPU decode vs DRAM read bandwidth; transfer mode vs host-to-device rate"
 timeout 300 $PY benchmarks/executor_roofline.py --device "$DEVICE" --rounds 1 --tokens 8 --dtype bf16 \
   --threads "$(nproc)" || echo "roofline benchmark failed or timed out"
+
+if [ -n "${MOEPLAN_LLAMA_BIN:-}" ] && [ "$DEVICE" = cuda ]; then
+  step "llama.cpp on CUDA: every buffer and nvidia-smi per case (benchmarks/cuda_memory_record.py)"
+  timeout "${LLAMA_BUDGET:-300}" $PY benchmarks/cuda_memory_record.py --bin "$MOEPLAN_LLAMA_BIN" \
+    --out "${LLAMA_RECORD:-$OUT/cuda_runs}" --budget-s "$(( ${LLAMA_BUDGET:-300} - 40 ))" \
+    || echo "llama.cpp recording failed or timed out"
+fi
 
 if [ "$DEVICE" = cuda ]; then
   step "GPU tests (pytest -m gpu)"
