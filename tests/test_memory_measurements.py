@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from moeplan.planner.cost import resolve
+from moeplan.planner.cost import machine, resolve
 from moeplan.planner.hardware.spec import SpecRequest
 from moeplan.planner.placement import Placement
 from moeplan.profiles import catalog
@@ -21,18 +21,26 @@ MEASUREMENTS = tomllib.loads(DATA.read_text())["measurement"]
 
 
 def modelled_read_bytes_per_s(m: dict) -> float:
-    """The model's read rate for the measured setup: all cores of the sockets used, each socket
-    reading its own memory, with the runtime's efficiency left out (eta_cpu = 1: a stream
-    benchmark, not a decode)."""
+    """The model's read rate for the measured setup: the threads on the nodes used (all sockets'
+    or the first `nodes_used` sub-NUMA nodes), each node reading its own memory, with the
+    runtime's efficiency left out (eta_cpu = 1: a stream benchmark, not a decode). A `remote`
+    entry: node 0's threads reading node 1's memory, the local rate x the model's remote/local
+    ratio for the part (resolve._remote_ratio)."""
     hw = catalog.build_profile(SpecRequest(cpu=m["cpu"], sockets=m["sockets"], ram_bytes=512 * GIB,
                                            channels=m["channels_per_socket"] * m["sockets"],
-                                           ram_type=m["ram_type"], ram_speed_mts=m["ram_speed_mts"]))
+                                           ram_type=m["ram_type"], ram_speed_mts=m["ram_speed_mts"],
+                                           numa_nodes=m.get("numa_nodes")))
     pr = replace(read_priors("llama.cpp"), eta_cpu=1.0)
-    nodes = tuple(n.id for n in resolve.cpu_nodes(hw))[: m["sockets_used"]]
-    numa = "distribute" if m["sockets_used"] > 1 else "bind"
-    p = Placement(cpu_moe_layers=(0,), n_threads=m["threads"] * m["sockets_used"], n_gpus=0, numa=numa,
+    used = m.get("nodes_used", m["sockets_used"])
+    nodes = tuple(n.id for n in resolve.cpu_nodes(hw))[:used]
+    numa = "distribute" if used > 1 else "bind"
+    p = Placement(cpu_moe_layers=(0,), n_threads=m["threads"] * used, n_gpus=0, numa=numa,
                   numa_nodes=nodes)
-    return resolve.resolve_factors(hw, pr, p, host_bytes=10e9).bw_cpu_bytes_per_s.value
+    local = resolve.resolve_factors(hw, pr, p, host_bytes=10e9).bw_cpu_bytes_per_s.value
+    if m.get("reads", "local") == "local":
+        return local
+    rho = resolve._remote_ratio(hw, pr, resolve.cpu_nodes(hw)[:2])[0]
+    return rho * local
 
 
 def test_every_measurement_names_its_source_and_a_catalog_part():
@@ -42,9 +50,26 @@ def test_every_measurement_names_its_source_and_a_catalog_part():
         assert str(m["read_gbps"]) in m["quote"].replace(" GB/s", "") or f"{m['read_gbps']}" in m["quote"]
         assert catalog.find_cpu(m["cpu"])
         assert 0 < m["spread"] <= 0.25
+        assert m.get("reads", "local") in ("local", "remote")
+        assert "assumed" in m or "source" in m
 
 
-@pytest.mark.parametrize("m", MEASUREMENTS, ids=lambda m: f"{m['cpu']}-{m['sockets_used']}of{m['sockets']}S")
+def test_every_family_figure_the_machine_model_takes_is_a_listed_measurement():
+    """machine.py's measured one-core rates and remote ratios each stand in the table."""
+    listed = {(catalog.find_cpu(m["cpu"]).family, m["read_gbps"]) for m in MEASUREMENTS if m["threads"] == 1}
+    for fam, ms in machine.FAMILIES.items():
+        if ms.core_read_bytes_per_s:
+            assert (fam, round(ms.core_read_bytes_per_s / 1e9, 2)) in listed, fam
+        if ms.remote_read_ratio:
+            local = [m for m in MEASUREMENTS if m.get("reads") == "local" and catalog.find_cpu(m["cpu"]).family == fam]
+            remote = [m for m in MEASUREMENTS if m.get("reads") == "remote" and catalog.find_cpu(m["cpu"]).family == fam]
+            assert local and remote
+            assert ms.remote_read_ratio == pytest.approx(remote[0]["read_gbps"] / local[0]["read_gbps"], rel=0.01)
+
+
+@pytest.mark.parametrize("m", MEASUREMENTS, ids=lambda m: (f"{m['cpu']}-{m.get('nodes_used', m['sockets_used'])}of"
+                                                    f"{m.get('numa_nodes', m['sockets'])}N-{m['threads']}T-"
+                                                    f"{m.get('reads', 'local')}"))
 def test_modelled_read_rate_within_the_measured_spread(m):
     got = modelled_read_bytes_per_s(m) / 1e9
     assert got == pytest.approx(m["read_gbps"], rel=m["spread"]), (got, m["read_gbps"], m["source"])
