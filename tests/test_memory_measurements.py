@@ -17,7 +17,9 @@ from moeplan.profiles.backends import read_priors
 from moeplan.units import GIB
 
 DATA = Path(catalog.profiles_dir()) / "parts" / "memory_measurements.toml"
-MEASUREMENTS = tomllib.loads(DATA.read_text())["measurement"]
+TABLES = tomllib.loads(DATA.read_text())
+MEASUREMENTS = TABLES["measurement"]
+CORE_TO_CORE = TABLES["core_to_core"]
 
 
 def modelled_read_bytes_per_s(m: dict) -> float:
@@ -68,8 +70,32 @@ def test_every_family_figure_the_machine_model_takes_is_a_listed_measurement():
 
 
 @pytest.mark.parametrize("m", MEASUREMENTS, ids=lambda m: (f"{m['cpu']}-{m.get('nodes_used', m['sockets_used'])}of"
-                                                    f"{m.get('numa_nodes', m['sockets'])}N-{m['threads']}T-"
+                                                    f"{m.get('numa_nodes', 'default')}N-{m['threads']}T-"
                                                     f"{m.get('reads', 'local')}"))
 def test_modelled_read_rate_within_the_measured_spread(m):
     got = modelled_read_bytes_per_s(m) / 1e9
     assert got == pytest.approx(m["read_gbps"], rel=m["spread"]), (got, m["read_gbps"], m["source"])
+
+
+def _hw_6980p(numa_nodes: int | None):
+    return catalog.build_profile(SpecRequest(cpu="Xeon 6980P", sockets=2, ram_bytes=1536 * GIB, numa_nodes=numa_nodes))
+
+
+@pytest.mark.parametrize("c", CORE_TO_CORE, ids=lambda c: f"{c['cpu']}-{c['mode']}-{c['between']}")
+def test_barrier_hand_over_is_the_measured_core_to_core_latency(c):
+    """The barrier hand-over the model charges a Xeon 6900P in each NUMA mode is the MLC figure:
+    threads within one node (SNC3), spread over the three nodes of a socket (the in-node and
+    cross-node figures mixed as consecutive arrivals come from other nodes), or HEX."""
+    assert c["source"].startswith("https://") and str(c["latency_ns"]) in c["quote"] + c["kind"]
+    assert catalog.find_cpu(c["cpu"]).family == "granite-rapids"
+    if c["mode"] == "HEX":
+        got = machine.barrier_handoff_s(_hw_6980p(2), 128)[0]
+        assert got == pytest.approx(c["latency_ns"] * 1e-9, rel=0.01)
+    elif c["between"] == "node":
+        got = machine.barrier_handoff_s(_hw_6980p(None), 40)[0]  # 40 threads fit one 42-core node
+        assert got == pytest.approx(c["latency_ns"] * 1e-9, rel=0.01)
+    else:
+        inside = next(x for x in CORE_TO_CORE if x["mode"] == "SNC3" and x["between"] == "node")["latency_ns"]
+        got = machine.barrier_handoff_s(_hw_6980p(None), 256)[0]  # both sockets, all three nodes each
+        want = inside / 3 + c["latency_ns"] * 2 / 3
+        assert got == pytest.approx(want * 1e-9, rel=0.01)

@@ -103,6 +103,9 @@ GMI2_SERVER_READ_FRACTION = 113.4e9 / (4 * 32 * 1.333e9)
 # 104.4 GB/s and node 1 at 34.3 GB/s, 0.33 of local over the UPI links.
 KERNCRAFT = "kerncraft machine files (github.com/RRZE-HPC/kerncraft examples/machine-files)"
 SKYLAKE_REMOTE_RATIO = 34290.6 / 104362.2
+# and on 2 x Xeon 6980P with SNC disabled (one node per socket, 12 x DDR5 each; ubergarm, Intel MLC
+# 3.11b in ik_llama.cpp discussion 201): 554.8 GB/s local, 247.8 GB/s from the other socket
+GNR_REMOTE_RATIO = 247793.1 / 554843.5
 
 FAMILIES: dict[str, MemorySystem] = {
     "haswell": MemorySystem(16, 120.0, socket_link_bytes_per_s=19.2e9, socket_links=2, socket_links_mp=3,
@@ -123,7 +126,9 @@ FAMILIES: dict[str, MemorySystem] = {
                                     source="Golden Cove server core: 48 L2 misses, UPI 2.0 16 GT/s",
                                     core_read_bytes_per_s=14.49e9, measured_on=f"Xeon Platinum 8470, {KERNCRAFT}"),
     "granite-rapids": MemorySystem(48, 140.0, socket_link_bytes_per_s=48e9, socket_links=6,
-                                   source="Redwood Cove: 48 L2 misses, UPI 2.0 24 GT/s"),
+                                   source="Redwood Cove: 48 L2 misses, UPI 2.0 24 GT/s",
+                                   remote_read_ratio=GNR_REMOTE_RATIO,
+                                   measured_on="remote: 2 x Xeon 6980P SNC off, Intel MLC (ik_llama.cpp discussion 201)"),
     "sierra-forest": MemorySystem(32, 140.0, socket_link_bytes_per_s=48e9, socket_links=6,
                                   source="Crestmont: 32 L2 misses per module share"),
     "comet-lake": MemorySystem(16, 85.0, source="Skylake client: 16-entry superqueue"),
@@ -312,6 +317,32 @@ AMD_IN_COMPLEX_NS = 20.0
 AMD_CROSS_COMPLEX_NS = {"zen2": 110.0, "zen3": 100.0, "zen4": 100.0, "zen5": 100.0}
 AMD_DESKTOP_CROSS_NS = {"zen3": 80.0, "zen4": 80.0}
 INTEL_CLIENT_FAMILIES = {"alder-lake", "comet-lake", "rocket-lake", "raptor-lake", "arrow-lake", "lunar-lake"}
+# Xeon 6 with three compute dies (the 6900P parts: 432-504 MB of L3 per socket; the 6700P parts
+# have one or two dies and at most 336 MB). Measured with Intel MLC --c2c_latency on 2 x Xeon
+# 6980P (ik_llama.cpp discussion 201, profiles/parts/memory_measurements.toml [[core_to_core]]):
+# in SNC3 a line moves to a core of the same node in 80.5 ns ("Local Socket L2->L2 HIT") and to a
+# core of another node of the socket in 99-131 ns (mean 111); with SNC disabled (HEX: one NUMA
+# node per socket, each line's caching agent hashed over all three dies) in 179.7 ns.
+GNR_3DIE_MIN_L3_BYTES = 400 * 2**20
+GNR_SNC3_IN_NODE_NS = 80.5
+GNR_SNC3_CROSS_NODE_NS = (99.3 + 124.9 + 108.8 + 100.9 + 131.0 + 103.8) / 6
+GNR_HEX_NS = 179.7
+
+
+def _gnr_3die_handoff_ns(hw: HardwareProfile, threads: int) -> tuple[float, str] | None:
+    """The measured hand-over latency of a three-die Xeon 6 in its NUMA mode (None: not one)."""
+    c = hw.cpu
+    sockets = max(1, c.n_sockets)
+    if cpu_family(hw) != "granite-rapids" or (c.l3_bytes or 0) // sockets < GNR_3DIE_MIN_L3_BYTES:
+        return None
+    nodes = len(hw.cpu_nodes) or sockets
+    per_socket = max(1, nodes // sockets)
+    if per_socket == 1:
+        return GNR_HEX_NS, f"{GNR_HEX_NS:.0f} ns core-to-core hand-over (Xeon 6900P, SNC off / HEX: MLC measured)"
+    cores_per_node = max(1, c.n_cores // nodes)
+    used = max(1, min(per_socket, math.ceil(math.ceil(threads / sockets) / cores_per_node)))
+    ns = GNR_SNC3_IN_NODE_NS / used + GNR_SNC3_CROSS_NODE_NS * (1 - 1 / used)
+    return ns, f"{ns:.0f} ns core-to-core hand-over (Xeon 6900P SNC{per_socket}, {used} node(s): MLC measured)"
 
 
 def barrier_handoff_s(hw: HardwareProfile, threads: int) -> tuple[float, str]:
@@ -333,6 +364,9 @@ def barrier_handoff_s(hw: HardwareProfile, threads: int) -> tuple[float, str]:
         used = max(1, min(complexes, threads))
         ns = AMD_IN_COMPLEX_NS / used + cross * (1 - 1 / used)
         return ns * 1e-9, f"{ns:.0f} ns core-to-core hand-over ({used} core complexes)"
+    gnr = _gnr_3die_handoff_ns(hw, threads)
+    if gnr:
+        return gnr[0] * 1e-9, gnr[1]
     kind = "intel-client" if fam in INTEL_CLIENT_FAMILIES or (c.segment or "") == "desktop" else "intel-server"
     ns = HANDOFF_NS[kind]
     return ns * 1e-9, f"{ns:.0f} ns core-to-core hand-over ({kind.replace('intel-', 'Intel ')})"
