@@ -22,16 +22,22 @@ MEASUREMENTS = TABLES["measurement"]
 CORE_TO_CORE = TABLES["core_to_core"]
 
 
+def _profile(m: dict):
+    """The machine of a measurement as `moeplan hardware` builds it (the part's default NUMA mode
+    unless the entry gives numa_nodes)."""
+    return catalog.build_profile(SpecRequest(cpu=m["cpu"], sockets=m["sockets"], ram_bytes=512 * GIB,
+                                             channels=m["channels_per_socket"] * m["sockets"],
+                                             ram_type=m["ram_type"], ram_speed_mts=m["ram_speed_mts"],
+                                             numa_nodes=m.get("numa_nodes")))
+
+
 def modelled_read_bytes_per_s(m: dict) -> float:
     """The model's read rate for the measured setup: the threads on the nodes used (all sockets'
     or the first `nodes_used` sub-NUMA nodes), each node reading its own memory, with the
     runtime's efficiency left out (eta_cpu = 1: a stream benchmark, not a decode). A `remote`
     entry: node 0's threads reading node 1's memory, the local rate x the model's remote/local
     ratio for the part (resolve._remote_ratio)."""
-    hw = catalog.build_profile(SpecRequest(cpu=m["cpu"], sockets=m["sockets"], ram_bytes=512 * GIB,
-                                           channels=m["channels_per_socket"] * m["sockets"],
-                                           ram_type=m["ram_type"], ram_speed_mts=m["ram_speed_mts"],
-                                           numa_nodes=m.get("numa_nodes")))
+    hw = _profile(m)
     pr = replace(read_priors("llama.cpp"), eta_cpu=1.0)
     used = m.get("nodes_used", m["sockets_used"])
     nodes = tuple(n.id for n in resolve.cpu_nodes(hw))[:used]
@@ -62,11 +68,20 @@ def test_every_family_figure_the_machine_model_takes_is_a_listed_measurement():
     for fam, ms in machine.FAMILIES.items():
         if ms.core_read_bytes_per_s:
             assert (fam, round(ms.core_read_bytes_per_s / 1e9, 2)) in listed, fam
-        if ms.remote_read_ratio:
-            local = [m for m in MEASUREMENTS if m.get("reads") == "local" and catalog.find_cpu(m["cpu"]).family == fam]
-            remote = [m for m in MEASUREMENTS if m.get("reads") == "remote" and catalog.find_cpu(m["cpu"]).family == fam]
-            assert local and remote
-            assert ms.remote_read_ratio == pytest.approx(remote[0]["read_gbps"] / local[0]["read_gbps"], rel=0.01)
+        for ratio, one_node_per_socket in ((ms.remote_read_ratio, True), (ms.sub_numa_read_ratio, False)):
+            if not ratio:
+                continue
+            # the node-0 local and remote figures of one NUMA mode: one node per socket (remote is
+            # the other socket) or sub-NUMA nodes (remote is the next node of the same socket)
+            mode = [m for m in MEASUREMENTS if catalog.find_cpu(m["cpu"]).family == fam
+                    and m.get("nodes_used", 1) == 1 and m["sockets_used"] == 1
+                    and (len(resolve.cpu_nodes(_profile(m))) == m["sockets"]) == one_node_per_socket]
+            remote = [m for m in mode if m.get("reads") == "remote"]
+            assert remote, fam
+            local = [m for m in mode if m.get("reads", "local") == "local" and m["threads"] > 1
+                     and (m["cpu"], m["source"]) == (remote[0]["cpu"], remote[0]["source"])]
+            assert local, fam
+            assert ratio == pytest.approx(min(1.0, remote[0]["read_gbps"] / local[0]["read_gbps"]), rel=0.01), fam
 
 
 @pytest.mark.parametrize("m", MEASUREMENTS, ids=lambda m: (f"{m['cpu']}-{m.get('nodes_used', m['sockets_used'])}of"

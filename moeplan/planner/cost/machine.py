@@ -61,6 +61,8 @@ class MemorySystem:
     core_read_bytes_per_s: float | None = None
     remote_read_ratio: float | None = None
     measured_on: str = ""
+    # the same between two sub-NUMA nodes (SNC / NPS) of one socket, where measured
+    sub_numa_read_ratio: float | None = None
 
 
 # Sources:
@@ -106,6 +108,9 @@ SKYLAKE_REMOTE_RATIO = 34290.6 / 104362.2
 # and on 2 x Xeon 6980P with SNC disabled (one node per socket, 12 x DDR5 each; ubergarm, Intel MLC
 # 3.11b in ik_llama.cpp discussion 201): 554.8 GB/s local, 247.8 GB/s from the other socket
 GNR_REMOTE_RATIO = 247793.1 / 554843.5
+# and with SNC3 (three nodes per socket, one per compute die): node 0's threads read node 1's memory
+# on the same socket at 188.6 GB/s against 187.9 GB/s from their own (ratio 1.0, capped at 1)
+GNR_SUB_NUMA_RATIO = min(1.0, 188622.8 / 187911.4)
 
 FAMILIES: dict[str, MemorySystem] = {
     "haswell": MemorySystem(16, 120.0, socket_link_bytes_per_s=19.2e9, socket_links=2, socket_links_mp=3,
@@ -127,8 +132,8 @@ FAMILIES: dict[str, MemorySystem] = {
                                     core_read_bytes_per_s=14.49e9, measured_on=f"Xeon Platinum 8470, {KERNCRAFT}"),
     "granite-rapids": MemorySystem(48, 140.0, socket_link_bytes_per_s=48e9, socket_links=6,
                                    source="Redwood Cove: 48 L2 misses, UPI 2.0 24 GT/s",
-                                   remote_read_ratio=GNR_REMOTE_RATIO,
-                                   measured_on="remote: 2 x Xeon 6980P SNC off, Intel MLC (ik_llama.cpp discussion 201)"),
+                                   remote_read_ratio=GNR_REMOTE_RATIO, sub_numa_read_ratio=GNR_SUB_NUMA_RATIO,
+                                   measured_on="remote: 2 x Xeon 6980P SNC off / SNC3, Intel MLC (ik_llama.cpp discussion 201)"),
     "sierra-forest": MemorySystem(32, 140.0, socket_link_bytes_per_s=48e9, socket_links=6,
                                   source="Crestmont: 32 L2 misses per module share"),
     "comet-lake": MemorySystem(16, 85.0, source="Skylake client: 16-entry superqueue"),
@@ -249,6 +254,15 @@ def remote_read_ratio(hw: HardwareProfile) -> tuple[float, str] | None:
     if ms is None or not ms.remote_read_ratio:
         return None
     return ms.remote_read_ratio, f"measured remote/local read ratio {ms.remote_read_ratio:.2f} ({ms.measured_on})"
+
+
+def sub_numa_read_ratio(hw: HardwareProfile) -> tuple[float, str] | None:
+    """The measured ratio between sub-NUMA nodes of one socket (None: no measurement)."""
+    ms = memory_system(hw)
+    if ms is None or not ms.sub_numa_read_ratio:
+        return None
+    return ms.sub_numa_read_ratio, (f"measured ratio {ms.sub_numa_read_ratio:.2f} between nodes of one socket "
+                                    f"({ms.measured_on})")
 
 
 def socket_link_cap(hw: HardwareProfile, n_nodes_used: int, n_sockets_used: int) -> tuple[float, str] | None:

@@ -248,6 +248,9 @@ def _remote_ratio(hw: HardwareProfile, pr: BackendPriors, nodes: tuple[NumaNode,
         # mesh or the package, not a socket link; Xeon 6980P runs memory-bound workloads within
         # ~10% in HEX mode (2/3 of reads off-die) and SNC3 (Phoronix, 2024-10-02)
         rho, rho_src = RHO_SUB_NUMA, "sub-NUMA nodes of one socket"
+        sub = machine.sub_numa_read_ratio(hw)
+        if sub:
+            rho, rho_src = sub
     elif len(nodes) > 1 and rho_src == "prior" and not hw.numa_bw_matrix:
         # nodes on several sockets: the family's measured remote/local ratio where a public
         # measurement gives one (machine.remote_read_ratio), a stream figure like the nodes' DRAM
