@@ -8,7 +8,8 @@ priors, and `moeplan calibrate` over both.
 Symbols: T threads, C physical cores, L logical CPUs of the nodes the threads run on, n NUMA
 nodes used, line = 64 B.
 
-  core read rate      b_core = lines_in_flight x 64 B / loaded latency          (Little's law)
+  core read rate      b_core = measured one-core stream, else
+                      lines_in_flight x 64 B / loaded latency                  (Little's law)
   CCD read cap        BW_ccd = min(ccds, T_socket) x links x bytes/clk x FCLK   (AMD GMI)
   thread read rate    BW_T   = min(T_cores, C) x b_core                          (SMT adds none)
   CPU read rate       BW     = min(BW_T, BW_ccd x sockets, eta x sum BW_node)
@@ -52,6 +53,16 @@ class MemorySystem:
     # fabric clock follows the memory clock 1:1 up to fclk_ghz (Zen 2 / Zen 3 server parts)
     ccd_read_fraction: float | None = None
     fclk_follows_memclk: bool = False
+    # measured, where a public measurement of a part of the family exists
+    # (profiles/parts/memory_measurements.toml, checked by tests/test_memory_measurements.py):
+    # the read-only stream one core pulls from DRAM by itself (b_core instead of Little's law),
+    # and the rate one socket's cores read the other socket's memory at, over the rate they read
+    # their own (rho instead of the runtime's prior); with the part and source they come from
+    core_read_bytes_per_s: float | None = None
+    remote_read_ratio: float | None = None
+    measured_on: str = ""
+    # the same between two sub-NUMA nodes (SNC / NPS) of one socket, where measured
+    sub_numa_read_ratio: float | None = None
 
 
 # Sources:
@@ -80,19 +91,49 @@ class MemorySystem:
 # architecture white paper), so they get the same fraction (not measured on a Zen 3 part here).
 GMI2_SERVER_READ_FRACTION = 113.4e9 / (4 * 32 * 1.333e9)
 
+# One core's read-only stream from DRAM, measured (likwid-bench `load`, one thread pinned to
+# one core, kerncraft machine files of RRZE's test machines; profiles/parts/memory_measurements
+# .toml has each figure with its source): where the family has such a measurement it replaces
+# Little's law, whose 16-entry superqueue under-states Skylake-SP / Cascade Lake cores (their L2
+# streamer fills the LLC beyond the demand misses: 14.3 and 13.0 GB/s measured, 9.3 by the law)
+# and whose 48 misses over-state a Sapphire Rapids core (14.5 measured, 23.6 by the law).
+# Broadwell-EP (E5-2630 v4) 7.98, Skylake-SP (Gold 6148) 14.32, Cascade Lake (Gold 6248) 12.96,
+# Ice Lake-SP (Platinum 8360Y) 15.37, Sapphire Rapids (Platinum 8470) 14.49, Zen 2 (EPYC 7452)
+# 21.77 GB/s.
+# Remote over local read rate, measured: Intel MLC --bandwidth_matrix on 2 x Xeon Gold 6140
+# (Skylake-SP, 6 x DDR4-2666 per socket; KU Leuven Genius nodes): node 0's cores read node 0 at
+# 104.4 GB/s and node 1 at 34.3 GB/s, 0.33 of local over the UPI links.
+KERNCRAFT = "kerncraft machine files (github.com/RRZE-HPC/kerncraft examples/machine-files)"
+SKYLAKE_REMOTE_RATIO = 34290.6 / 104362.2
+# and on 2 x Xeon 6980P with SNC disabled (one node per socket, 12 x DDR5 each; ubergarm, Intel MLC
+# 3.11b in ik_llama.cpp discussion 201): 554.8 GB/s local, 247.8 GB/s from the other socket
+GNR_REMOTE_RATIO = 247793.1 / 554843.5
+# and with SNC3 (three nodes per socket, one per compute die): node 0's threads read node 1's memory
+# on the same socket at 188.6 GB/s against 187.9 GB/s from their own (ratio 1.0, capped at 1)
+GNR_SUB_NUMA_RATIO = min(1.0, 188622.8 / 187911.4)
+
 FAMILIES: dict[str, MemorySystem] = {
     "haswell": MemorySystem(16, 120.0, socket_link_bytes_per_s=19.2e9, socket_links=2, socket_links_mp=3,
-                            source="Haswell/Broadwell-EP/EX: 16-entry superqueue"),
+                            source="Haswell/Broadwell-EP/EX: 16-entry superqueue",
+                            core_read_bytes_per_s=7.98e9, measured_on=f"Xeon E5-2630 v4, {KERNCRAFT}"),
     "skylake-sp": MemorySystem(16, 110.0, socket_link_bytes_per_s=20.8e9, socket_links=3,
-                               source="Skylake-SP: 16-entry superqueue, UPI 10.4 GT/s"),
+                               source="Skylake-SP: 16-entry superqueue, UPI 10.4 GT/s",
+                               core_read_bytes_per_s=14.32e9, remote_read_ratio=SKYLAKE_REMOTE_RATIO,
+                               measured_on=f"Xeon Gold 6148, {KERNCRAFT}; remote: Xeon Gold 6140, Intel MLC "
+                               "(KU Leuven VscDocumentation)"),
     "cascade-lake": MemorySystem(16, 110.0, socket_link_bytes_per_s=20.8e9, socket_links=3,
-                                 source="Cascade Lake-SP: 16-entry superqueue, UPI 10.4 GT/s"),
+                                 source="Cascade Lake-SP: 16-entry superqueue, UPI 10.4 GT/s",
+                                 core_read_bytes_per_s=12.96e9, measured_on=f"Xeon Gold 6248, {KERNCRAFT}"),
     "icelake-sp": MemorySystem(32, 120.0, socket_link_bytes_per_s=22.4e9, socket_links=3,
-                               source="Ice Lake-SP: 32 L2 misses, UPI 11.2 GT/s"),
+                               source="Ice Lake-SP: 32 L2 misses, UPI 11.2 GT/s",
+                               core_read_bytes_per_s=15.37e9, measured_on=f"Xeon Platinum 8360Y, {KERNCRAFT}"),
     "sapphire-rapids": MemorySystem(48, 130.0, socket_link_bytes_per_s=32e9, socket_links=4,
-                                    source="Golden Cove server core: 48 L2 misses, UPI 2.0 16 GT/s"),
+                                    source="Golden Cove server core: 48 L2 misses, UPI 2.0 16 GT/s",
+                                    core_read_bytes_per_s=14.49e9, measured_on=f"Xeon Platinum 8470, {KERNCRAFT}"),
     "granite-rapids": MemorySystem(48, 140.0, socket_link_bytes_per_s=48e9, socket_links=6,
-                                   source="Redwood Cove: 48 L2 misses, UPI 2.0 24 GT/s"),
+                                   source="Redwood Cove: 48 L2 misses, UPI 2.0 24 GT/s",
+                                   remote_read_ratio=GNR_REMOTE_RATIO, sub_numa_read_ratio=GNR_SUB_NUMA_RATIO,
+                                   measured_on="remote: 2 x Xeon 6980P SNC off / SNC3, Intel MLC (ik_llama.cpp discussion 201)"),
     "sierra-forest": MemorySystem(32, 140.0, socket_link_bytes_per_s=48e9, socket_links=6,
                                   source="Crestmont: 32 L2 misses per module share"),
     "comet-lake": MemorySystem(16, 85.0, source="Skylake client: 16-entry superqueue"),
@@ -100,7 +141,8 @@ FAMILIES: dict[str, MemorySystem] = {
     "alder-lake": MemorySystem(48, 85.0, source="Golden/Raptor Cove client: 48 L2 misses"),
     "zen2": MemorySystem(32, 110.0, ccd_bytes_per_clk=32, fclk_ghz=1.467, socket_link_bytes_per_s=36e9,
                          socket_links=4, ccd_read_fraction=GMI2_SERVER_READ_FRACTION, fclk_follows_memclk=True,
-                         source="Zen 2: 32 L2 misses; GMI2 32 B/clk at up to 1.467 GHz"),
+                         source="Zen 2: 32 L2 misses; GMI2 32 B/clk at up to 1.467 GHz",
+                         core_read_bytes_per_s=21.77e9, measured_on=f"EPYC 7452, {KERNCRAFT}"),
     "zen3": MemorySystem(32, 110.0, ccd_bytes_per_clk=32, fclk_ghz=1.6, socket_link_bytes_per_s=36e9,
                          socket_links=4, ccd_read_fraction=GMI2_SERVER_READ_FRACTION, fclk_follows_memclk=True,
                          source="Zen 3: 32 L2 misses; GMI2 32 B/clk at up to 1.6 GHz"),
@@ -148,29 +190,38 @@ def memory_system(hw: HardwareProfile) -> MemorySystem | None:
 
 
 def core_read_prior(hw: HardwareProfile) -> tuple[float, str] | None:
-    """b_core by Little's law for the family: lines in flight x 64 B / loaded latency."""
+    """b_core: a server part's measured one-core stream where its family has one, else Little's law
+    for the family: lines in flight x 64 B / loaded latency."""
     ms = memory_system(hw)
     if ms is None:
         return None
+    desktop = hw.cpu.segment == "desktop"
+    if ms.core_read_bytes_per_s and not desktop:
+        # a server part of a family with a measured one-core stream: the measurement
+        rate = ms.core_read_bytes_per_s
+        return rate, f"{rate / 1e9:.1f} GB/s per core, measured one-core read-only stream ({ms.measured_on})"
     lat = ms.latency_ns
-    if hw.cpu.segment == "desktop" and not hw.cpu.family.startswith("zen5-mobile"):
+    if desktop and not hw.cpu.family.startswith("zen5-mobile"):
         lat = min(lat, DESKTOP_LATENCY_NS)
     rate = ms.lines_in_flight * LINE_BYTES / (lat * 1e-9)
     return rate, f"{ms.lines_in_flight} lines x 64 B / {lat:.0f} ns = {rate / 1e9:.1f} GB/s per core ({ms.source})"
 
 
-def ccd_read_cap(hw: HardwareProfile, threads_per_socket: int) -> tuple[float, str] | None:
+def ccd_read_cap(hw: HardwareProfile, threads_per_socket: int,
+                 ccds_available: int | None = None) -> tuple[float, str] | None:
     """Per socket: the CCDs the threads run on times their GMI read rate (AMD chiplet server and
     workstation parts). Linux spreads runnable threads over idle last-level-cache domains first
-    (the scheduler's LLC-aware load balancing), so T threads occupy min(ccds, T) CCDs. Desktop
-    parts are already capped in their spec profile (profiles/parts/cpus.toml [fabric])."""
+    (the scheduler's LLC-aware load balancing), so T threads occupy min(ccds, T) CCDs; threads
+    bound to NPS2/NPS4 nodes reach only those nodes' CCDs (`ccds_available`: an NPS4 node of an
+    EPYC 7452 is one CCD of 8 cores, measured at 34.7 GB/s where its two channels give 43.5).
+    Desktop parts are already capped in their spec profile (profiles/parts/cpus.toml [fabric])."""
     ms = memory_system(hw)
     c = hw.cpu
     ccds = c.ccds_per_socket
     if ms is None or not ms.ccd_bytes_per_clk or not ccds or c.segment == "desktop":
         return None
     links = 2 if ccds <= ms.wide_gmi_max_ccds else 1
-    used = max(1, min(ccds, threads_per_socket))
+    used = max(1, min(ccds, ccds_available or ccds, threads_per_socket))
     fclk = fabric_clock_ghz(hw, ms)
     cap = used * links * ms.ccd_bytes_per_clk * fclk * 1e9
     wide = " (GMI-Wide: 2 links)" if links == 2 else ""
@@ -194,6 +245,24 @@ def ccd_read_fraction(hw: HardwareProfile, default: float) -> float:
     where no measurement gives it)."""
     ms = memory_system(hw)
     return ms.ccd_read_fraction if ms and ms.ccd_read_fraction else default
+
+
+def remote_read_ratio(hw: HardwareProfile) -> tuple[float, str] | None:
+    """The measured remote/local read ratio of the family's two-socket parts (None: no
+    measurement; the runtime's prior rho_remote stands)."""
+    ms = memory_system(hw)
+    if ms is None or not ms.remote_read_ratio:
+        return None
+    return ms.remote_read_ratio, f"measured remote/local read ratio {ms.remote_read_ratio:.2f} ({ms.measured_on})"
+
+
+def sub_numa_read_ratio(hw: HardwareProfile) -> tuple[float, str] | None:
+    """The measured ratio between sub-NUMA nodes of one socket (None: no measurement)."""
+    ms = memory_system(hw)
+    if ms is None or not ms.sub_numa_read_ratio:
+        return None
+    return ms.sub_numa_read_ratio, (f"measured ratio {ms.sub_numa_read_ratio:.2f} between nodes of one socket "
+                                    f"({ms.measured_on})")
 
 
 def socket_link_cap(hw: HardwareProfile, n_nodes_used: int, n_sockets_used: int) -> tuple[float, str] | None:
@@ -262,6 +331,32 @@ AMD_IN_COMPLEX_NS = 20.0
 AMD_CROSS_COMPLEX_NS = {"zen2": 110.0, "zen3": 100.0, "zen4": 100.0, "zen5": 100.0}
 AMD_DESKTOP_CROSS_NS = {"zen3": 80.0, "zen4": 80.0}
 INTEL_CLIENT_FAMILIES = {"alder-lake", "comet-lake", "rocket-lake", "raptor-lake", "arrow-lake", "lunar-lake"}
+# Xeon 6 with three compute dies (the 6900P parts: 432-504 MB of L3 per socket; the 6700P parts
+# have one or two dies and at most 336 MB). Measured with Intel MLC --c2c_latency on 2 x Xeon
+# 6980P (ik_llama.cpp discussion 201, profiles/parts/memory_measurements.toml [[core_to_core]]):
+# in SNC3 a line moves to a core of the same node in 80.5 ns ("Local Socket L2->L2 HIT") and to a
+# core of another node of the socket in 99-131 ns (mean 111); with SNC disabled (HEX: one NUMA
+# node per socket, each line's caching agent hashed over all three dies) in 179.7 ns.
+GNR_3DIE_MIN_L3_BYTES = 400 * 2**20
+GNR_SNC3_IN_NODE_NS = 80.5
+GNR_SNC3_CROSS_NODE_NS = (99.3 + 124.9 + 108.8 + 100.9 + 131.0 + 103.8) / 6
+GNR_HEX_NS = 179.7
+
+
+def _gnr_3die_handoff_ns(hw: HardwareProfile, threads: int) -> tuple[float, str] | None:
+    """The measured hand-over latency of a three-die Xeon 6 in its NUMA mode (None: not one)."""
+    c = hw.cpu
+    sockets = max(1, c.n_sockets)
+    if cpu_family(hw) != "granite-rapids" or (c.l3_bytes or 0) // sockets < GNR_3DIE_MIN_L3_BYTES:
+        return None
+    nodes = len(hw.cpu_nodes) or sockets
+    per_socket = max(1, nodes // sockets)
+    if per_socket == 1:
+        return GNR_HEX_NS, f"{GNR_HEX_NS:.0f} ns core-to-core hand-over (Xeon 6900P, SNC off / HEX: MLC measured)"
+    cores_per_node = max(1, c.n_cores // nodes)
+    used = max(1, min(per_socket, math.ceil(math.ceil(threads / sockets) / cores_per_node)))
+    ns = GNR_SNC3_IN_NODE_NS / used + GNR_SNC3_CROSS_NODE_NS * (1 - 1 / used)
+    return ns, f"{ns:.0f} ns core-to-core hand-over (Xeon 6900P SNC{per_socket}, {used} node(s): MLC measured)"
 
 
 def barrier_handoff_s(hw: HardwareProfile, threads: int) -> tuple[float, str]:
@@ -283,6 +378,9 @@ def barrier_handoff_s(hw: HardwareProfile, threads: int) -> tuple[float, str]:
         used = max(1, min(complexes, threads))
         ns = AMD_IN_COMPLEX_NS / used + cross * (1 - 1 / used)
         return ns * 1e-9, f"{ns:.0f} ns core-to-core hand-over ({used} core complexes)"
+    gnr = _gnr_3die_handoff_ns(hw, threads)
+    if gnr:
+        return gnr[0] * 1e-9, gnr[1]
     kind = "intel-client" if fam in INTEL_CLIENT_FAMILIES or (c.segment or "") == "desktop" else "intel-server"
     ns = HANDOFF_NS[kind]
     return ns * 1e-9, f"{ns:.0f} ns core-to-core hand-over ({kind.replace('intel-', 'Intel ')})"

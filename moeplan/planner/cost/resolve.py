@@ -254,6 +254,15 @@ def _remote_ratio(hw: HardwareProfile, pr: BackendPriors, nodes: tuple[NumaNode,
         # mesh or the package, not a socket link; Xeon 6980P runs memory-bound workloads within
         # ~10% in HEX mode (2/3 of reads off-die) and SNC3 (Phoronix, 2024-10-02)
         rho, rho_src = RHO_SUB_NUMA, "sub-NUMA nodes of one socket"
+        sub = machine.sub_numa_read_ratio(hw)
+        if sub:
+            rho, rho_src = sub
+    elif len(nodes) > 1 and rho_src == "prior" and not hw.numa_bw_matrix:
+        # nodes on several sockets: the family's measured remote/local ratio where a public
+        # measurement gives one (machine.remote_read_ratio), a stream figure like the nodes' DRAM
+        fam = machine.remote_read_ratio(hw)
+        if fam:
+            rho, rho_src, rho_err = fam[0], fam[1], 0.15
     return rho, rho_src, rho_err
 
 
@@ -353,7 +362,11 @@ def _cpu_bandwidth(hw: HardwareProfile, pr: BackendPriors, nodes: tuple[NumaNode
     cores_per_node = max(1, n_cores // len(thread_nodes))
     b_core, b_how, share_err = _core_read(hw, pr, bws, cores_per_node)
     thread_bw = tu.on_cores * b_core
-    ccd = machine.ccd_read_cap(hw, math.ceil(tu.on_cores / sockets_n))
+    # threads bound to sub-NUMA nodes of one socket (NPS2/NPS4) reach only those nodes' CCDs
+    socket_share = len(thread_nodes) * max(1, hw.cpu.n_sockets) / max(1, n_nodes)
+    ccds_avail = (math.ceil(hw.cpu.ccds_per_socket * socket_share)
+                  if hw.cpu.ccds_per_socket and socket_share < 1 else None)
+    ccd = machine.ccd_read_cap(hw, math.ceil(tu.on_cores / sockets_n), ccds_avail)
     # the CCD links' stream rate (FABRIC_READ, or the family's measured fraction) is a stream
     # benchmark's figure like the nodes' DRAM rate: the runtime reaches eta_cpu of either
     ccd_x = machine.ccd_read_fraction(hw, FABRIC_READ)
