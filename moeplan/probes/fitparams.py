@@ -26,6 +26,9 @@ from pathlib import Path
 from moeplan.units import MIB
 
 _ROW = re.compile(r"^(\S+) (\d+) (\d+) (\d+) ?$")
+# with -v: llama_prepare_model_devices (src/llama.cpp) names each device and its free memory as
+# llama.cpp sees it after its own backend initialisation (CUDA: the context already subtracted)
+_FREE = re.compile(r"using device (\S+) \(.*\) - (\d+) MiB free")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,50 @@ def fit_params_program(bin_dir: str | Path) -> Path | None:
         if p.is_file():
             return p
     return None
+
+
+def free_mib(log: str) -> dict[str, int]:
+    """Each device's free MiB from `llama-fit-params -v`'s log (last figure per device)."""
+    return {m.group(1): int(m.group(2)) for m in _FREE.finditer(log)}
+
+
+@dataclass(frozen=True)
+class FitRun:
+    """One `llama-fit-params -fitp on -v` run: its argv, rows, each device's free MiB as
+    llama.cpp reported it, the program's version line and its verbatim stdout."""
+
+    argv: tuple[str, ...]
+    rows: tuple[FitRow, ...]
+    free_mib: dict[str, int]
+    stdout: str
+    device_lines: tuple[str, ...] = ()  # the 'using device ...' log lines, verbatim
+    seconds: float = 0.0
+
+
+def run_fit_params(bin_dir: str | Path, model_path: str | Path, flags: Sequence[str],
+                   env: dict[str, str] | None = None, timeout_s: float = 600.0) -> FitRun:
+    """`llama-fit-params -m MODEL FLAGS -fitp on -v`: the rows and the devices' free memory.
+    RuntimeError with the program's last lines when it fails; FileNotFoundError without it."""
+    import os
+    import time
+
+    prog = fit_params_program(bin_dir)
+    if prog is None:
+        raise FileNotFoundError(f"no llama-fit-params in {bin_dir} (llama.cpp builds it as tools/fit-params)")
+    argv = (str(prog), "-m", str(model_path), *flags, "-fitp", "on", "-v")
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, errors="replace",
+                           stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"llama-fit-params ran past {timeout_s:.0f} s") from None
+    if r.returncode != 0:
+        lines = [ln for ln in (r.stdout + r.stderr).strip().splitlines() if " D " not in ln[:16]]
+        tail = " | ".join(ln.strip() for ln in lines[-3:])
+        raise RuntimeError(f"llama-fit-params exited {r.returncode}: {tail}")
+    return FitRun(argv=argv, rows=tuple(fit_rows(r.stdout)), free_mib=free_mib(r.stderr), stdout=r.stdout,
+                  device_lines=tuple(ln for ln in r.stderr.splitlines() if _FREE.search(ln)),
+                  seconds=time.monotonic() - t0)
 
 
 def run_fit_print(bin_dir: str | Path, model_path: str | Path, flags: Sequence[str],
