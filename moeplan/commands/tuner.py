@@ -45,11 +45,26 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the calibrated profile (default: update --hw's file, else the cache).")] = None,
         model: Annotated[Optional[str], typer.Option("--model", help="With logs: the model when the log's path is not here.")] = None,
         quant: QuantOpt = None, size: SizeOpt = None,
+        fit_params: Annotated[Optional[Path], typer.Option(
+            "--fit-params", metavar="PLAN.json", help="Learn the compute-buffer factors from llama.cpp's own dry run "
+            "(llama-fit-params, needs --bin) of this plan and its next best placements.")] = None,
+        binary: Annotated[Optional[str], typer.Option("--bin", help="With --fit-params: the llama.cpp build folder.")] = None,
+        rpc: Annotated[Optional[str], typer.Option("--rpc", help="With --fit-params: RPC servers (HOST:PORT,...) "
+                                                                  "for the dry run, as llama.cpp's --rpc.")] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Fit efficiency factors (GPU/CPU bandwidth, sync, compute, PCIe, NUMA) to measured runs;
         keep them only when they predict held-out runs better than the priors."""
         files = list(from_ or []) + list(more or [])
+        if fit_params is not None:
+            if files:
+                raise InputError("--fit-params takes no --from files", "calibrate from one source at a time")
+            from moeplan.commands.fitcal import calibrate_from_fit_params
+
+            calibrate_from_fit_params(fit_params, binary, rpc, hw, out, model, as_json)
+            return
+        if binary or rpc:
+            raise InputError("--bin and --rpc go with --fit-params", "moeplan calibrate --fit-params PLAN.json --bin DIR")
         if files and not all(_is_results(f) for f in files):
             from moeplan.commands.logcal import calibrate_from_logs
 
