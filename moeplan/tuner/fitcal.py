@@ -15,6 +15,7 @@ Weights and KV are compared and their differences reported, not learned.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,7 +68,8 @@ def learn(obs: Sequence[ComputeObs], backend: str, runs: Sequence[str] = ()) -> 
         if not mine:
             continue
         f = min(FACTOR_MAX, max(FACTOR_MIN, max(o.ratio for o in mine)))
-        factors[f"compute_factor_{kind}"] = round(f, 4)
+        f = math.ceil(f * 10_000) / 10_000  # rounded up: still never below an observation
+        factors[f"compute_factor_{kind}"] = f
         priors[f"compute_factor_{kind}"] = 1.0
         for o in mine:
             residuals[f"{o.label}:{o.device}"] = round(o.moeplan_bytes * f / ((o.llama_cpp_mib + 1) * MIB) - 1.0, 4)
