@@ -79,11 +79,15 @@ def _dry_run(plan: Plan, spec: ModelSpec, backend: str, binary: str | None, rpc:
     """llama.cpp's dry run of the plan (tuner/fitcheck.py); a device it says does not fit stops
     emit before any file is written (emit cannot search: tune --bin tries the next best)."""
     from moeplan.errors import InfeasibleError
-    from moeplan.tuner.fitcheck import check_plan, skipped
-    from moeplan.ui.console import progress
+    from moeplan.probes.fitparams import NO_BIN_NOTE, skipped
 
     if backend != "llama.cpp":
         return skipped(f"llama.cpp's dry run not run: llama-fit-params is mainline llama.cpp's, not {backend}'s")
+    if not binary:
+        return skipped(NO_BIN_NOTE)
+    from moeplan.tuner.fitcheck import check_plan
+    from moeplan.ui.console import progress
+
     with progress("llama.cpp's dry run (llama-fit-params)", enabled=not quiet and bool(binary)):
         fit = check_plan(plan, spec, binary, rpc=rpc, budgets=_plan_budgets(plan), programs=programs)
     if fit.status == "does-not-fit":

@@ -405,6 +405,10 @@ def _dry_run(spec, profile, result, gpus: str | None, binary: str | None, rpc: s
     result with the first that fits as the best, and that plan's check. None fits: an error."""
     from dataclasses import replace
 
+    from moeplan.probes.fitparams import NO_BIN_NOTE, skipped
+
+    if not binary:  # the plain planning path loads nothing of the tuner
+        return result, skipped(NO_BIN_NOTE)
     from moeplan.errors import InfeasibleError
     from moeplan.planner.search import budgets, build_plan, gpu_budgets
     from moeplan.tuner.fitcheck import check_plan, first_that_fits

@@ -126,6 +126,92 @@ def run_fit_print(bin_dir: str | Path, model_path: str | Path, flags: Sequence[s
     return fit_rows(r.stdout)
 
 
+# ---- the records of a check (tuner/fitcheck.py judges; kept here, light, for the CLI's plain path)
+
+NO_BIN_NOTE = ("llama.cpp's dry run not run: give --bin BUILD/bin (a llama.cpp build with llama-fit-params) to "
+               "check the plan with llama.cpp's own buffer sizes")
+
+
+@dataclass(frozen=True)
+class DeviceFigures:
+    """moeplan's figures of one device (or 'Host', last) as a plan carries them."""
+
+    device: str  # 'GPU0', ..., 'Host'
+    model_bytes: int
+    context_bytes: int  # the KV cache (llama.cpp's 'context' column)
+    compute_bytes: int
+    other_bytes: int = 0  # what llama.cpp's buffers do not hold: CUDA context and pool (GPU)
+    margin_bytes: int = 0
+    budget_bytes: int | None = None  # the device's budget in the plan's hardware profile
+
+
+@dataclass(frozen=True)
+class DeviceCheck:
+    device: str  # llama.cpp's name (CUDA0, RPC1, Host)
+    moeplan: DeviceFigures | None
+    row: FitRow
+    free_mib: int | None  # as llama.cpp reported it (None for the host and when not logged)
+    need_bytes: int  # llama.cpp's buffers + moeplan's other + margin
+    fits: bool | None  # None: not judged (the host)
+    why: str = ""
+
+    def to_dict(self) -> dict:
+        m = self.moeplan
+        d: dict[str, object] = {
+            "device": self.device,
+            "llama_cpp_model_mib": self.row.model_mib, "llama_cpp_context_mib": self.row.context_mib,
+            "llama_cpp_compute_mib": self.row.compute_mib,
+            "moeplan_model_mib": _mib(m.model_bytes) if m else None,
+            "moeplan_context_mib": _mib(m.context_bytes) if m else None,
+            "moeplan_compute_mib": _mib(m.compute_bytes) if m else None,
+            "moeplan_other_mib": _mib(m.other_bytes) if m else None,
+            "margin_mib": _mib(m.margin_bytes) if m else None,
+            "need_mib": _mib(self.need_bytes),
+            "budget_mib": _mib(m.budget_bytes) if m and m.budget_bytes is not None else None,
+            "llama_cpp_free_mib": self.free_mib,
+            "fits": self.fits,
+        }
+        if self.why:
+            d["why"] = self.why
+        return d
+
+
+@dataclass(frozen=True)
+class FitCheck:
+    """The outcome of a dry run: status 'fits' | 'does-not-fit' | 'not-compared' | 'failed' |
+    'skipped', with a one-line note (and hint), the command and each device's comparison."""
+
+    status: str
+    note: str
+    hint: str = ""
+    command: tuple[str, ...] = ()
+    devices: tuple[DeviceCheck, ...] = ()
+    seconds: float = 0.0
+    refused: tuple[str, ...] = ()  # plans refused before this one (tune's next-best search)
+    stdout: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return self.status != "does-not-fit"
+
+    def to_dict(self) -> dict:
+        d: dict[str, object] = {"status": self.status, "note": self.note, "command": list(self.command),
+                                "devices": [c.to_dict() for c in self.devices], "seconds": round(self.seconds, 3)}
+        if self.hint:
+            d["hint"] = self.hint
+        if self.refused:
+            d["refused"] = list(self.refused)
+        return d
+
+
+def _mib(n: int) -> float:
+    return round(n / MIB, 2)
+
+
+def skipped(note: str) -> FitCheck:
+    return FitCheck(status="skipped", note=note)
+
+
 def compare_devices(rows: Sequence[FitRow], predicted: Sequence[dict]) -> list[dict]:
     """llama.cpp's dry run beside moeplan's per-device figures. `predicted`: one dict per
     device in order, with weights_bytes (model), kv_bytes (context) and compute_bytes; the

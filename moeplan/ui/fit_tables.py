@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from moeplan.tuner.fitcheck import FitCheck
+from moeplan.probes.fitparams import FitCheck
 from moeplan.units import MIB
 
 
