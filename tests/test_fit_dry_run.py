@@ -234,3 +234,71 @@ def test_live_tune_emit_calibrate_on_two_rpc_devices(tmp_path, fixture_model):
         assert cal["backend"] == "llama.cpp memory (llama-fit-params)" and "compute_factor_gpu" in cal["factors"]
     stored = json.loads(hw.read_text())["calibration"]
     assert any(c["backend"] == "llama.cpp memory (llama-fit-params)" for c in stored)
+
+
+def _fake_build(folder: Path, free_when_ub1024: int, free_else: int) -> Path:
+    """A stand-in build folder (no llama.cpp needed): llama-server answers --help with the
+    recorded 0c1e570 help; llama-fit-params prints the recorded rpc2-qwen3moe-tune run's rows and
+    its 'using device' lines, with the free MiB replaced - free_when_ub1024 when its argv holds
+    `-ub 1024`, else free_else - so tune's walk and emit's refusal run through the real CLI and
+    subprocess. The free figures are the test's, not a recording."""
+    import stat
+
+    help_dir = Path(__file__).parent / "data" / "help" / "llama.cpp-0c1e570"
+    rec = RECORDS["rpc2-qwen3moe-tune"]
+    folder.mkdir()
+    (folder / "rows.txt").write_text(rec["stdout"])
+    (folder / "log.txt").write_text("\n".join(rec["device_lines"]) + "\n")
+    scripts = {
+        "llama-server": f'case "$1" in --version) echo "version: 0 (0c1e570)";; *) cat "{help_dir}/llama-server.txt";; esac\n',
+        "llama-fit-params": (
+            f'case "$1" in --help) cat "{help_dir}/llama-server.txt"; exit 0;; --version) echo "version: 0"; exit 0;; esac\n'
+            f'free={free_else}\ncase " $* " in *" -ub 1024 "*) free={free_when_ub1024};; esac\n'
+            f'sed "s/- [0-9]* MiB free/- $free MiB free/" "{folder}/log.txt" >&2\ncat "{folder}/rows.txt"\n'),
+    }
+    for name, body in scripts.items():
+        p = folder / name
+        p.write_text("#!/bin/sh\n" + body)
+        p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def hw2(tmp_path_factory):
+    from fit_params_record import CASES, profile
+
+    out = tmp_path_factory.mktemp("hw") / "hw2.json"
+    out.write_text(json.dumps(profile(next(c for c in CASES if c.name == "rpc2-qwen3moe-tune")).to_dict()))
+    return str(out)
+
+
+def test_tune_refuses_what_llamacpp_says_does_not_fit_and_takes_the_next_best(tmp_path, fixture_model, hw2):
+    """tune's plan (ub 1024) is refused where llama.cpp reports 1,300 MiB free (191+24+88 MiB of
+    buffers + the 1 GiB margin do not fit); the next best at another ubatch is recommended."""
+    from conftest import _cli
+
+    fake = _fake_build(tmp_path / "bin", 1300, 24105)
+    r = _cli("tune", fixture_model.path, "--hw", hw2, "--ctx", "4096", "--bin", str(fake), "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    fit, plan = doc["llama_fit_params"], doc["plan"]
+    assert fit["status"] == "fits" and plan["placement"]["n_ubatch"] != 1024
+    assert fit["refused"] and all("1,300 MiB llama.cpp reports free" in x for x in fit["refused"][:-1])
+    assert any("refused" in n for n in plan["notes"])
+    assert fit["command"][-3:] == ["-fitp", "on", "-v"] and "-ts" in fit["command"]
+    r = _cli("tune", fixture_model.path, "--hw", hw2, "--ctx", "4096", "--bin", str(fake))
+    assert r.exit_code == 0 and "llama.cpp's dry run" in r.stdout and "RPC0" in r.stdout
+
+
+def test_nothing_fits_is_one_line_error_and_emit_writes_nothing(tmp_path, fixture_model, hw2):
+    from conftest import _cli
+
+    fake = _fake_build(tmp_path / "bin", 1300, 1300)
+    r = _cli("tune", fixture_model.path, "--hw", hw2, "--ctx", "4096", "--bin", str(fake))
+    assert r.exit_code == 5
+    assert "does not fit" in r.output and "hint:" in r.output
+    r = _cli("tune", fixture_model.path, "--hw", hw2, "--ctx", "4096", "--out", str(tmp_path / "plan.json"))
+    assert r.exit_code == 0, r.output
+    r = _cli("emit", str(tmp_path / "plan.json"), "--bin", str(fake), "--out", str(tmp_path / "launch"))
+    assert r.exit_code == 5 and "RPC0" in r.output and "tune" in r.output
+    assert not (tmp_path / "launch").exists()

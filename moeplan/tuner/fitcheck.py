@@ -118,7 +118,7 @@ def judge(rows: Sequence[FitRow], figures: Sequence[DeviceFigures], free: dict[s
         checks.append(DeviceCheck(host.device, hfig, host, None, host.total_mib * MIB, None))
     if short:
         return FitCheck("does-not-fit", "llama.cpp's dry run says the plan does not fit: " + "; ".join(short),
-                        "free memory on that device, lower --ctx, or let moeplan tune --bin pick a smaller placement",
+                        "free memory on that device, or plan for less: --vram below what is free, a shorter --ctx",
                         tuple(command), tuple(checks), seconds, stdout=stdout)
     worst = max((c for c in checks if c.fits), key=lambda c: c.need_bytes, default=None)
     note = "llama.cpp's dry run: every device fits"
