@@ -302,3 +302,34 @@ def test_nothing_fits_is_one_line_error_and_emit_writes_nothing(tmp_path, fixtur
     r = _cli("emit", str(tmp_path / "plan.json"), "--bin", str(fake), "--out", str(tmp_path / "launch"))
     assert r.exit_code == 5 and "RPC0" in r.output and "tune" in r.output
     assert not (tmp_path / "launch").exists()
+
+
+def test_calibrate_fit_params_stores_factors_the_planner_uses(tmp_path, fixture_model, hw2):
+    """calibrate --fit-params through the CLI (the stand-in build prints the recorded rows for
+    every placement): the factors are stored in --hw's file and the next estimate scales its
+    compute buffers by them."""
+    from conftest import _cli
+
+    fake = _fake_build(tmp_path / "bin", 24105, 24105)
+    hw = tmp_path / "hw.json"
+    hw.write_text(Path(hw2).read_text())
+    plan = tmp_path / "plan.json"
+    r = _cli("tune", fixture_model.path, "--hw", str(hw), "--ctx", "4096", "--out", str(plan))
+    assert r.exit_code == 0, r.output
+    r = _cli("calibrate", "--fit-params", str(plan), "--bin", str(fake), "--hw", str(hw), "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)["fit_params"]
+    f = doc["calibration"]["factors"]
+    assert doc["profile_path"] == str(hw) and set(f) == {"compute_factor_gpu", "compute_factor_host"}
+    assert all(o["moeplan_bytes"] * f[f"compute_factor_{o['kind']}"] >= (o["llama_cpp_mib"] + 1) * MIB - 1
+               for o in doc["observations"])
+    args = ("estimate", fixture_model.path, "--ctx", "4096", "--json")
+    before = json.loads(_cli(*args, "--hw", hw2).stdout)
+    after = json.loads(_cli(*args, "--hw", str(hw)).stdout)
+
+    def compute(d, name):
+        return next(i["bytes"] for i in d["memory"]["items"] if i["name"] == name)
+
+    assert compute(after, "compute_cpu") >= compute(before, "compute_cpu") * f["compute_factor_host"] - 1
+    r = _cli("calibrate", "--fit-params", str(plan), "--hw", str(hw))
+    assert r.exit_code == 2 and "--bin" in r.output
