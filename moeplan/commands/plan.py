@@ -434,10 +434,10 @@ def _dry_run(spec, profile, result, gpus: str | None, binary: str | None, rpc: s
             return check_plan(plan, spec, binary, rpc=rpc, budgets=per_gpu, programs=programs)
         return run
 
-    from moeplan.planner.search import _label
+    from moeplan.planner.search import to_alternative
 
     with progress("llama.cpp's dry run (llama-fit-params)", enabled=not quiet and programs is not None):
-        walk = first_that_fits([(_label(c.placement), thunk(c)) for c in cands])
+        walk = first_that_fits([(to_alternative(c).label, thunk(c)) for c in cands])
     refused = [f"refused by llama.cpp's dry run: {lab}: {c.note}" for lab, c in zip(walk.labels, walk.checks)
                if c.status == "does-not-fit"]
     if walk.index is None:
