@@ -30,6 +30,7 @@ DATA = HERE / "data" / "fit_params"
 class FitCase:
     name: str
     n_devices: int  # RPC devices; 0: the CPU backend alone
+    gpu: bool = False  # the build's own GPU (CUDA0 ...) instead of RPC servers: --case NAME on a GPU machine
     gpu_vram_mib: int = 2048  # each GPU of the profile the plan is made for
     n_ctx: int = 4096
     n_layer: int = 6
@@ -42,7 +43,14 @@ CASES = (
     FitCase("rpc2-qwen3moe-tune", 2),
     FitCase("rpc2-qwen3moe-cpumoe-q8", 2, fixed=((0, 1, 4), "3,4", 512, "q8_0")),
     FitCase("rpc1-qwen3moe-cpumoe", 1, n_ctx=8192, fixed=((1, 2, 3, 4, 5), "", 2048, "f16")),
+    # one GPU of a CUDA/ROCm build (not recorded by default: `--case cuda1-qwen3moe-tune --case
+    # cuda1-qwen3moe-cpumoe` with a GPU build's bin): tune's plan on a 24 GiB GPU, and the
+    # experts of 5 blocks on the CPU with op offload
+    FitCase("cuda1-qwen3moe-tune", 1, gpu=True, gpu_vram_mib=24576, n_ctx=32768),
+    FitCase("cuda1-qwen3moe-cpumoe", 1, gpu=True, gpu_vram_mib=24576, n_ctx=8192,
+            fixed=((1, 2, 3, 4, 5), "", 2048, "f16")),
 )
+DEFAULT = tuple(c.name for c in CASES if not c.gpu)
 
 
 def fixture(case: FitCase, folder: Path):
@@ -62,8 +70,9 @@ def profile(case: FitCase):
 
     if case.n_devices == 0:
         return catalog.build_profile(SpecRequest(cpu="EPYC 9355", ram_bytes=64 << 30))
-    return catalog.build_profile(SpecRequest(gpu="RTX 3060", gpu_count=case.n_devices, gpu_vram_bytes=case.gpu_vram_mib << 20,
-                                             cpu="EPYC 9355", ram_bytes=64 << 30))
+    return catalog.build_profile(SpecRequest(gpu="RTX 4090" if case.gpu else "RTX 3060", gpu_count=case.n_devices,
+                                             gpu_vram_bytes=case.gpu_vram_mib << 20, cpu="EPYC 9355",
+                                             ram_bytes=64 << 30))
 
 
 def plan_of(case: FitCase, spec, hw):
@@ -82,7 +91,7 @@ def plan_of(case: FitCase, spec, hw):
 
         cpu, ts, ub, kv = case.fixed
         p = result.best.placement.with_(cpu_moe_layers=cpu, n_ubatch=ub, cache_type_k=kv, cache_type_v=kv,
-                                        op_offload=False, options=PlanOptions(tensor_split=ts))
+                                        op_offload=case.gpu, options=PlanOptions(tensor_split=ts))
         best = replace(result.best, placement=p, estimate=estimate(spec, p, hw, pr))
         result = replace(result, best=best, alternatives=())
     return build_plan(spec, hw, result, "workload", moeplan_version=__version__)
@@ -103,7 +112,7 @@ def record(bin_dir: Path, only: tuple[str, ...] = ()) -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     build = llama_build_info(bin_dir)
     for case in CASES:
-        if only and case.name not in only:
+        if case.name not in (only or DEFAULT):
             continue
         with tempfile.TemporaryDirectory() as tmp:
             path, spec = fixture(case, Path(tmp))
@@ -115,8 +124,8 @@ def record(bin_dir: Path, only: tuple[str, ...] = ()) -> None:
                 _runs.append(run_fit_params(*a, **kw))
                 return _runs[-1]
 
-            with RpcServers(bin_dir, case.n_devices) as rpc:
-                fit = check_plan(plan, spec, str(bin_dir), rpc=rpc.rpc_arg if case.n_devices else None,
+            with RpcServers(bin_dir, 0 if case.gpu else case.n_devices) as rpc:
+                fit = check_plan(plan, spec, str(bin_dir), rpc=rpc.rpc_arg if rpc.endpoints else None,
                                  budgets=budgets_of(hw), runner=runner)
                 endpoints = list(rpc.endpoints)
             if fit.status in ("failed", "skipped"):

@@ -23,16 +23,17 @@ def test_records_are_real_runs_of_the_plans_flags():
     assert set(RECORDS) >= {"cpu-qwen3moe", "rpc2-qwen3moe-tune", "rpc2-qwen3moe-cpumoe-q8", "rpc1-qwen3moe-cpumoe"}
     for name, rec in RECORDS.items():
         rows = fit_rows(rec["stdout"])
-        n_dev = rec["case"]["n_devices"]
-        assert [r.device for r in rows] == [f"RPC{i}" for i in range(n_dev)] + ["Host"], name
+        n_dev, gpu = rec["case"]["n_devices"], rec["case"].get("gpu", False)
+        names = [r.device for r in rows[:-1]] if gpu else [f"RPC{i}" for i in range(n_dev)]
+        assert len(names) == n_dev and [r.device for r in rows] == names + ["Host"], name
         assert "0c1e570" in rec["build"]
         cmd = rec["command"]
         assert cmd[:3] == ["llama-fit-params", "-m", "MODEL.gguf"] and cmd[-3:] == ["-fitp", "on", "-v"]
         p = rec["placement"]
         assert cmd[cmd.index("-c") + 1] == str(p["n_ctx"]) and cmd[cmd.index("-ub") + 1] == str(p["n_ubatch"])
-        assert ("--rpc" in cmd) == (n_dev > 0)
+        assert ("--rpc" in cmd) == (n_dev > 0 and not gpu)
         free = free_mib("\n".join(rec["device_lines"]))
-        assert sorted(free) == [f"RPC{i}" for i in range(n_dev)] and all(v > 0 for v in free.values())
+        assert sorted(free) == sorted(names) and all(v > 0 for v in free.values())
 
 
 @pytest.fixture(scope="module")
