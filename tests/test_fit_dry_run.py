@@ -97,7 +97,7 @@ def test_verdict_of_the_recorded_runs(fixture_model):
     assert judge(rows, roomy, free).status == "fits"
     short = judge(rows, roomy, {"RPC0": 1300})
     assert short.status == "does-not-fit" and "1,300 MiB llama.cpp reports free" in short.note
-    assert json.loads(json.dumps(bad.to_dict()))["devices"][0]["fits"] is False
+    assert json.loads(json.dumps(bad.to_dict()))["per_device"][0]["fits"] is False
 
 
 def test_other_device_count_is_shown_not_judged():
@@ -188,7 +188,7 @@ def test_tune_without_bin_skips_with_a_note(tmp_path):
     r = _cli("tune", str(path), "--hw", "desktop-4090-ddr5", "--ctx", "4096", "--json")
     assert r.exit_code == 0, r.output
     fit = json.loads(r.stdout)["llama_fit_params"]
-    assert fit["status"] == "skipped" and "--bin" in fit["note"] and fit["devices"] == []
+    assert fit["status"] == "skipped" and "--bin" in fit["note"] and fit["per_device"] == []
     empty = tmp_path / "bin"
     empty.mkdir()
     (empty / "llama-server").write_text("")
@@ -219,7 +219,7 @@ def test_live_tune_emit_calibrate_on_two_rpc_devices(tmp_path, fixture_model):
         assert r.exit_code == 0, r.output
         fit = json.loads(r.stdout)["llama_fit_params"]
         assert fit["status"] == "fits", fit
-        devs = fit["devices"]
+        devs = fit["per_device"]
         assert [d["device"] for d in devs] == ["RPC0", "RPC1", "Host"]
         for d in devs[:2]:
             assert int(d["moeplan_model_mib"]) == d["llama_cpp_model_mib"]

@@ -32,7 +32,9 @@ def calibrate_from_fit_params(plan_file: Path, binary: str | None, rpc: str | No
         check_out_file(out, "--out")
     plan = read_plan(plan_file)
     backend = plan.placement.backend
-    if backend != "llama.cpp":
+    from moeplan.probes.fitparams import has_fit_params
+
+    if not has_fit_params(backend):
         raise InputError(f"{plan_file} is a {backend} plan", "llama-fit-params is mainline llama.cpp's: plan with "
                                                              "--backend llama.cpp")
     spec, _, _ = read_plan_model(plan, model_arg)

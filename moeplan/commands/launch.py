@@ -79,9 +79,9 @@ def _dry_run(plan: Plan, spec: ModelSpec, backend: str, binary: str | None, rpc:
     """llama.cpp's dry run of the plan (tuner/fitcheck.py); a device it says does not fit stops
     emit before any file is written (emit cannot search: tune --bin tries the next best)."""
     from moeplan.errors import InfeasibleError
-    from moeplan.probes.fitparams import NO_BIN_NOTE, skipped
+    from moeplan.probes.fitparams import NO_BIN_NOTE, has_fit_params, skipped
 
-    if backend != "llama.cpp":
+    if not has_fit_params(backend):
         return skipped(f"llama.cpp's dry run not run: llama-fit-params is mainline llama.cpp's, not {backend}'s")
     if not binary:
         return skipped(NO_BIN_NOTE)

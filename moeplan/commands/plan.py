@@ -418,13 +418,15 @@ def _dry_run(spec, profile, result, gpus: str | None, binary: str | None, rpc: s
     per_gpu = gpu_budgets(profile, vram) if len(profile.gpus) > 1 else (vram,)
     cands = [result.best] + list(result.alternatives)
     programs = None
-    if binary and spec.source == "gguf" and result.best.placement.backend == "llama.cpp":
+    backend = result.best.placement.backend
+    from moeplan.probes.fitparams import fit_params_program, has_fit_params
+
+    if spec.source == "gguf" and has_fit_params(backend):
         from moeplan.launch import find_programs
-        from moeplan.probes.fitparams import fit_params_program
 
         folder = Path(binary).expanduser()
         if fit_params_program(folder if folder.is_dir() else folder.parent) is not None:
-            programs = find_programs("llama.cpp", binary)
+            programs = find_programs(backend, binary)
 
     def thunk(c):
         def run():

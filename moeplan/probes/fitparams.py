@@ -58,6 +58,16 @@ def fit_rows(stdout: str) -> list[FitRow]:
     return rows
 
 
+def has_fit_params(backend: str) -> bool:
+    """Whether the backend's programs include llama-fit-params: mainline llama.cpp's GGUF
+    programs (ggml's own kernels) do; ik_llama.cpp's and the Python runtimes' do not. Asked of
+    the backend registry (planner/backends.py), as every backend property is."""
+    from moeplan.planner import backends
+
+    b = backends.BACKENDS.get(backend)
+    return b is not None and b.gguf_runner and b.cpu_kernels == "mainline"
+
+
 def fit_params_program(bin_dir: str | Path) -> Path | None:
     for name in ("llama-fit-params", "llama-fit-params.exe"):
         p = Path(bin_dir) / name
@@ -196,7 +206,7 @@ class FitCheck:
 
     def to_dict(self) -> dict:
         d: dict[str, object] = {"status": self.status, "note": self.note, "command": list(self.command),
-                                "devices": [c.to_dict() for c in self.devices], "seconds": round(self.seconds, 3)}
+                                "per_device": [c.to_dict() for c in self.devices], "seconds": round(self.seconds, 3)}
         if self.hint:
             d["hint"] = self.hint
         if self.refused:

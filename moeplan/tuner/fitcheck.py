@@ -45,7 +45,7 @@ FALLBACK_FLAGS = frozenset({
 })
 
 
-def plan_figures(memory, budgets: Sequence[int] | None = None, gpu_names: Sequence[str] = ()) -> list[DeviceFigures]:
+def plan_figures(memory, budgets: Sequence[int] | None = None) -> list[DeviceFigures]:
     """moeplan's per-device figures of a plan's MemoryReport (planner/plan.py): each GPU in
     device order, then the host. `budgets`: each GPU's budget when the report does not carry
     it (one GPU)."""
@@ -165,12 +165,12 @@ def check_plan(plan, spec, bin_dir: str | None, *, rpc: str | None = None, budge
                programs=None, runner: Callable[..., FitRun] | None = None) -> FitCheck:
     """Run llama-fit-params with the plan's flags and judge it; 'skipped' (with why) when there
     is no --bin, no llama-fit-params in it, no model file, or the backend is not llama.cpp."""
-    from moeplan.probes.fitparams import fit_params_program, run_fit_params
+    from moeplan.probes.fitparams import fit_params_program, has_fit_params, run_fit_params
 
     backend = plan.placement.backend
     if not bin_dir:
         return skipped(NO_BIN_NOTE)
-    if backend != "llama.cpp":
+    if not has_fit_params(backend):
         return skipped(f"llama.cpp's dry run not run: llama-fit-params is mainline llama.cpp's; the plan is for {backend}")
     folder = Path(bin_dir).expanduser()
     folder = folder if folder.is_dir() else folder.parent
@@ -182,8 +182,8 @@ def check_plan(plan, spec, bin_dir: str | None, *, rpc: str | None = None, budge
         return skipped("llama.cpp's dry run not run: the plan's model is not a GGUF file on this machine")
     from moeplan.launch import emit_launch, find_programs
 
-    progs = programs or find_programs("llama.cpp", str(folder))
-    cmd = emit_launch(plan, spec, "llama.cpp", progs, model_path=str(Path(path).absolute())).scripts[0].command
+    progs = programs or find_programs(backend, str(folder))
+    cmd = emit_launch(plan, spec, backend, progs, model_path=str(Path(path).absolute())).scripts[0].command
     flags = fit_flags(cmd.parts, fit_params_accepts(folder))
     if rpc:
         flags += ["--rpc", rpc]
