@@ -14,13 +14,14 @@ def calibrate_from_fit_params(plan_file: Path, binary: str | None, rpc: str | No
     from dataclasses import asdict, replace
 
     from moeplan.commands.launch import read_plan, read_plan_model
-    from moeplan.io import PRIVATE, check_out_file
+    from moeplan.commands.tuner import write_calibrated
+    from moeplan.io import check_out_file
     from moeplan.planner.cost.report import memory_report
     from moeplan.planner.memory.accounting import estimate_memory
     from moeplan.planner.memory.constants import memory_constants
     from moeplan.planner.search import budgets, gpu_budgets
     from moeplan.probes.fitparams import FitRun, run_fit_params
-    from moeplan.probes.hwprofile import cache_dir, load_hardware, write_json_atomic
+    from moeplan.probes.hwprofile import load_hardware
     from moeplan.tuner.calibrate import store_calibration
     from moeplan.tuner.fitcal import learn, observations
     from moeplan.tuner.fitcheck import check_plan, plan_figures
@@ -64,15 +65,7 @@ def calibrate_from_fit_params(plan_file: Path, binary: str | None, rpc: str | No
             notes += said
             labels.append(label)
     cal = learn(obs, backend, runs=tuple(labels))
-    written = ""
-    if cal is not None:
-        new_hw = store_calibration(profile, cal)
-        mode = None
-        if out is None:
-            out = Path(hw) if hw and Path(hw).is_file() else Path(cache_dir()) / "hardware-calibrated.json"
-            mode = None if hw and Path(hw).is_file() else PRIVATE
-        write_json_atomic(str(out), new_hw.to_dict(), mode)
-        written = str(out)
+    written = write_calibrated(store_calibration(profile, cal), hw, out) if cal is not None else ""
     if as_json:
         emit_json({"fit_params": {"observations": [{**asdict(o), "ratio": round(o.ratio, 4)} for o in obs],
                                   "calibration": asdict(cal) if cal else None, "placements": labels,
