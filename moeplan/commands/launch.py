@@ -74,6 +74,48 @@ def read_plan_model(plan: Plan, model_path: str | None) -> tuple[ModelSpec, bool
                   "predictions may no longer hold: re-plan with `moeplan tune`")
 
 
+def _dry_run(plan: Plan, spec: ModelSpec, backend: str, binary: str | None, rpc: str | None, programs,
+             quiet: bool):
+    """llama.cpp's dry run of the plan (tuner/fitcheck.py); a device it says does not fit stops
+    emit before any file is written (emit cannot search: tune --bin tries the next best)."""
+    from moeplan.errors import InfeasibleError
+    from moeplan.probes.fitparams import NO_BIN_NOTE, has_fit_params, skipped
+
+    if not has_fit_params(backend):
+        return skipped(f"llama.cpp's dry run not run: llama-fit-params is mainline llama.cpp's, not {backend}'s")
+    if not binary:
+        return skipped(NO_BIN_NOTE)
+    from moeplan.tuner.fitcheck import check_plan
+    from moeplan.ui.console import progress
+
+    with progress("llama.cpp's dry run (llama-fit-params)", enabled=not quiet and bool(binary)):
+        fit = check_plan(plan, spec, binary, rpc=rpc, budgets=_plan_budgets(plan), programs=programs)
+    if fit.status == "does-not-fit":
+        raise InfeasibleError(fit.note, "re-plan with `moeplan tune MODEL --bin BUILD/bin`, which tries the next "
+                                        "best placement, or " + fit.hint)
+    return fit
+
+
+def _plan_budgets(plan: Plan) -> tuple[int, ...] | None:
+    """One GPU's budget for the dry run's verdict: the plan's hardware profile when it resolves
+    here to the same profile (a preset, this machine's cached probe); several GPUs carry theirs."""
+    from moeplan.errors import MoeplanError
+    from moeplan.planner.plan import digest_of
+    from moeplan.planner.search import budgets
+    from moeplan.probes.hwprofile import load_hardware
+
+    if plan.estimate.memory.per_gpu or plan.placement.n_gpus != 1:
+        return None
+    for arg in (plan.hardware_name, None):
+        try:
+            cand = load_hardware(arg, allow_probe=False)
+        except MoeplanError:
+            continue
+        if digest_of(cand) == plan.hardware_digest:
+            return (budgets(cand)[0],)
+    return None
+
+
 OutOpt = Annotated[Optional[Path], typer.Option("--out", help="Folder to write into (default: ./launch-BACKEND).")]
 BinOpt = Annotated[Optional[str], typer.Option(
     "--bin", help="The backend's build folder or program (llama.cpp: build/bin; sglang/ktransformers: "
@@ -99,9 +141,13 @@ def register(app: typer.Typer) -> None:
         os_family: Annotated[Optional[str], typer.Option(
             "--os", help="linux | windows: windows adds launch.ps1 and launch.cmd (llama.cpp, ik_llama.cpp); "
                          "default: the OS of the plan's hardware profile")] = None,
+        rpc: Annotated[Optional[str], typer.Option(
+            "--rpc", help="With --bin: llama.cpp RPC servers (HOST:PORT,...) that llama.cpp's dry run "
+                          "(llama-fit-params) loads the plan through; the launch files do not get it.")] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Write launch.sh, bench.sh and the backend's config files for a saved plan."""
+        """Write launch.sh, bench.sh and the backend's config files for a saved plan; with --bin, check it
+        first with llama.cpp's own dry run (llama-fit-params) and refuse a plan it says does not fit."""
         from moeplan.io import check_out_dir
         from moeplan.launch import backend_of, find_programs, os_of, write_launch
         from moeplan.planner.limits import check_placement
@@ -123,13 +169,19 @@ def register(app: typer.Typer) -> None:
             stderr_console().print(f"warning: {model_note}", markup=False)
         with progress(f"reading the flags of the {name} programs", enabled=not as_json):
             programs = find_programs(name, binary, os_family=os_name)
+        fit = _dry_run(plan, spec, name, binary, rpc, programs, as_json)
         launch, paths = write_launch(plan, spec, out_dir, name, binary, n_nodes=nodes, gpu_vram_bytes=vram,
                                      programs=programs, notes=() if same_model else (model_note,),
                                      os_family=os_name)
         if as_json:
-            emit_json(launch_data(launch, paths, plan.inputs_digest(), same_model, model_note))
+            emit_json({**launch_data(launch, paths, plan.inputs_digest(), same_model, model_note),
+                       "llama_fit_params": fit.to_dict()})
             return
         con = stdout_console()
+        from moeplan.ui.fit_tables import fit_render
+
+        for r in fit_render(fit):
+            con.print(r, crop=False)
         con.print(launch_table(launch, paths))
         runs = ("launch.cmd", "launch.ps1") if launch.os == "windows" else ("launch.sh",)
         con.print("run: " + " or ".join(str(out_dir / r) for r in runs), markup=False, highlight=False)

@@ -49,6 +49,9 @@ VramOpt = Annotated[Optional[str], typer.Option("--vram", help="What-if VRAM bud
 RamOpt = Annotated[Optional[str], typer.Option("--ram", help="What-if host RAM, e.g. 512G.")]
 
 TsOpt = Annotated[Optional[str], typer.Option("--ts", help="Several GPUs: llama.cpp -ts weights (blocks per GPU, the output counted on the last), e.g. 57,7,7,9; default: the split moeplan would choose.")]
+RpcOpt = Annotated[Optional[str], typer.Option(
+    "--rpc", help="With --bin: llama.cpp RPC servers (HOST:PORT,...) that llama.cpp's dry run (llama-fit-params) "
+    "loads the plan through, as llama.cpp's --rpc; the launch files do not get it.")]
 GpusOpt = Annotated[Optional[str], typer.Option("--gpus", help="Use only these GPUs of the profile, by index: 0,2 (emitted as -dev CUDA0,CUDA2; ROCm0 or Vulkan0 for AMD GPUs).")]
 
 OBJECTIVES = ("workload", "decode", "prefill", "balanced")
@@ -311,6 +314,7 @@ def register(app: typer.Typer) -> None:
         explain: Annotated[bool, typer.Option("--explain", help="Show the formula of every figure.")] = False,
         gpus: GpusOpt = None,
         ngl: NglOpt = None,
+        rpc: RpcOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Search every sensible placement, recommend the fastest that fits, and say why."""
@@ -372,7 +376,10 @@ def register(app: typer.Typer) -> None:
                       numa_policies=(numa,) if numa else (), all_cpu_moe=all_cpu_moe)
         result = choose_plan(spec, profile, priors, req)
         result = _with_devices(result, gpus, profile)
+        result, fit = _dry_run(spec, profile, result, gpus, binary, rpc, objective, size or "", as_json)
         plan = build_plan(spec, profile, result, objective, size or "", moeplan_version=__version__)
+        if fit.refused:
+            plan = _replace_plan(plan, notes=plan.notes + (fit.refused[-1],))
         plan = _replace_plan(plan, workload=wl,
                              notes=what_if_notes(profile) + tuple(ctx_warnings(spec, n_ctx)) + plan.notes)
         if validate:
@@ -388,7 +395,66 @@ def register(app: typer.Typer) -> None:
             raise Interrupted(f"--validate interrupted (Ctrl-C) after {len(report.trials)} trial(s)",
                               f"the runs so far are kept in {report.results_path}; rerun `tune --validate` to add "
                               "to them (the plan was not re-planned)")
-        _render_tune(plan, spec, as_json, emit, explain, report)
+        _render_tune(plan, spec, as_json, emit, explain, report, fit)
+
+
+def _dry_run(spec, profile, result, gpus: str | None, binary: str | None, rpc: str | None, objective: str,
+             size: str, quiet: bool):
+    """llama.cpp's own dry run (llama-fit-params) of the chosen plan and, when it says a device
+    does not fit, of the next best placements in the search's order (tuner/fitcheck.py): the
+    result with the first that fits as the best, and that plan's check. None fits: an error."""
+    from dataclasses import replace
+
+    from moeplan.probes.fitparams import NO_BIN_NOTE, skipped
+
+    if not binary:  # the plain planning path loads nothing of the tuner
+        return result, skipped(NO_BIN_NOTE)
+    from moeplan.errors import InfeasibleError
+    from moeplan.planner.search import budgets, build_plan, gpu_budgets
+    from moeplan.tuner.fitcheck import check_plan, first_that_fits
+    from moeplan.ui.console import progress
+
+    vram, _ = budgets(profile)
+    per_gpu = gpu_budgets(profile, vram) if len(profile.gpus) > 1 else (vram,)
+    cands = [result.best] + list(result.alternatives)
+    programs = None
+    backend = result.best.placement.backend
+    from moeplan.probes.fitparams import fit_params_program, has_fit_params
+
+    if spec.source == "gguf" and has_fit_params(backend):
+        from moeplan.launch import find_programs
+
+        folder = Path(binary).expanduser()
+        if fit_params_program(folder if folder.is_dir() else folder.parent) is not None:
+            programs = find_programs(backend, binary)
+
+    def thunk(c):
+        def run():
+            one = replace(result, best=replace(c, placement=c.placement.with_(
+                options=_devices_options(c.placement.options, gpus, profile))))
+            plan = build_plan(spec, profile, one, objective, size)
+            return check_plan(plan, spec, binary, rpc=rpc, budgets=per_gpu, programs=programs)
+        return run
+
+    from moeplan.planner.search import to_alternative
+
+    with progress("llama.cpp's dry run (llama-fit-params)", enabled=not quiet and programs is not None):
+        walk = first_that_fits([(to_alternative(c).label, thunk(c)) for c in cands])
+    refused = [f"refused by llama.cpp's dry run: {lab}: {c.note}" for lab, c in zip(walk.labels, walk.checks)
+               if c.status == "does-not-fit"]
+    if walk.index is None:
+        first = walk.checks[0]
+        raise InfeasibleError(f"{first.note} (and the {len(walk.checks) - 1} next best placements too)"
+                              if len(walk.checks) > 1 else first.note, first.hint)
+    fit = walk.checks[walk.index]
+    if walk.index > 0:
+        best = cands[walk.index]
+        rest = tuple(c for i, c in enumerate(cands) if i > walk.index)
+        result = _with_devices(replace(result, best=best, alternatives=rest), gpus, profile)
+        fit = replace(fit, refused=tuple(refused) + (
+            f"llama.cpp's dry run refused the {walk.index} placement(s) ranked above this one "
+            f"(first: {refused[0].split(': ', 1)[1]})",))
+    return result, fit
 
 
 def _plot_budget(profile, backend: str) -> tuple[int, int]:
@@ -476,13 +542,16 @@ def _write_outputs(plan, spec, emit: Path | None, plot: Path | None, out: Path |
         write_pareto_plot(plan, plot, *(plot_budget or (0, 0)))
 
 
-def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = False, report=None) -> None:
+def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = False, report=None,
+                 fit=None) -> None:
     from moeplan.ui.console import emit_json, stdout_console
 
     if as_json:
         doc = {"plan": plan.to_dict()}
         if report is not None:
             doc["validation"] = report.to_dict()
+        if fit is not None:
+            doc["llama_fit_params"] = fit.to_dict()
         emit_json(doc)
         return
     from moeplan.launch import preview_command
@@ -490,5 +559,10 @@ def _render_tune(plan, spec, as_json: bool, emit: Path | None, explain: bool = F
 
     cmd = preview_command(plan, spec)
     stdout_console().print(tune_render(spec, plan, cmd, explain), crop=False)
+    if fit is not None:
+        from moeplan.ui.fit_tables import fit_render
+
+        for r in fit_render(fit):
+            stdout_console().print(r, crop=False)
     if emit:
         stdout_console().print(f"wrote launch files to {emit}")

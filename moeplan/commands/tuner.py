@@ -33,6 +33,20 @@ def _is_results(path: Path) -> bool:
     return isinstance(doc, dict) and "plan" in doc
 
 
+def write_calibrated(new_hw, hw: str | None, out: Path | None) -> str:
+    """Write a calibrated profile: to --out, else over --hw's file, else the cache's
+    hardware-calibrated.json (mode 0600; a file the user named keeps 0666 less the umask)."""
+    from moeplan.io import PRIVATE
+    from moeplan.probes.hwprofile import cache_dir, write_json_atomic
+
+    mode = None
+    if out is None:
+        out = Path(hw) if hw and Path(hw).is_file() else Path(cache_dir()) / "hardware-calibrated.json"
+        mode = None if hw and Path(hw).is_file() else PRIVATE
+    write_json_atomic(str(out), new_hw.to_dict(), mode)
+    return str(out)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     @command
@@ -45,11 +59,26 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the calibrated profile (default: update --hw's file, else the cache).")] = None,
         model: Annotated[Optional[str], typer.Option("--model", help="With logs: the model when the log's path is not here.")] = None,
         quant: QuantOpt = None, size: SizeOpt = None,
+        fit_params: Annotated[Optional[Path], typer.Option(
+            "--fit-params", metavar="PLAN.json", help="Learn the compute-buffer factors from llama.cpp's own dry run "
+            "(llama-fit-params, needs --bin) of this plan and its next best placements.")] = None,
+        binary: Annotated[Optional[str], typer.Option("--bin", help="With --fit-params: the llama.cpp build folder.")] = None,
+        rpc: Annotated[Optional[str], typer.Option("--rpc", help="With --fit-params: RPC servers (HOST:PORT,...) "
+                                                                  "for the dry run, as llama.cpp's --rpc.")] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Fit efficiency factors (GPU/CPU bandwidth, sync, compute, PCIe, NUMA) to measured runs;
         keep them only when they predict held-out runs better than the priors."""
         files = list(from_ or []) + list(more or [])
+        if fit_params is not None:
+            if files:
+                raise InputError("--fit-params takes no --from files", "calibrate from one source at a time")
+            from moeplan.commands.fitcal import calibrate_from_fit_params
+
+            calibrate_from_fit_params(fit_params, binary, rpc, hw, out, model, as_json)
+            return
+        if binary or rpc:
+            raise InputError("--bin and --rpc go with --fit-params", "moeplan calibrate --fit-params PLAN.json --bin DIR")
         if files and not all(_is_results(f) for f in files):
             from moeplan.commands.logcal import calibrate_from_logs
 
@@ -59,9 +88,9 @@ def register(app: typer.Typer) -> None:
             raise InputError("give one results file of tune --validate at a time",
                              "or give llama.cpp / llama-bench logs, as many as you have")
         results_file = files[0] if files else None
-        from moeplan.io import PRIVATE, check_out_file
+        from moeplan.io import check_out_file
         from moeplan.planner.serde import to_jsonable
-        from moeplan.probes.hwprofile import cache_dir, load_hardware, write_json_atomic
+        from moeplan.probes.hwprofile import load_hardware
         from moeplan.probes.models import resolve_model
         from moeplan.profiles.backends import read_priors
         from moeplan.tuner.calibrate import store_calibration
@@ -91,13 +120,7 @@ def register(app: typer.Typer) -> None:
         ho = g.holdout
         written = ""
         if ho.accepted and g.calibration is not None:
-            new_hw = store_calibration(profile, g.calibration)
-            mode = None  # a file the user named (0666 less the umask); the cache's is 0600
-            if out is None:
-                out = Path(hw) if hw and Path(hw).is_file() else Path(cache_dir()) / "hardware-calibrated.json"
-                mode = None if hw and Path(hw).is_file() else PRIVATE
-            write_json_atomic(str(out), new_hw.to_dict(), mode)
-            written = str(out)
+            written = write_calibrated(store_calibration(profile, g.calibration), hw, out)
         if as_json:
             res = g.result
             emit_json({"calibration": to_jsonable(g.calibration) if g.calibration else None,

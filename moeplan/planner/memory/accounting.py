@@ -24,7 +24,8 @@ Host RAM
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from moeplan.planner.memory import compute_buffer as cb
 from moeplan.planner.memory.cache import memo, plan_cache
@@ -75,6 +76,10 @@ class MemoryConstants:
     """Per-backend figures that are not in the model file (priors; see profiles/)."""
 
     cuda_context_bytes: int = 640 * MIB  # context + cuBLAS workspace, as nvidia-smi shows it
+    # compute buffers x these, learned from llama.cpp's own dry run (`moeplan calibrate --fit-params`,
+    # tuner/fitcal.py): each GPU's, and the host's
+    compute_factor_gpu: float = 1.0
+    compute_factor_host: float = 1.0
     margin_bytes: int = FIT_MARGIN_BYTES
     op_offload_min_batch: int = 32  # GGML_OP_OFFLOAD_MIN_BATCH
     kv_pad: int = 256
@@ -297,6 +302,8 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
     if not cpu_only and p.n_gpus > 1:
         weights = tensor_split_weights(p)
         devices = device_memory(model, p, weights, c.cuda_context_bytes, c.margin_bytes, c.op_offload_min_batch)
+        if c.compute_factor_gpu != 1.0:
+            devices = tuple(replace(d, compute_bytes=math.ceil(d.compute_bytes * c.compute_factor_gpu)) for d in devices)
         items.append(MemoryItem("compute", "gpu", sum(d.compute_bytes for d in devices),
                                 " + ".join(f"GPU{d.index} {d.compute_bytes / MIB:.0f} MiB" for d in devices)
                                 + " (one buffer per device; staging on GPU0, logits on the output's device)"))
@@ -306,6 +313,9 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
         gterms = compute_buffer_terms(model, p, gpu=True, consts=c)
         if c.compute_extra_bytes:
             gterms = {**gterms, "calibrated extra": c.compute_extra_bytes}
+        if c.compute_factor_gpu != 1.0:
+            gterms = {**gterms, f"x{c.compute_factor_gpu:.3f} (llama-fit-params)":
+                      math.ceil(sum(gterms.values()) * (c.compute_factor_gpu - 1.0))}
         items.append(MemoryItem("compute", "gpu", sum(gterms.values()),
                                 " + ".join(f"{k} {v / MIB:.0f} MiB" for k, v in gterms.items())))
         pool = round(c.pool_per_ubatch(p.cache_type_k) * n_ub)
@@ -339,6 +349,9 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
             extra = (copies - 1) * sum(cb.pipeline_copy_terms(model, p, device=False).values())
             cterms = {**cterms, "pipeline copies": extra}
             formula += f", + {copies - 1} more copies of the graph inputs (pipeline parallelism, {copies} copies)"
+    if c.compute_factor_host != 1.0:
+        cterms = {**cterms, "llama-fit-params factor": math.ceil(sum(cterms.values()) * (c.compute_factor_host - 1.0))}
+        formula += f", x{c.compute_factor_host:.3f} learned from llama-fit-params"
     items.append(MemoryItem("compute_cpu", "host", sum(cterms.values()), formula))
     items.append(MemoryItem("output", "host", model.n_vocab * 4 * p.n_seq,
                             "logits buffer n_vocab * n_outputs * 4 (one output per sequence)"))

@@ -16,6 +16,9 @@ values a hardware profile carries (pure).
 
 `moeplan calibrate --from LOG` fits them and stores them as a Calibration named
 '<backend> memory' in the profile; estimate() and the search read them from there.
+`moeplan calibrate --fit-params` stores compute_factor_gpu / compute_factor_host (the compute
+buffers x these, learned from llama.cpp's own dry run; tuner/fitcal.py) as '<backend> memory
+(llama-fit-params)'.
 """
 from __future__ import annotations
 
@@ -37,12 +40,21 @@ def memory_calibration_name(backend: str) -> str:
     return f"{backend} memory"
 
 
+def fit_params_calibration_name(backend: str) -> str:
+    """The calibration `moeplan calibrate --fit-params` stores: kept apart from the log fit's."""
+    return f"{backend} memory (llama-fit-params)"
+
+
 def memory_constants(hw: HardwareProfile | None, backend: str, base: MemoryConstants | None = None) -> MemoryConstants:
     """MemoryConstants with the profile's calibrated values for `backend` (the priors otherwise).
 
     Factor names: cuda_context_bytes, compute_extra_bytes, and cuda_pool_bytes_per_ubatch or
     cuda_pool_bytes_per_ubatch:<K cache type>."""
     c = base or MemoryConstants()
+    fit = hw.calibration_for(fit_params_calibration_name(backend)) if hw is not None else None
+    if fit is not None:  # compute-buffer factors learned from llama-fit-params (tuner/fitcal.py)
+        c = replace(c, compute_factor_gpu=float(fit.factors.get("compute_factor_gpu", c.compute_factor_gpu)),
+                    compute_factor_host=float(fit.factors.get("compute_factor_host", c.compute_factor_host)))
     cal = hw.calibration_for(memory_calibration_name(backend)) if hw is not None else None
     if cal is None:
         return c
