@@ -14,7 +14,11 @@ ranges.py) are grouped by the resource they
 charge (CPU, GPU, PCIe, fixed per-layer/per-token costs); one time scale per group (the CPU group
 per backend), shrunk towards 1, is fitted on train rows, and the prediction's range is centred
 and sized by the conformal 80th percentile of the train rows' log residuals, held out by source,
-of the group that dominates the row, every source weighing the same (docs/cost-model.md). Figures, train and test side by side:
+of the group that dominates the row, every source weighing the same, each row scored about the
+centre the other sources' rows set (docs/cost-model.md). The rows of a source a prior names as
+its anchor (benchmarks/anchors.py) set no range: their residuals are the priors' training error.
+Figures in three columns -- train (all rows), train non-anchor (the ranges' calibration rows) and
+test:
 
   model (no fit)  the mechanisms and priors alone; its range from the train residuals (a train row:
                   the other train sources' only);
@@ -59,17 +63,21 @@ from moeplan.profiles.catalog import find_cpu
 HERE = Path(__file__).resolve().parent
 
 
-def _load_split():
-    """benchmarks/split.py, the train/test rule (loaded by path: benchmarks/ is no package)."""
+def _load(name: str, file: str):
+    """A module of benchmarks/ (loaded by path: benchmarks/ is no package), once."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("moeplan_bench_split", HERE / "split.py")
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HERE / file)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
 
-split = _load_split()
+split = _load("moeplan_bench_split", "split.py")  # the train/test rule
+anchors = _load("moeplan_bench_anchors", "anchors.py")  # the rows the priors are anchored on
 DEFAULT_DATA = HERE / "data" / "measurements.jsonl"
 FIT_PATH = HERE.parent / "moeplan" / "profiles" / "fit.json"
 GIB = 1024**3
@@ -145,6 +153,9 @@ class Row:
     floor: dict = field(default_factory=dict)
     baseline: dict = field(default_factory=dict)  # 'active'/'all' -> decode tok/s
     notes: list = field(default_factory=list)
+    # its source is named as a prior's anchor (benchmarks/anchors.py): its residual is training
+    # error, so it sets no range and is scored apart
+    anchor: bool = False
 
     @property
     def source(self) -> str:
@@ -638,16 +649,24 @@ def _range(pred: float, cw: tuple[float, float], floor: float) -> tuple[float, f
     return (min(lo, floor) if floor else lo), pred * math.exp(w - c)
 
 
+def _center(free: list[tuple[float, str]]) -> float:
+    """The source-weighted median of (log residual, source) rows; 0 (the model's own figure) for none."""
+    return weighted_median([e for e, _ in free], [src for _, src in free]) if free else 0.0
+
+
 def _center_width(res: list[tuple[float, bool, str]]) -> tuple[float, float]:
     """(c, w) from (log residual, floor covers, source) rows: c the median log residual of rows
     the floor does not cover (where the measured figures sit against the model's), w the
     conformal RANGE_QUANTILE of the scores about it; both weigh every source the same (a row
     1/n of its source's n rows) and w has the weighted finite-sample correction
-    (cost/ranges.py weighted_conformal_quantile): the next machine is a new source."""
+    (cost/ranges.py weighted_conformal_quantile): the next machine is a new source. The centre
+    is fitted on rows too, so each row is scored about the centre of the other sources' rows
+    (leave-one-source-out, as jackknife+ does): a row that helped set c sits nearer it than the
+    next machine's will."""
     free = [(e, src) for e, ok, src in res if not ok]
-    c = weighted_median([e for e, _ in free], [src for _, src in free]) if free else 0.0
-    return c, weighted_conformal_quantile([_score(e, ok, c) for e, ok, _ in res], [src for _, _, src in res],
-                                          RANGE_QUANTILE)
+    without = {s: _center([(e, t) for e, t in free if t != s]) for s in sorted({src for _, _, src in res})}
+    return _center(free), weighted_conformal_quantile([_score(e, ok, without[src]) for e, ok, src in res],
+                                                      [src for _, _, src in res], RANGE_QUANTILE)
 
 
 def range_widths(residuals: list[tuple[str, float, bool, str]]) -> dict[str, tuple[float, float]]:
@@ -663,12 +682,33 @@ def range_widths(residuals: list[tuple[str, float, bool, str]]) -> dict[str, tup
     return out
 
 
+def source_spread(residuals: list[tuple[str, float, bool, str]]) -> dict:
+    """How calibration rows' log residuals spread between sources and within one -- a per-source
+    random effect, read robustly: `between` the median over sources of |the source's median
+    residual - the source-weighted centre|, `within` the median over sources of several rows of
+    their rows' median |residual - the source's median|. A range for the next machine needs the
+    between-source spread; within-source spread alone (one machine's configurations) would narrow
+    it, which is why every source weighs 1 in the calibration."""
+    by: dict[str, list[float]] = {}
+    for _, e, _, src in residuals:
+        by.setdefault(src, []).append(e)
+    if not by:
+        return {"between": 0.0, "within": 0.0, "sources": 0, "multi": 0}
+    c = weighted_median([e for _, e, _, _ in residuals], [src for _, _, _, src in residuals])
+    med = {s: statistics.median(v) for s, v in by.items()}
+    multi = [statistics.median(abs(e - med[s]) for e in v) for s, v in by.items() if len(v) > 1]
+    return {"between": statistics.median(abs(m - c) for m in med.values()),
+            "within": statistics.median(multi) if multi else 0.0, "sources": len(by), "multi": len(multi)}
+
+
 def evaluate(rows: list[Row]) -> dict:
     """Prior, fitted and held-out predictions and ranges per row and metric, TRAIN rows only
     informing anything: the scales are fitted on train rows; a train row is predicted from the
     scales fitted without its source (leave-one-source-out) and its range set by the other train
     sources' held-out residuals; a test row is predicted from the scales of all train rows and its
-    range set by all train rows' held-out residuals -- the figures that ship (--write-fit)."""
+    range set by all train rows' held-out residuals -- the figures that ship (--write-fit). The
+    rows of an anchor source (Row.anchor: a prior was set from them, benchmarks/anchors.py) set
+    no range: their residuals are the priors' training error."""
     est = {m: [x for x in rows if m in x.measured and m not in x.skip and x.prior.get(m)] for m in METRICS}
     out: dict = {m: {} for m in METRICS}
     for m in ("decode", "prefill"):
@@ -685,10 +725,11 @@ def evaluate(rows: list[Row]) -> dict:
                 cv[x.row["id"]] = predict(x, m, full) or 0.0
         # held-out residuals of train rows only: the fitted scales' and the prior's (which has
         # no fitted factor: its residuals are held out already)
+        calib = [x for x in est[m] if x.side == "train" and not x.anchor]
         resid = {x.row["id"]: (_dominant(x, m), *_residual(cv[x.row["id"]], x.measured[m], x.floor.get(m, 0.0)),
-                               x.source) for x in est[m] if x.side == "train"}
+                               x.source) for x in calib}
         resid_p = {x.row["id"]: (_dominant(x, m), *_residual(x.prior[m], x.measured[m], x.floor.get(m, 0.0)),
-                                 x.source) for x in est[m] if x.side == "train"}
+                                 x.source) for x in calib}
         widths, widths_p = range_widths(list(resid.values())), range_widths(list(resid_p.values()))
         for x in est[m]:
             rid = x.row["id"]
@@ -708,6 +749,9 @@ def evaluate(rows: list[Row]) -> dict:
         out[m]["_fit"] = full
         out[m]["_widths"] = widths
         out[m]["_prior_widths"] = widths_p
+        out[m]["_spread"] = source_spread(list(resid.values()))
+        out[m]["_prior_spread"] = source_spread(list(resid_p.values()))
+        out[m]["_range_sources"] = sorted({x.source for x in calib})
     for x in est["vram"]:
         out["vram"][x.row["id"]] = {"side": x.side, "prior": x.prior["vram"], "in_sample": x.prior["vram"],
                                     "loso": x.prior["vram"], "measured": x.measured["vram"], "prior_range": None,
@@ -827,32 +871,46 @@ FIGURES = {"prior": "model (no fit)", "loso": "refit", "in_sample": "refit in-sa
            "roofline_active": "roofline active", "roofline_all": "roofline all bytes"}
 
 
-def print_table(title: str, train: dict, test: dict) -> None:
-    """One table, train and test side by side: train rows held out by source (LOSO within
-    train), test rows predicted from all train rows."""
+# the columns every table prints: (key, label); a train row is held out by source within train
+SIDES = (("train", "train (all)"), ("train_na", "train non-anchor"), ("test", "test"))
+
+
+def select_side(side: str):
+    """The rows of a column of SIDES."""
+    if side == "train_na":
+        return lambda x: x.side == "train" and not x.anchor
+    return lambda x: x.side == side
+
+
+def print_table(title: str, cols: dict[str, dict]) -> None:
+    """One table, the SIDES side by side: train rows held out by source (LOSO within train), the
+    train rows of no anchor source (whose residuals no prior was set from), test rows predicted
+    from all train rows."""
     print(f"\n{title}")
     head = f"{'rows':>4} {'med err':>7} {'cover':>6} {'half-w':>6}"
-    print(f"  {'metric':8} {'figure':18} | train: {head} | test: {head}")
-    for m in train:
-        for name in train[m]:
-            a, b = train[m][name], test[m].get(name, {"n": 0})
+    print(f"  {'metric':8} {'figure':18} | " + " | ".join(f"{label + ':':17} {head}" for _, label in SIDES))
+    first = cols[SIDES[0][0]]
+    for m in first:
+        for name in first[m]:
+            st = [cols[k][m].get(name, {"n": 0}) for k, _ in SIDES]
             if name == "in_sample":
-                b = {"n": 0}  # a test row is never in the sample
-            if not a["n"] and not b["n"]:
+                st[-1] = {"n": 0}  # a test row is never in the sample
+            if not any(s["n"] for s in st):
                 continue
 
-            def cols(st: dict) -> str:
-                return (f"{st['n']:4d} {_fmt(st, 'median_err'):>7} {_fmt(st, 'coverage'):>6} "
-                        f"{_fmt(st, 'half_width'):>6}")
-            print(f"  {m:8} {FIGURES.get(name, name):18} |        {cols(a)} |       {cols(b)}")
+            def fmt(s: dict) -> str:
+                return (f"{s['n']:4d} {_fmt(s, 'median_err'):>7} {_fmt(s, 'coverage'):>6} "
+                        f"{_fmt(s, 'half_width'):>6}")
+            print(f"  {m:8} {FIGURES.get(name, name):18} | " + " | ".join(f"{'':17} {fmt(s)}" for s in st))
 
 
 def ships_fit(overall: dict) -> dict[str, bool]:
     """Per metric, whether the fitted scales ship: only if they predict held-out TRAIN sources
     better than the mechanisms alone -- by more than SHIP_MARGIN of median error (on ~60 rows one
     row moves the median by about a third of a point) -- with a held-out range no wider; else the
-    prior ships, with its own residuals' widths. `overall` is the train summary: the test split
-    decides nothing."""
+    prior ships, with its own residuals' widths. `overall` is the summary of the train rows of no
+    anchor source (on an anchor row the prior is scored in-sample, the scales held out): the test
+    split decides nothing."""
     return {m: (overall[m]["loso"]["median_err"] or 1.0) < (overall[m]["prior"]["median_err"] or 0.0) - SHIP_MARGIN
             and (overall[m]["loso"].get("half_width") or 9.0) <= (overall[m]["prior"].get("half_width") or 0.0)
             for m in ("decode", "prefill")}
@@ -869,9 +927,13 @@ def fit_json(res: list[Row], ev: dict, use_fit: dict[str, bool]) -> dict:
                      "range_log_half_width = 80th percentile (weighted conformal) of |log residual - centre| of "
                      "train rows held out by source, every source weighing 1 (a row 1/n of its source's n), by "
                      "dominant group: the range is prediction x exp(-centre -/+ "
-                     "half-width) (docs/cost-model.md). No test row informs any figure here.",
+                     "half-width) (docs/cost-model.md), each row scored about the centre of the other sources' rows. "
+                     "The rows of anchor_sources (named by a prior as its evidence, benchmarks/anchors.py) set no range. "
+                     "No test row informs any figure here.",
             "split_rule": split.RULE,
             "fitted_on_sources": used,
+            "anchor_sources": sorted({x.source for x in res if x.anchor}),
+            "range_set_on_sources": {m: ev[m]["_range_sources"] for m in ("decode", "prefill")},
             "n_rows": {m: len([i for i, v in ev[m].items() if not i.startswith("_") and v["side"] == "train"])
                        for m in ("decode", "prefill")},
             "scales": {m: ev[m]["_fit"] if use_fit[m] else {} for m in ("decode", "prefill")},
@@ -884,32 +946,43 @@ DOC_END = "<!-- accuracy.py:end -->"
 DOC_FILES = [HERE.parent / "docs" / "cost-model.md", HERE.parent / "docs" / "benchmarks.md"]
 
 
-def doc_block(tr: dict, te: dict, ship: dict[str, str], rank: dict, n_split: dict) -> str:
-    """The figures docs/ quote, as a markdown block (regenerated and checked in CI)."""
+def doc_block(cols: dict[str, dict], ship: dict[str, str], rank: dict, n_split: dict,
+              spread: dict | None = None) -> str:
+    """The figures docs/ quote, as a markdown block (regenerated and checked in CI); cols: a
+    summary per SIDES key."""
     def f(v) -> str:
         return "–" if v is None else f"{v:.1%}"
     lines = [f"Split (benchmarks/split.py, rule fixed before any tuning): train {n_split['train'][0]} sources / "
-             f"{n_split['train'][1]} rows, test {n_split['test'][0]} sources / {n_split['test'][1]} rows. "
+             f"{n_split['train'][1]} rows, test {n_split['test'][0]} sources / {n_split['test'][1]} rows; "
+             f"of the train ones, {n_split['anchor'][0]} sources / {n_split['anchor'][1]} rows are anchors, named "
+             "by a prior as its evidence (benchmarks/anchors.py): their residuals are the priors' training error, "
+             "so they set no range and the train non-anchor columns leave them out. "
              "Train rows are held out by source (leave-one-source-out within train); test rows are predicted "
              "from all train rows and nothing was fitted or chosen on them. Shipped: " +
              ", ".join(f"{m} {'refit' if v == 'loso' else 'model (no fit)'}" for m, v in ship.items()) + ".",
              "",
-             "| metric | figure | train rows | train median err | train coverage / half-width | "
-             "test rows | test median err | test coverage / half-width |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| metric | figure | " + " | ".join(f"{label} rows | {label} median err | {label} coverage / half-width"
+                                                for _, label in SIDES) + " |",
+             "|---|---|" + "---|---|---|" * len(SIDES)]
     for m in METRICS:
         for name in ("prior", "loso", "roofline_active", "roofline_all"):
-            a, b = tr[m].get(name), te[m].get(name)
-            if not a or not (a["n"] or b["n"]):
+            st = [cols[k][m].get(name) for k, _ in SIDES]
+            if not st[0] or not any(s["n"] for s in st):
                 continue
             shipped = " (shipped)" if ship.get(m) == name or (m == "vram" and name == "prior") else ""
-            cov = (lambda st: f"{f(st.get('coverage'))} / {f(st.get('half_width'))}" if "coverage" in st else "–")
-            lines.append(f"| {m} | {FIGURES[name]}{shipped} | {a['n']} | {f(a['median_err'])} | {cov(a)} | "
-                         f"{b['n']} | {f(b['median_err'])} | {cov(b)} |")
+            cov = (lambda s: f"{f(s.get('coverage'))} / {f(s.get('half_width'))}" if "coverage" in s else "–")
+            lines.append(f"| {m} | {FIGURES[name]}{shipped} | " +
+                         " | ".join(f"{s['n']} | {f(s['median_err'])} | {cov(s)}" for s in st) + " |")
     lines += ["", "Range coverage with every source weighing the same (a row 1/n of its source's n rows: what "
               "the source-weighted calibration aims at 80% for): " +
-              "; ".join(f"{m} train {f(tr[m][ship[m]].get('coverage_by_source'))}, "
-                        f"test {f(te[m][ship[m]].get('coverage_by_source'))}" for m in ("decode", "prefill")) + "."]
+              "; ".join(f"{m} " + ", ".join(f"{label} {f(cols[k][m][ship[m]].get('coverage_by_source'))}"
+                                           for k, label in SIDES) for m in ("decode", "prefill")) + "."]
+    if spread:
+        lines += ["", "Where the shipped ranges' width comes from (the calibration rows' log residuals, "
+                  "benchmarks/accuracy.py source_spread): " +
+                  "; ".join(f"{m}: between sources {v['between']:.2f}, within a source {v['within']:.2f} "
+                            f"({v['sources']} sources, {v['multi']} of them with several rows)"
+                            for m, v in spread.items()) + "."]
     lines += ["", "Ranking (pairs of configurations of one machine and model from one source; order counted on "
               f"pairs whose measured figures differ by more than {RANK_DIFF:.0%}; ratio error "
               "= median |predicted ratio / measured ratio - 1| over all pairs):", "",
@@ -944,7 +1017,17 @@ def run_all(data: Path) -> tuple[list[Row], list[Row]]:
             sw = [run_row(r, runner, Path(tmp)) for r in sweep_rows()]
     finally:
         backends_mod.fitted_terms = saved
+    mark_anchors(res, rows)
     return res, sw
+
+
+def mark_anchors(res: list[Row], rows: list[dict]) -> set[str]:
+    """Flag the rows of every source a prior names as its anchor (benchmarks/anchors.py); the
+    anchor sources."""
+    found = set(anchors.anchor_sources(rows))
+    for x in res:
+        x.anchor = x.source in found
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -963,15 +1046,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     res, sweeps = run_all(a.data)
     ev = evaluate(res)
-    tr = summary(res, ev, lambda x: x.side == "train")
-    te = summary(res, ev, lambda x: x.side == "test")
-    use_fit = ships_fit(tr)
+    cols = {k: summary(res, ev, select_side(k)) for k, _ in SIDES}
+    tr, te = cols["train"], cols["test"]
+    use_fit = ships_fit(cols["train_na"])
     ship = {m: "loso" if use_fit[m] else "prior" for m in TARGETS}
+    spread = {m: ev[m]["_spread" if use_fit[m] else "_prior_spread"] for m in TARGETS}
     rank = ranking(res + sweeps, {m: ev[m]["_fit"] if use_fit[m] else {} for m in ("decode", "prefill")})
-    srcs = {s: {x.source for x in res if x.side == s} for s in ("train", "test")}
-    n_split = {s: (len(srcs[s]), sum(1 for x in res if x.side == s)) for s in srcs}
+    srcs = {s: {x.source for x in res if select_side(s)(x)} for s in ("train", "test")}
+    srcs["anchor"] = {x.source for x in res if x.anchor}
+    n_split = {s: (len(v), sum(1 for x in res if x.source in v)) for s, v in srcs.items()}
     fit_text = json.dumps(fit_json(res, ev, use_fit), indent=1, sort_keys=True) + "\n"
-    block = doc_block(tr, te, ship, rank, n_split)
+    block = doc_block(cols, ship, rank, n_split, spread)
     if a.check:
         stale = [] if FIT_PATH.exists() and FIT_PATH.read_text() == fit_text else [str(FIT_PATH)]
         for p in DOC_FILES:
@@ -997,15 +1082,14 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             write_text_atomic(p, new)
             print(f"wrote {p}")
-    by_backend = {b: (summary(res, ev, lambda x, b=b: x.backend == b and x.side == "train"),
-                      summary(res, ev, lambda x, b=b: x.backend == b and x.side == "test"))
+    by_backend = {b: {k: summary(res, ev, lambda x, b=b, s=select_side(k): x.backend == b and s(x)) for k, _ in SIDES}
                   for b in sorted({x.backend for x in res if x.groups})}
-    by_class = {c: (summary(res, ev, lambda x, c=c: x.machine == c and x.side == "train"),
-                    summary(res, ev, lambda x, c=c: x.machine == c and x.side == "test"))
+    by_class = {c: {k: summary(res, ev, lambda x, c=c, s=select_side(k): x.machine == c and s(x)) for k, _ in SIDES}
                 for c in sorted({x.machine for x in res if x.groups})}
     skipped = [(x.row["id"], m, why) for x in res for m, why in x.skip.items()]
     if a.json:
-        print(json.dumps({"split": n_split, "train": tr, "test": te, "ranking": rank,
+        print(json.dumps({"split": n_split, "train": tr, "train_non_anchor": cols["train_na"], "test": te,
+                          "anchor_sources": sorted(srcs["anchor"]), "spread": spread, "ranking": rank,
                           "by_backend": by_backend, "by_class": by_class,
                           "rows": {m: {k: v for k, v in ev[m].items()} for m in METRICS},
                           "not_estimable": skipped}, indent=1, default=str))
@@ -1023,27 +1107,33 @@ def main(argv: list[str] | None = None) -> int:
                       f"{v['loso'] / scale:8.1f} {rtxt:>17} {v['loso'] / v['measured'] - 1:+5.0%}")
     n_est = {m: len([i for i in ev[m] if not i.startswith("_")]) for m in METRICS}
     n_meas = {m: sum(1 for x in res if m in x.measured) for m in METRICS}
-    print(f"split (benchmarks/split.py): train {n_split['train'][0]} sources, {n_split['train'][1]} rows; "
+    print(f"split (benchmarks/split.py): train {n_split['train'][0]} sources, {n_split['train'][1]} rows "
+          f"(anchors of priors, benchmarks/anchors.py: {n_split['anchor'][0]} sources, {n_split['anchor'][1]} rows); "
           f"test {n_split['test'][0]} sources, {n_split['test'][1]} rows")
     print("rows estimable / with a measured figure: " +
           ", ".join(f"{m} {n_est[m]}/{n_meas[m]}" for m in METRICS))
     print_table("overall (error = |predicted/measured - 1|; coverage = measured inside the printed range; "
-                "train: held out by source within train; test: predicted from all train rows)", tr, te)
-    for b, (s1, s2) in by_backend.items():
-        print_table(f"backend {b}", s1, s2)
-    for c, (s1, s2) in by_class.items():
-        print_table(f"machine class {c}", s1, s2)
+                "train: held out by source within train; train non-anchor: the train rows no prior was set "
+                "from, the ranges' calibration rows; test: predicted from all train rows)", cols)
+    for b, c3 in by_backend.items():
+        print_table(f"backend {b}", c3)
+    for c, c3 in by_class.items():
+        print_table(f"machine class {c}", c3)
     print("\nfitted factors (all train rows):")
     for m in ("decode", "prefill"):
         print(f"  {m}: " + ", ".join(f"{k.split('.', 1)[1]}={v:.2f}" for k, v in ev[m]["_fit"].items()))
         print(f"  {m} range log centre/half-width by dominant group: " +
               ", ".join(f"{k}={c:+.2f}/{w:.2f}" for k, (c, w) in ev[m]["_widths"].items()) + "; of the prior: " +
               ", ".join(f"{k}={c:+.2f}/{w:.2f}" for k, (c, w) in ev[m]["_prior_widths"].items()))
+        sp = spread[m]
+        print(f"  {m} log residual spread of the shipped range's calibration rows: between sources {sp['between']:.2f}, "
+              f"within a source {sp['within']:.2f} ({sp['sources']} sources, {sp['multi']} with several rows)")
     print(f"\nranking (pairs of one machine and model of one source; order on pairs differing > {RANK_DIFF:.0%}):")
     for k, v in rank.items():
         print(f"  {k:14} machines {v['machines']:3d} pairs {v['pairs']:4d} differing {v['pairs_differing']:4d} "
               f"order right {_fmt(v, 'order_right')} ratio error {_fmt(v, 'ratio_err')}")
-    for side, st in (("train (held out by source)", tr), ("TEST", te)):
+    for side, st in (("train (held out by source)", tr), ("train non-anchor (held out by source)", cols["train_na"]),
+                     ("TEST", te)):
         print(f"\ntargets, {side} (" + ", ".join(f"{m}: {FIGURES[f]}" for m, f in ship.items()) + " ships): " +
               ", ".join(f"{m} median err {st[m][ship[m]]['median_err'] or float('nan'):.1%} (<= {t:.0%})"
                         for m, t in TARGETS.items()) +

@@ -6,8 +6,9 @@ A source is a TEST source when the first 8 hex digits of the SHA-256 of that key
 integer, are divisible by 3 (about a third of the sources); every other source is TRAIN.
 
 Nothing is tuned on test sources: no prior in moeplan/profiles/backends.toml may name a test
-row as its anchor, moeplan/profiles/fit.json is fitted and its ranges set on train rows only
-(benchmarks/accuracy.py --write-fit), and tests/test_accuracy_split.py checks both. The rule
+row as its anchor (benchmarks/anchors.py finds them), moeplan/profiles/fit.json is fitted and its
+ranges set on train rows only (benchmarks/accuracy.py --write-fit), and
+tests/test_accuracy_split.py checks both. The rule
 was committed before any tuning that followed it; rows added later fall into the split by the
 same rule, whatever they show. The split is listed in benchmarks/data/split.json:
 

@@ -120,12 +120,15 @@ def test_range_width_is_the_source_weighted_conformal_quantile_of_enough_sources
     w = b.range_widths(many + one_source + eight)
     assert "cpu" in w and "gpu" not in w and "pcie" not in w
     # the centre is the source-weighted median residual, the width the weighted conformal
-    # quantile about it (ten sources; s1 and s2 hold two rows each, weighing 1/2)
+    # quantile of the rows' distances from the centre the other sources set (ten sources; s1 and
+    # s2 hold two rows each, weighing 1/2)
     c, hw = w["cpu"]
     srcs = [f"s{i % 10}" for i in range(1, 13)]
-    assert c == pytest.approx(weighted_median([0.1 * i for i in range(1, 13)], srcs))
+    e = [0.1 * i for i in range(1, 13)]
+    assert c == pytest.approx(weighted_median(e, srcs))
     assert c == pytest.approx(0.65)
-    assert hw == pytest.approx(weighted_conformal_quantile([abs(0.1 * i - 0.65) for i in range(1, 13)], srcs, 0.8))
+    without = {s: weighted_median([v for v, t in zip(e, srcs) if t != s], [t for t in srcs if t != s]) for s in srcs}
+    assert hw == pytest.approx(weighted_conformal_quantile([abs(v - without[s]) for v, s in zip(e, srcs)], srcs, 0.8))
     w = b.range_widths(many + one_source)
     # pooled: the 12 rows of 'solo' weigh as much as one source of the seven, not half the rows,
     # so the centre is not pulled to its 0.05 (row-weighted: the median of 24 rows, 0.1)
@@ -141,9 +144,10 @@ def test_a_skewed_residual_set_gives_a_range_reaching_further_down():
     # down than up, and is no wider in log terms than the spread needs
     res = [("all", 0.1 + 0.05 * k, False, f"s{k}") for k in range(-6, 7)]
     cw = b.range_widths(res)["all"]
-    assert cw[0] == pytest.approx(0.1) and cw[1] == pytest.approx(0.3)  # the 12th smallest of 13 |e - c|
+    # the 12th smallest of 13 |e - c of the other rows|: 0.4 - 0.075 and 0.125 - (-0.2)
+    assert cw[0] == pytest.approx(0.1) and cw[1] == pytest.approx(0.325)
     lo, hi = b._range(10.0, cw, 0.0)
-    assert (lo, hi) == pytest.approx((10 * math.exp(-0.4), 10 * math.exp(0.2)))
+    assert (lo, hi) == pytest.approx((10 * math.exp(-0.425), 10 * math.exp(0.225)))
     assert 10.0 - lo > hi - 10.0 > 0
     covered = [lo <= 10.0 / math.exp(e) <= hi for _, e, _, _ in res]
     assert sum(covered) >= 8
