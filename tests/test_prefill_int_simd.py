@@ -61,3 +61,13 @@ def test_paths_outside_gemm_peak_x_keep_the_fp32_rate():
     rates = cpu_rates(hw, pr, resolve_factors(hw, pr, Placement(n_threads=32)))
     assert rates.int_x == pytest.approx(0.5)
     assert rates.gemm_flop_per_s("gemm") == pytest.approx(rates.fp_gemm_flop_per_s)
+
+
+def test_amx_tiles_keep_their_multiple_of_the_fp32_peak():
+    hw = _hw("Xeon 6980P")
+    pr = read_priors("llama.cpp")
+    rates = cpu_rates(hw, pr, resolve_factors(hw, pr, Placement(n_threads=64)))
+    assert rates.isa == "amx" and rates.int_x == pytest.approx(0.5)
+    assert rates.gemm_flop_per_s("amx") == pytest.approx(pr.gemm_peak_x["amx"]["amx"] * rates.peak_flop_per_s)
+    assert rates.gemm_flop_per_s("repack") == pytest.approx(
+        pr.gemm_peak_x["repack"]["amx"] * 0.5 * rates.peak_flop_per_s)

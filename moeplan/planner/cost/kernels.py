@@ -202,10 +202,13 @@ class CpuRates:
         return repacked(weights) if self.repack else weights
 
     def gemm_flop_per_s(self, path: str) -> float:
-        """FLOP/s of a GEMM path: its multiple of the FP32 peak (a quantized path, at this core's
-        integer SIMD width: int_x), else the FP32 GEMM rate."""
+        """FLOP/s of a GEMM path: its multiple of the FP32 peak (a quantized vector path at this
+        core's integer SIMD width, int_x; AMX's tiles are no vector ALU work), else the FP32 GEMM
+        rate."""
         x = self.peak_x.get(path, {}).get(self.isa, 0.0)
-        return x * self.int_x * self.peak_flop_per_s if x else self.fp_gemm_flop_per_s
+        if not x:
+            return self.fp_gemm_flop_per_s
+        return x * (1.0 if path == "amx" else self.int_x) * self.peak_flop_per_s
 
     def seconds_per_weight_token(self, ggml_type: str, path: str, ny: float) -> float:
         """Seconds per (weight x token) over all batch threads."""

@@ -470,7 +470,7 @@ def isa_dot_scale(hw: HardwareProfile, backend: str) -> tuple[float, str]:
     return x, f"{backend} {cls} kernels x{x:.2f}"
 
 
-# The quantized prefill GEMMs (cost/kernels.py: mainline 'repack' / 'sgemm' / 'amx', ik_llama.cpp
+# The quantized prefill GEMMs (cost/kernels.py: mainline 'repack' / 'sgemm' (not 'amx': tiles), ik_llama.cpp
 # 'iqk_repack' and the 8-column passes of its own 'iqk' kernels) unpack blocks and multiply int8
 # values: integer SIMD bound by the vector ALU ports (VECTOR_ALU_PIPES), not by the FP32 FMA units
 # their prior is written against (backends.toml gemm_peak_x: a multiple of the FP32 peak of the
