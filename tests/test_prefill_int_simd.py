@@ -33,9 +33,12 @@ def test_quant_gemm_x_is_int_simd_bits_over_fp32_peak(cpu, backend, x):
 
 
 def test_one_fma_unit_xeon_has_one_512_bit_port():
+    # Gold 5218: one 512-bit FMA unit (cpus.toml fp32_flop_per_cycle = 32): port 0 only
     hw = _hw("Xeon Gold 5218")
-    fpc = machine.fp32_flop_per_cycle(hw)
-    assert machine.int_simd_bits_per_cycle(hw, 512) == (512 if fpc <= 32 else 1024)
+    assert machine.fp32_flop_per_cycle(hw) == pytest.approx(32)
+    assert machine.int_simd_bits_per_cycle(hw, 512) == 512
+    assert machine.int_simd_bits_per_cycle(_hw("Xeon Gold 6226"), 512) == 1024
+    assert machine.quant_gemm_x(hw, "ik_llama.cpp")[0] == pytest.approx(0.5)
 
 
 def _per_core_clock(cpu: str, backend: str, threads: int, path: str) -> float:
@@ -71,3 +74,19 @@ def test_amx_tiles_keep_their_multiple_of_the_fp32_peak():
     assert rates.gemm_flop_per_s("amx") == pytest.approx(pr.gemm_peak_x["amx"]["amx"] * rates.peak_flop_per_s)
     assert rates.gemm_flop_per_s("repack") == pytest.approx(
         pr.gemm_peak_x["repack"]["amx"] * 0.5 * rates.peak_flop_per_s)
+
+
+def test_a_probed_flop_figure_keeps_the_quantized_rate_at_the_int_width():
+    # `moeplan probe` stores an achieved numpy matmul rate, not the peak: the quantized paths'
+    # rate (peak x int_x) then depends on the integer width and the clock alone
+    from dataclasses import replace
+
+    from moeplan.planner.hardware.profile import Figure
+
+    hw = _hw("Xeon 6980P")
+    measured = replace(hw, cpu=replace(hw.cpu, core_flop_per_s=Figure(
+        value=0.7 * hw.cpu.core_flop_per_s.value, source="measured", achievable=1.0)))
+    assert machine.intel_fma_units(measured) == 2
+    x_spec, _ = machine.quant_gemm_x(hw, "ik_llama.cpp")
+    x_meas, _ = machine.quant_gemm_x(measured, "ik_llama.cpp")
+    assert 0.7 * x_meas == pytest.approx(x_spec)

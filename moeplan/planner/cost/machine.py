@@ -495,12 +495,22 @@ _INTEL_BIG_CORES = {"haswell", "skylake-sp", "cascade-lake", "icelake-sp", "sapp
 
 
 def fp32_flop_per_cycle(hw: HardwareProfile) -> float:
-    """FP32 FLOP one core issues per cycle: the profile's FMA peak over its base clock, else
-    2 FMA units x 16 (AVX-512) or 8 lanes x 2."""
+    """FP32 FLOP per cycle behind the profile's per-core FLOP figure (the one the prefill peak is
+    built from): that figure over the base clock, else 2 FMA units x 16 (AVX-512) or 8 lanes x 2."""
     c = hw.cpu
     if c.core_flop_per_s is not None and c.base_clock_hz:
         return c.core_flop_per_s.value / c.base_clock_hz
     return 64.0 if "avx512f" in c.isa else 32.0
+
+
+def intel_fma_units(hw: HardwareProfile) -> int:
+    """512-bit FMA units of an Intel AVX-512 core: from the catalog's FP32 peak per cycle (64: two,
+    32: one, Xeon Gold 5000 / Silver); a measured figure (`moeplan probe`'s numpy matmul) is an
+    achieved rate, not the peak, and the server parts' two is taken."""
+    f = hw.cpu.core_flop_per_s
+    if f is not None and f.source == "measured":
+        return 2
+    return 2 if fp32_flop_per_cycle(hw) >= 48 else 1
 
 
 def int_simd_bits_per_cycle(hw: HardwareProfile, kernel_bits: int) -> int | None:
@@ -511,8 +521,7 @@ def int_simd_bits_per_cycle(hw: HardwareProfile, kernel_bits: int) -> int | None
         return 4 * min(kernel_bits, _AMD_PIPE_BITS[fam]) if fam != "zen1" else 4 * 128
     if fam in _INTEL_BIG_CORES:
         if kernel_bits >= 512 and "avx512f" in hw.cpu.isa:
-            fma_units = max(1, round(fp32_flop_per_cycle(hw) / 32))
-            return 512 * min(2, fma_units)
+            return 512 * intel_fma_units(hw)
         return 3 * 256
     return None
 
