@@ -180,7 +180,10 @@ class CpuRates:
         the decode dot prior, 'repack_gemv': the interleaved gemv's / vec_dot's};
     native_frac: {type: the type's own iqk GEMM rate / the repacked path's} (ik_llama.cpp);
     type_cost: the backend's batch-1 dot costs;
-    repack: ik_llama.cpp -rtr, the weights multiplied as their row-interleaved types."""
+    repack: ik_llama.cpp -rtr, the weights multiplied as their row-interleaved types;
+    int_x: the quantized GEMM paths' rate on this core against peak_x x its FP32 peak (integer
+        SIMD bits per cycle against FP32 FLOP per cycle, relative to the anchor's:
+        machine.quant_gemm_x)."""
 
     fp_gemm_flop_per_s: float
     peak_flop_per_s: float
@@ -192,15 +195,20 @@ class CpuRates:
     native_frac: dict[str, float]
     type_cost: dict[str, float]
     repack: bool = False  # ik_llama.cpp -rtr: the weights run as their interleaved types (IK_REPACK)
+    int_x: float = 1.0  # machine.quant_gemm_x
 
     def as_run(self, weights: dict[str, float]) -> dict[str, float]:
         """{type: weights} as the kernels see them: after -rtr, the interleaved types."""
         return repacked(weights) if self.repack else weights
 
     def gemm_flop_per_s(self, path: str) -> float:
-        """FLOP/s of a GEMM path: its multiple of the FP32 peak, else the FP32 GEMM rate."""
+        """FLOP/s of a GEMM path: its multiple of the FP32 peak (a quantized vector path at this
+        core's integer SIMD width, int_x; AMX's tiles are no vector ALU work), else the FP32 GEMM
+        rate."""
         x = self.peak_x.get(path, {}).get(self.isa, 0.0)
-        return x * self.peak_flop_per_s if x else self.fp_gemm_flop_per_s
+        if not x:
+            return self.fp_gemm_flop_per_s
+        return x * (1.0 if path == "amx" else self.int_x) * self.peak_flop_per_s
 
     def seconds_per_weight_token(self, ggml_type: str, path: str, ny: float) -> float:
         """Seconds per (weight x token) over all batch threads."""

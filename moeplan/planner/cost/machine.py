@@ -470,6 +470,85 @@ def isa_dot_scale(hw: HardwareProfile, backend: str) -> tuple[float, str]:
     return x, f"{backend} {cls} kernels x{x:.2f}"
 
 
+# The quantized prefill GEMMs (cost/kernels.py: mainline 'repack' / 'sgemm' (not 'amx': tiles), ik_llama.cpp
+# 'iqk_repack' and the 8-column passes of its own 'iqk' kernels) unpack blocks and multiply int8
+# values: integer SIMD bound by the vector ALU ports (VECTOR_ALU_PIPES), not by the FP32 FMA units
+# their prior is written against (backends.toml gemm_peak_x: a multiple of the FP32 peak of the
+# Ryzen-7950X anchor). Bits of integer SIMD a core issues per cycle with the kernels' vector width:
+#   Intel big cores: a 512-bit op runs on port 0 (ports 0 and 1 fused) and, on parts with a second
+#     FMA unit, port 5; a 256-bit op on ports 0, 1 and 5 (Intel 64 and IA-32 Architectures
+#     Optimization Reference Manual, Skylake Server microarchitecture: "port 0 and port 1 fuse"
+#     for 512-bit uops) -> 512 x FMA units, or 3 x 256;
+#   AMD Zen 2-4 and Zen 5 mobile: 4 pipes of 256 bits, a 512-bit op taking two (Zen 4 "double
+#     pumped": cpus.toml families.zen4); Zen 5 desktop/server: 4 pipes of 512 bits (AMD Software
+#     Optimization Guide for family 1Ah); Zen 1: 4 x 128.
+# The FP32 peak per cycle is 2 FMA units x lanes x 2 (cpus.toml fp32_flop_per_cycle). On the anchor
+# (Zen 4: 1024 bits, 32 FLOP) the two agree; a Xeon with two 512-bit FMA units has twice the anchor's
+# FP32 peak per cycle but the same 1024 bits of integer SIMD, so its quantized GEMM gets half of
+# what gemm_peak_x x its FP32 peak says. The published same-kernel prefill rows agree per core and
+# clock (docs/cost-model.md, Quantized prefill GEMM width).
+INT_SIMD_ANCHOR_BITS = 1024
+INT_SIMD_ANCHOR_FP32_PER_CYCLE = 32
+_AMD_PIPE_BITS = {"zen1": 128, "zen2": 256, "zen3": 256, "zen4": 256, "zen5-mobile": 256, "zen5": 512}
+_INTEL_BIG_CORES = {"haswell", "skylake-sp", "cascade-lake", "icelake-sp", "sapphire-rapids", "granite-rapids",
+                    "comet-lake", "skylake-client", "rocket-lake", "alder-lake"}
+
+
+def fp32_flop_per_cycle(hw: HardwareProfile) -> float:
+    """FP32 FLOP per cycle behind the profile's per-core FLOP figure (the one the prefill peak is
+    built from): that figure over the base clock, else 2 FMA units x 16 (AVX-512) or 8 lanes x 2."""
+    c = hw.cpu
+    if c.core_flop_per_s is not None and c.base_clock_hz:
+        return c.core_flop_per_s.value / c.base_clock_hz
+    return 64.0 if "avx512f" in c.isa else 32.0
+
+
+def intel_fma_units(hw: HardwareProfile) -> int:
+    """512-bit FMA units of an Intel AVX-512 core: from the catalog's FP32 peak per cycle (64: two,
+    32: one, Xeon Gold 5000 / Silver); a measured figure (`moeplan probe`'s numpy matmul) is an
+    achieved rate, not the peak, and the server parts' two is taken."""
+    f = hw.cpu.core_flop_per_s
+    if f is not None and f.source == "measured":
+        return 2
+    return 2 if fp32_flop_per_cycle(hw) >= 48 else 1
+
+
+def int_simd_bits_per_cycle(hw: HardwareProfile, kernel_bits: int) -> int | None:
+    """Integer SIMD bits a core issues per cycle running kernels of `kernel_bits`-bit vectors
+    (256 or 512); None for a core this table does not describe (Apple, E-cores, unknown)."""
+    fam = cpu_family(hw)
+    if fam in _AMD_PIPE_BITS:
+        return 4 * min(kernel_bits, _AMD_PIPE_BITS[fam]) if fam != "zen1" else 4 * 128
+    if fam in _INTEL_BIG_CORES:
+        if kernel_bits >= 512 and "avx512f" in hw.cpu.isa:
+            return 512 * intel_fma_units(hw)
+        return 3 * 256
+    return None
+
+
+def quant_gemm_kernel_bits(hw: HardwareProfile, backend: str) -> int:
+    """Vector width of the backend's quantized GEMM kernels on this CPU: ik_llama.cpp's 512-bit
+    kernels need HAVE_FANCY_SIMD (AVX512F+VNNI+VL+BW+DQ, iqk_config.h), else its AVX2 ones;
+    mainline's repack/tinyBLAS kernels have __AVX512F__ variants."""
+    isa = set(hw.cpu.isa)
+    if backends.behaviour(backend).cpu_kernels == "iqk":
+        return 512 if {"avx512f", "avx512_vnni"} <= isa else 256
+    return 512 if "avx512f" in isa else 256
+
+
+def quant_gemm_x(hw: HardwareProfile, backend: str) -> tuple[float, str]:
+    """The quantized GEMM paths' rate on this core relative to gemm_peak_x x its FP32 peak: its
+    integer SIMD bits per cycle against the anchor's, over its FP32 FLOP per cycle against the
+    anchor's (1.0 where the table has no figure)."""
+    bits = int_simd_bits_per_cycle(hw, quant_gemm_kernel_bits(hw, backend))
+    fpc = fp32_flop_per_cycle(hw)
+    if not bits or fpc <= 0:
+        return 1.0, "integer SIMD width unknown: the FP32 peak's multiple"
+    x = (bits / INT_SIMD_ANCHOR_BITS) / (fpc / INT_SIMD_ANCHOR_FP32_PER_CYCLE)
+    return x, (f"{bits} integer SIMD bits/cycle vs the anchor's {INT_SIMD_ANCHOR_BITS}, "
+               f"{fpc:g} FP32 FLOP/cycle vs {INT_SIMD_ANCHOR_FP32_PER_CYCLE}")
+
+
 def pages_nodes(host_bytes: float, node_mem_bytes: list[int]) -> int:
     """Nodes the pages of a file read without a NUMA policy end up on: the loader's node first,
     the next nodes by distance once it is full (the page allocator's zonelist fallback; llama.cpp

@@ -46,7 +46,8 @@ class BackendPriors:
         (the profile's cpu.core_flop_per_s), by ISA class (AMX can exceed 1).
     gemm_peak_x: {kernel path: {ISA class: rate}} of the quantized prefill GEMM paths
         (cost/kernels.py: mainline 'repack' / 'sgemm' / 'amx', ik_llama.cpp 'iqk_repack') as
-        multiples of the FP32 FMA peak; a path absent here runs at cpu_mm_eff.
+        multiples of the FP32 FMA peak of the anchor core (on another core, times
+        machine.quant_gemm_x: its integer SIMD width); a path absent here runs at cpu_mm_eff.
     gemm_native_frac: {ggml type: rate of the type's own iqk GEMM / the repacked path's} at
         full 8-column passes (ik_llama.cpp's published PP-512 tables).
     kernel_x: multipliers of the batch-1 dot rate in prefill: 'vec_dot_batch' (the same kernels

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from moeplan.planner import backends
-from moeplan.planner.cost import attention, graph, kernels
+from moeplan.planner.cost import attention, graph, kernels, machine
 from moeplan.planner.cost.priors import BackendPriors
 from moeplan.planner.cost.resolve import REF_CLOCK_HZ, Factors, _mm_eff_prior, cpu_isa_class, physical_cores
 from moeplan.planner.hardware.profile import HardwareProfile
@@ -103,8 +103,9 @@ def cpu_rates(hw: HardwareProfile, pr: BackendPriors, f: Factors) -> kernels.Cpu
     isa = cpu_isa_class(hw)
     eff = _mm_eff_prior(pr, isa)
     fp = f.cpu_flop_per_s.value
+    int_x, _ = machine.quant_gemm_x(hw, pr.name)
     return kernels.CpuRates(fp, fp / eff if eff else fp, f.cpu_dot_elem_per_s.value * f.cpu_dot_batch_x, isa,
-                            pr.name, pr.gemm_peak_x, pr.kernel_x, pr.gemm_native_frac, pr.type_cost)
+                            pr.name, pr.gemm_peak_x, pr.kernel_x, pr.gemm_native_frac, pr.type_cost, int_x=int_x)
 
 
 def non_expert_params(model: ModelSpec, blocks: frozenset[int] | None = None, output: bool = True) -> float:
