@@ -312,7 +312,8 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
         devices = device_memory(model, p, weights, c.cuda_context_bytes, c.margin_bytes, c.op_offload_min_batch,
                                 fa_f16_kv=fa_kv)
         if cr.is_gpu_build(c.gpu_build):
-            devices = cr.with_device_pools(model, p, devices, cpu_layers, c)
+            devices = cr.with_device_pools(model, p, devices, cpu_layers, c.gpu_build, c.gpu_sm_count,
+                                           c.op_offload_min_batch)
         if c.compute_factor_gpu != 1.0:
             devices = tuple(replace(d, compute_bytes=math.ceil(d.compute_bytes * c.compute_factor_gpu)) for d in devices)
         items.append(MemoryItem("compute", "gpu", sum(d.compute_bytes for d in devices),

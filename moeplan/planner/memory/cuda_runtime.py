@@ -45,16 +45,12 @@ MemoryConstants: an H100 SXM (sm_90, 132 SMs) unless a profile says otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Any
 
 from moeplan.planner.memory import compute_buffer as cb
 from moeplan.planner.model.spec import ModelSpec, Tensor
 from moeplan.planner.placement import Placement
 from moeplan.units import MIB
-
-if TYPE_CHECKING:
-    from moeplan.planner.memory.accounting import MemoryConstants
-    from moeplan.planner.memory.devices import DeviceMemory
 
 GPU_BUILDS = ("cuda", "rocm")
 POOL_ALIGN = 128  # ggml-cuda.cu L565 (ggml_cuda_pool_vmm::alloc)
@@ -246,15 +242,15 @@ def with_fa_f16_kv(phases: dict[str, dict[str, int]], fa_f16_kv: int) -> dict[st
     return {**phases, "attention": {**phases["attention"], "fa_f16_kv": fa_f16_kv}}
 
 
-def with_device_pools(model: ModelSpec, p: Placement, devices: tuple[DeviceMemory, ...], cpu_layers: set[int],
-                      consts: MemoryConstants) -> tuple[DeviceMemory, ...]:
-    """Each device's pool high-water from the ops it runs: its blocks' matmuls, the output's on
-    the output device, and the staged CPU experts on the first device (op offload hands them to
-    the first backend that wants them, ggml-backend.cpp L970-975)."""
-    staged_ok = p.op_offload and cb.reserve_shape(p).n_tokens >= consts.op_offload_min_batch
+def with_device_pools(model: ModelSpec, p: Placement, devices: tuple[Any, ...], cpu_layers: set[int],
+                      gpu_build: str, sm_count: int, min_batch: int) -> tuple[Any, ...]:
+    """devices.DeviceMemory rows with each device's pool high-water from the ops it runs: its
+    blocks' matmuls, the output's on the output device, and the staged CPU experts on the first
+    device (op offload hands them to the first backend that wants them, ggml-backend.cpp L970-975)."""
+    staged_ok = p.op_offload and cb.reserve_shape(p).n_tokens >= min_batch
     out = []
     for d in devices:
-        pool, _ = cuda_pool_bytes(model, p, cpu_layers, staged_ok and d.index == 0, consts.gpu_sm_count,
-                                  consts.gpu_build == "cuda", set(d.blocks), d.output)
+        pool, _ = cuda_pool_bytes(model, p, cpu_layers, staged_ok and d.index == 0, sm_count,
+                                  gpu_build == "cuda", set(d.blocks), d.output)
         out.append(replace(d, pool_bytes=pool))
     return tuple(out)
