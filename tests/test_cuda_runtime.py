@@ -93,3 +93,14 @@ def test_cpu_build_unchanged_and_cuda_build_adds():
     assert all(d.pool_bytes > 0 for d in two.devices)
     assert sum(d.vram_bytes for d in two.devices) == two.vram_bytes
     assert all(d.pool_bytes == 0 for d in estimate_memory(m, p2, MemoryConstants()).devices)
+
+
+def test_ik_llama_puts_fa_copies_in_the_pool():
+    m, p = _qwen35()
+    ik = p.with_(backend="ik_llama.cpp")
+    assert cr.fa_f16_kv_bytes(m, ik) == 0
+    fa_ops = [o for o in cr.attention_pool_ops(m, ik) if o.what.startswith("FA F16")]
+    # K and V of the full-attention kind, 65536 cells x 512 values x 2 bytes each
+    assert [o.allocs for o in fa_ops] == [(65536 * 512 * 2, 65536 * 512 * 2)]
+    pool, top = cr.cuda_pool_bytes(m, ik, set(ik.cpu_moe_layers), True, 132)
+    assert top.startswith("FA F16") and pool == 128 * MIB

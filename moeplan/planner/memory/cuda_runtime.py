@@ -36,6 +36,11 @@ cuda_pool   outside every buffer line: the high-water mark of the device's memor
     ggml-cuda.cu L1631-1633), so the F16 K view is converted to F32 (n_kv * n_embd_k_gqa * 4);
     KQV converts the softmaxed F32 KQ to F16 (n_kv * T * n_head * 2) and writes a temporary F16
     dst (d_v * T * n_head * 2), with the batched-GEMM pointer arrays (L1574-1575).
+  * ik_llama.cpp with flash attention and a quantized cache: the F16 copies of K and V go to
+    the pool, not into the compute buffer (ik_llama.cpp ggml/src/ggml-cuda/fattn-common.cuh
+    launch_fattn at 064003a6: K_f16.alloc(nelements(K)), V_f16.alloc(nelements(V)), V copied
+    even when it is a view of K); the backend record's cuda_fa_kv_copies says which runtime
+    does which.
   Not modelled: FA's own small temporaries (fattn-common.cuh L1110-1200: KV_max, stream-k
   meta; sized by the occupancy the driver reports) and cuBLAS's workspace (in the context prior).
 
@@ -163,10 +168,17 @@ def matmul_pool_op(t: Tensor, n_tokens: int, n_outputs: int, n_used: int, sm_cou
     return PoolOp(f"MUL_MAT cuBLAS {t.name}", (cols * n_in * 2,) + ((cols * n_out * 2,) if ty == "F16" else ()))
 
 
+def _fa_kv_in_pool(p: Placement) -> bool:
+    from moeplan.planner import backends
+
+    return backends.behaviour(p.backend).cuda_fa_kv_copies == "pool"
+
+
 def attention_pool_ops(model: ModelSpec, p: Placement) -> list[PoolOp]:
-    """Without flash attention: KQ's F32 copy of the K view, KQV's F16 copy of KQ and F16 dst."""
+    """Without flash attention: KQ's F32 copy of the K view, KQV's F16 copy of KQ and F16 dst;
+    with it, on a runtime that converts a quantized cache in the pool, the F16 K and V."""
     if p.flash_attn:
-        return []
+        return _fa_pool_ops(model, p) if _fa_kv_in_pool(p) else []
     shape = cb.reserve_shape(p)
     t = shape.n_tokens
     streams = 1 if p.kv_unified or p.n_seq <= 1 else p.n_seq
@@ -210,10 +222,26 @@ def cuda_pool_bytes(model: ModelSpec, p: Placement, cpu_layers: set[int], staged
     return _pad(top.n_bytes, POOL_GRANULARITY), top.what
 
 
+def _fa_pool_ops(model: ModelSpec, p: Placement) -> list[PoolOp]:
+    """ik_llama.cpp's launch_fattn: F16 copies of a quantized K and V in the pool, per attention kind."""
+    shape = cb.reserve_shape(p)
+    streams = 1 if p.kv_unified or p.n_seq <= 1 else p.n_seq
+    ops = []
+    for (_, k, v, _layer), a in zip(cb._attention_kinds(model), cb._attention_layers(model, p, shape)):
+        n_kv = a["n_kv"] * streams
+        v_width = a["kv_lora"] if a["kind"] == "mla" else (v.n_embd if v is not None else 0)
+        allocs = ((k.n_embd * n_kv * 2,) if quantized(p.cache_type_k) else ()) + (
+            (v_width * n_kv * 2,) if quantized(p.cache_type_v if a["kind"] != "mla" else p.cache_type_k) else ())
+        if allocs:
+            ops.append(PoolOp("FA F16 copies of the quantized K/V (ik_llama.cpp)", allocs))
+    return ops
+
+
 def fa_f16_kv_bytes(model: ModelSpec, p: Placement) -> int:
     """The FLASH_ATTN_EXT output's extension for F16 copies of a quantized K/V cache (module
-    docstring), for the attention kind where it is largest; 0 without FA or with an F16 cache."""
-    if not p.flash_attn or (not quantized(p.cache_type_k) and not quantized(p.cache_type_v)):
+    docstring), for the attention kind where it is largest; 0 without FA, with an F16 cache or on
+    a runtime that makes the copies in the pool (ik_llama.cpp)."""
+    if not p.flash_attn or (not quantized(p.cache_type_k) and not quantized(p.cache_type_v)) or _fa_kv_in_pool(p):
         return 0
     shape = cb.reserve_shape(p)
     streams = 1 if p.kv_unified or p.n_seq <= 1 else p.n_seq
