@@ -280,9 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r.report:38} {r.device:7} {r.kind:8} {r.predicted_mib:10.2f} {r.reported_mib:10.2f} "
               f"{r.error:+8.1%}  {r.source}")
+    by_id = {r["id"]: r for r in reports}
     for rid, dd in defaults.items():
         if dd:
-            print(f"  {rid}: {', '.join(dd)} at the tools' default")
+            caveat = (" (the report says batch flags were set, values not shown: the default is a guess)"
+                      if by_id[rid].get("batch_flags_set") and not a.assume_ubatch else "")
+            print(f"  {rid}: {', '.join(dd)} at the tools' default{caveat}")
     print("not predicted:")
     for rid, why in skipped.items():
         print(f"  {rid}: {why}")

@@ -104,3 +104,18 @@ def test_ik_llama_puts_fa_copies_in_the_pool():
     assert [o.allocs for o in fa_ops] == [(65536 * 512 * 2, 65536 * 512 * 2)]
     pool, top = cr.cuda_pool_bytes(m, ik, set(ik.cpu_moe_layers), True, 132)
     assert top.startswith("FA F16") and pool == 128 * MIB
+
+
+def test_the_profile_picks_the_build():
+    from dataclasses import replace
+
+    from moeplan.planner.memory.constants import gpu_build_of, memory_constants
+    from moeplan.probes.hwprofile import load_hardware
+
+    hw = load_hardware("desktop-4090-ddr5", allow_probe=False)
+    assert gpu_build_of(hw, "llama.cpp") == "cuda" == memory_constants(hw, "llama.cpp").gpu_build
+    assert gpu_build_of(hw, "ik_llama.cpp") == "cuda"
+    amd = replace(hw, gpus=tuple(replace(g, vendor="amd") for g in hw.gpus))
+    assert gpu_build_of(amd, "llama.cpp") == "rocm"
+    assert gpu_build_of(replace(hw, gpus=()), "llama.cpp") == ""
+    assert memory_constants(None, "llama.cpp").gpu_build == ""  # no profile: the CPU/RPC build's accounting

@@ -422,8 +422,9 @@ def compare_run(run: RunLog, model: ModelSpec, rec: Recovered, hw: HardwareProfi
                 consts: MemoryConstants | None = None, plan_placement: Placement | None = None) -> CheckResult:
     """Everything `moeplan check` shows for one log."""
     c = consts or MemoryConstants()
-    if not c.gpu_build and run_gpu_build(run):  # a CUDA/ROCm log: price that build's pool and FA copies
-        c = replace(c, gpu_build=run_gpu_build(run))
+    # the log's build, not the profile's: a CUDA/ROCm log is priced with that build's pool and FA
+    # copies, a CPU/RPC log without them (exact to the byte)
+    c = replace(c, gpu_build=run_gpu_build(run))
     p = rec.placement
     rt = repack_types_of(run, p) if p.n_gpus == 0 or not any(b.buffer_type.endswith("_Host") for b in run.buffers) \
         else ()
