@@ -119,3 +119,25 @@ def test_the_profile_picks_the_build():
     assert gpu_build_of(amd, "llama.cpp") == "rocm"
     assert gpu_build_of(replace(hw, gpus=()), "llama.cpp") == ""
     assert memory_constants(None, "llama.cpp").gpu_build == ""  # no profile: the CPU/RPC build's accounting
+
+
+def test_per_gpu_pool_in_estimate_json_and_table(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from moeplan.cli import app
+
+    hw = tmp_path / "2x3090.json"
+    run = CliRunner().invoke
+    assert run(app, ["hardware", "--gpu", "RTX 3090", "--gpu-count", "2", "--cpu", "Ryzen 9 5950X", "--ram", "128G",
+                     "--out", str(hw)]).exit_code == 0
+    r = run(app, ["estimate", "qwen3-30b-a3b", "--hw", str(hw), "--ctx", "8k", "--ts", "1,1", "--json"])
+    per = json.loads(r.stdout)["memory"]["per_gpu"]
+    # each GPU (a CUDA build; the SM count stays the H100 default) runs its blocks' matmuls: a pool in
+    # 2 MiB steps, in its VRAM
+    assert len(per) == 2 and all(g["pool_bytes"] > 0 and g["pool_bytes"] % (2 * MIB) == 0 for g in per)
+    assert all(g["vram_bytes"] == g["weights_dense_bytes"] + g["weights_experts_bytes"] + g["kv_bytes"]
+               + g["compute_bytes"] + g["context_bytes"] + g["pool_bytes"] for g in per)
+    table = run(app, ["estimate", "qwen3-30b-a3b", "--hw", str(hw), "--ctx", "8k", "--ts", "1,1"], terminal_width=200)
+    assert " pool " in table.stdout
