@@ -4,11 +4,16 @@ For every report whose settings moeplan can take (a bundled profile, the context
 placement and, for the compute buffer, flash attention; the record's `predict` block names
 what the benchmark adds to the report's `flags`), prints each device's model / KV / compute
 buffer as moeplan predicts it (planner.memory.accounting.estimate_memory, the function
-`tune` and `estimate` use) beside the report's, with the error, and a summary:
+`tune` and `estimate` use) beside the report's, with the error, and a summary. The constants
+are a CUDA build's (MemoryConstants(gpu_build="cuda"), planner/memory/cuda_runtime.py: FA's F16
+copies of a quantized cache in the compute buffer, the memory pool's high-water beside the
+buffers, with the SM count of the report's GPU where it names one), so a VRAM reading is
+compared with every buffer + the CUDA context prior + the pool:
 
     python benchmarks/cuda_reports.py            # table + summary
     python benchmarks/cuda_reports.py --json     # the rows as JSON
     python benchmarks/cuda_reports.py --log run.log --model model.gguf   # + a recorded run
+    python benchmarks/cuda_reports.py --assume-ubatch 4096   # a what-if for reports that do not state -ub
 
 TRAINING data: the reports may be used to fit moeplan's CUDA constants, so agreement with
 them is not held-out accuracy. Settings a report does not state are taken at the tool's
@@ -32,7 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from moeplan.commands.placement_opts import resolve_placement  # noqa: E402
-from moeplan.planner.memory.accounting import MemoryBreakdown, estimate_memory  # noqa: E402
+from moeplan.planner.memory.accounting import MemoryBreakdown, MemoryConstants, estimate_memory  # noqa: E402
 from moeplan.planner.model.spec import ModelSpec  # noqa: E402
 from moeplan.planner.placement import Placement  # noqa: E402
 from moeplan.profiles.model_profiles import load_profile  # noqa: E402
@@ -43,6 +48,17 @@ DATA = ROOT / "tests" / "data" / "cuda_reports" / "train.json"
 DEFAULTS = {"n_ubatch": 512, "n_batch": 2048, "cache_type_k": "f16", "n_seq": 1}
 # KV buffers: the log's per-device line and its own total differ by the buffer's alignment
 KV_EXACT_MIB = 0.1
+# streaming multiprocessors of the GPUs the reports name (NVIDIA's published specifications);
+# they size MMQ's stream-k fixup buffer in the pool. Others: the H100 SXM default (132).
+SM_COUNTS = {"RTX 5090": 170, "RTX 5080": 84, "RTX 4090": 128, "RTX 3090": 82, "RTX A6000": 84,
+             "RTX PRO 6000": 188, "Tesla P40": 30, "H100": 132}
+
+
+def cuda_constants(report: dict) -> MemoryConstants:
+    """A CUDA build's memory constants for the report's GPU."""
+    gpus = report.get("gpus", "")
+    sm = next((n for name, n in SM_COUNTS.items() if name in gpus), MemoryConstants().gpu_sm_count)
+    return MemoryConstants(gpu_build="cuda", gpu_sm_count=sm)
 
 
 @dataclass(frozen=True)
@@ -67,17 +83,20 @@ def predictable(report: dict) -> bool:
     return "predict" in report
 
 
-def _setting(report: dict, key: str, defaults: list[str]):
+def _setting(report: dict, key: str, defaults: list[str], assume: dict | None = None):
     flags = report.get("flags", {})
     if key in flags:
         return flags[key]
+    if assume and key in assume:
+        defaults.append(f"{key}={assume[key]} (assumed)")
+        return assume[key]
     if key in DEFAULTS:
         defaults.append(key)
         return DEFAULTS[key]
     return None
 
 
-def placement_of(report: dict) -> tuple[ModelSpec, Placement, list[str]]:
+def placement_of(report: dict, assume: dict | None = None) -> tuple[ModelSpec, Placement, list[str]]:
     """The model and the placement a report ran, from its stated flags and its `predict`
     block; the list names the settings taken at the tools' fixed defaults."""
     pr = report["predict"]
@@ -101,8 +120,8 @@ def placement_of(report: dict) -> tuple[ModelSpec, Placement, list[str]]:
         ngl = int(pr["gpu_blocks"]) + 1
     p = resolve_placement(
         model, backend=pr.get("backend", "llama.cpp"), ctx=str(flags["n_ctx"]), kv_type=kv_k, kv_type_v=kv_v,
-        no_flash_attn=fa is False, ubatch=int(_setting(report, "n_ubatch", defaults)),
-        batch=int(_setting(report, "n_batch", defaults)),
+        no_flash_attn=fa is False, ubatch=int(_setting(report, "n_ubatch", defaults, assume)),
+        batch=max(int(_setting(report, "n_batch", defaults)), int(_setting(report, "n_ubatch", [], assume))),
         all_cpu_moe=cpu_moe == "all", cpu_moe_layers=cpu_moe if isinstance(cpu_moe, int) else None,
         ngl=ngl if ngl is not None and ngl <= len(model.layers) else None,
         no_op_offload=flags.get("op_offload") is False)
@@ -122,11 +141,11 @@ def _per_device(mem: MemoryBreakdown, n_gpus: int) -> dict[str, dict[str, float]
                       "KV": mem.get("kv_cache") / MIB, "compute": mem.get("compute") / MIB}}
 
 
-def compare(report: dict) -> tuple[list[Row], list[str]]:
+def compare(report: dict, assume: dict | None = None) -> tuple[list[Row], list[str]]:
     """Predicted against reported, buffer by buffer, for one predictable report; and the
-    settings taken at defaults."""
-    model, p, defaults = placement_of(report)
-    mem = estimate_memory(model, p)
+    settings taken at defaults (`assume`: values for settings the report does not state)."""
+    model, p, defaults = placement_of(report, assume)
+    mem = estimate_memory(model, p, cuda_constants(report))
     pred = _per_device(mem, p.n_gpus)
     pr = report["predict"]
     rows: list[Row] = []
@@ -154,13 +173,14 @@ def compare(report: dict) -> tuple[list[Row], list[str]]:
                             "failed compute allocation"))
     seen_mib = report.get("vram_used_mib", report["vram_used_gib"] * 1024 if "vram_used_gib" in report else None)
     if seen_mib is not None and not pr.get("kv_only"):
-        # what nvidia-smi (or the user) saw: every buffer plus moeplan's CUDA context prior
+        # what nvidia-smi (or the user) saw: every buffer, moeplan's CUDA context prior and the pool
         rows.append(Row(rid, "all", "VRAM", mem.vram_bytes / MIB, seen_mib,
-                        "VRAM reading" + (" (approximate)" if report.get("vram_approx") else "")))
+                        f"VRAM reading (pool {mem.get('cuda_pool') / MIB:.0f} MiB, context "
+                        f"{mem.get('cuda_context') / MIB:.0f} MiB)" + (" (approximate)" if report.get("vram_approx") else "")))
     return rows, defaults
 
 
-def all_rows(reports: list[dict]) -> tuple[list[Row], dict[str, list[str]], dict[str, str]]:
+def all_rows(reports: list[dict], assume: dict | None = None) -> tuple[list[Row], dict[str, list[str]], dict[str, str]]:
     rows: list[Row] = []
     defaults: dict[str, list[str]] = {}
     skipped: dict[str, str] = {}
@@ -170,7 +190,7 @@ def all_rows(reports: list[dict]) -> tuple[list[Row], dict[str, list[str]], dict
                 "the model is not among moeplan's bundled profiles" if "profile" not in r
                 else "the report does not state the settings")
             continue
-        rr, dd = compare(r)
+        rr, dd = compare(r, assume)
         rows += rr
         defaults[r["id"]] = dd
     return rows, defaults, skipped
@@ -182,6 +202,8 @@ def summary(rows: list[Row]) -> dict:
     model = [r for r in rows if r.kind == "model"]
     errs = [r.error for r in comp]
     worst = max(comp, key=lambda r: abs(r.error)) if comp else None
+    vram = [r for r in rows if r.kind == "VRAM"]
+    vworst = max(vram, key=lambda r: abs(r.error)) if vram else None
     return {
         "compute_devices": len(comp),
         "compute_reports": len({r.report for r in comp}),
@@ -194,7 +216,10 @@ def summary(rows: list[Row]) -> dict:
                                for rid in sorted({r.report for r in comp})},
         "kv_figures": len(kv),
         "kv_exact": sum(abs(r.predicted_mib - r.reported_mib) <= KV_EXACT_MIB for r in kv),
-        "vram_figures": [(r.report, r.error) for r in rows if r.kind == "VRAM"],
+        "vram_figures": [(r.report, r.error) for r in vram],
+        "vram_median_abs_error": statistics.median(abs(r.error) for r in vram) if vram else None,
+        "vram_worst": {"report": vworst.report, "error": vworst.error} if vworst else None,
+        "vram_below": sum(r.error < 0 for r in vram),
         "model_figures": len(model),
         "model_median_abs_error": statistics.median(abs(r.error) for r in model) if model else None,
     }
@@ -218,7 +243,7 @@ def log_rows(log: Path, model_ref: str) -> list[Row]:
     n_dev = len({b.buffer_type.split("[")[0] for b in run.buffers if not b.host and b.buffer_type.startswith("CUDA")})
     if n_dev > 1 and p.n_gpus != n_dev:
         p = p.with_(n_gpus=n_dev)
-    pred = _per_device(estimate_memory(model, p), p.n_gpus)
+    pred = _per_device(estimate_memory(model, p, MemoryConstants(gpu_build="cuda")), p.n_gpus)
     seen: dict[tuple[str, str], float] = {}
     for b in run.buffers:
         if not b.host and b.kind in ("model", "KV", "compute"):
@@ -235,11 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log", type=Path, action="append", default=[],
                     help="also compare a llama.cpp log of a CUDA run (repeatable; needs --model)")
     ap.add_argument("--model", help="for --log: the run's GGUF file or a bundled profile name")
+    ap.add_argument("--assume-ubatch", type=int, help="what-if: this -ub for the reports that do not state one "
+                    "(and -b at least as large); the rows then are not the reports' stated settings")
     a = ap.parse_args(argv)
     if a.log and not a.model:
         ap.error("--log needs --model (the run's GGUF file or a bundled profile)")
     reports = load_reports(a.data)
-    rows, defaults, skipped = all_rows(reports)
+    assume = {"n_ubatch": a.assume_ubatch} if a.assume_ubatch else None
+    rows, defaults, skipped = all_rows(reports, assume)
     for log in a.log:
         rows += log_rows(log, a.model)
     s = summary(rows)
@@ -252,9 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r.report:38} {r.device:7} {r.kind:8} {r.predicted_mib:10.2f} {r.reported_mib:10.2f} "
               f"{r.error:+8.1%}  {r.source}")
+    by_id = {r["id"]: r for r in reports}
     for rid, dd in defaults.items():
         if dd:
-            print(f"  {rid}: {', '.join(dd)} at the tools' default")
+            caveat = (" (the report says batch flags were set, values not shown: the default is a guess)"
+                      if by_id[rid].get("batch_flags_set") and not a.assume_ubatch else "")
+            print(f"  {rid}: {', '.join(dd)} at the tools' default{caveat}")
     print("not predicted:")
     for rid, why in skipped.items():
         print(f"  {rid}: {why}")
@@ -269,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  per report (worst device): median |error| {statistics.median(abs(e) for e in per.values()):.1%}; "
               + ", ".join(f"{rid} {e:+.1%}" for rid, e in per.items()))
     print(f"  KV buffers: {s['kv_exact']} of {s['kv_figures']} exact (within {KV_EXACT_MIB} MiB)")
+    if s["vram_figures"]:
+        w = s["vram_worst"]
+        print(f"  VRAM readings (nvidia-smi-style totals): {len(s['vram_figures'])}, median |error| "
+              f"{s['vram_median_abs_error']:.1%}, worst {w['error']:+.1%} ({w['report']}), "
+              f"{s['vram_below']} below the reading")
     for rid, e in s["vram_figures"]:
         print(f"  VRAM reading: {rid} {e:+.1%}")
     if s["model_figures"]:

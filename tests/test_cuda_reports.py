@@ -118,9 +118,12 @@ VRAM_REPORTS = [rid for rid in PREDICTABLE if any(row.kind == "VRAM" for row in 
 VRAM_MISSES = {
     "ik259-deepseek-r1-a6000-mla2-q8kv": "the compute buffer of -mla 2 -fa -amb 2048 (above) is 5.2 GiB short",
     "page-gptoss120b-ncpumoe36-8gb": "5% below the author's 'about 8GB'",
-    "reddit1rei65v-qwen35-35b-q8-exps-cpu": "issue 33's Qwen3.5-35B-A3B case: 3-4 GiB not accounted for",
-    "reddit1rei65v-qwen35-35b-q4km-exps-cpu": "issue 33's Qwen3.5-35B-A3B case: 3-4 GiB not accounted for",
-    "reddit1rei65v-qwen35-35b-q4km-ncpumoe24": "issue 33's Qwen3.5-35B-A3B case with 24 MoE layers on the CPU",
+    "reddit1rei65v-qwen35-35b-q8-exps-cpu": "issue 33's Qwen3.5-35B-A3B case at the default -ub 512; the runs set "
+                                            "unstated batch flags (-7.5% at an assumed -ub 4096, docs/cuda-vram.md)",
+    "reddit1rei65v-qwen35-35b-q4km-exps-cpu": "issue 33's Qwen3.5-35B-A3B case at the default -ub 512; the runs set "
+                                              "unstated batch flags (-6.7% at an assumed -ub 4096)",
+    "reddit1rei65v-qwen35-35b-q4km-ncpumoe24": "issue 33's Qwen3.5-35B-A3B case with 24 MoE layers on the CPU at "
+                                               "-ub 512 (-4.3% at an assumed -ub 4096)",
 }
 
 

@@ -11,6 +11,7 @@ from model_builders import GIB, toy_hw, toy_model, unit_priors
 from moeplan.errors import InfeasibleError
 from moeplan.planner.cost.estimate import estimate
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory
+from moeplan.planner.memory.constants import memory_constants
 from moeplan.planner.placement import Placement
 from moeplan.planner.search import Request, choose_plan, shortfall
 
@@ -24,11 +25,12 @@ def test_picks_fewest_cpu_layers_that_fit():
     hw = toy_hw(vram_gib=3.0)
     r = choose_plan(MODEL, hw, PRIORS, FAST.__class__(n_ctx=4096, kv_types=("f16",), ubatches=(512,)))
     p = r.best.placement
-    mem = estimate_memory(MODEL, p, MemoryConstants())
+    consts = memory_constants(hw, "llama.cpp")  # the toy GPU's CUDA build: its pool is counted
+    mem = estimate_memory(MODEL, p, consts)
     assert mem.vram_required_bytes <= 3.0 * GIB
     # one layer fewer on the CPU would not fit
     fewer = p.with_(cpu_moe_layers=p.cpu_moe_layers[:-1])
-    assert estimate_memory(MODEL, fewer, MemoryConstants()).vram_required_bytes > 3.0 * GIB
+    assert estimate_memory(MODEL, fewer, consts).vram_required_bytes > 3.0 * GIB
     # layers leave from the front (block order), the dense lead block 0 is not a candidate
     assert p.cpu_moe_layers == tuple(range(1, 1 + len(p.cpu_moe_layers)))
 

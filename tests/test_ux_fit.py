@@ -36,7 +36,7 @@ def test_vram_over_budget_table(hw3090):
     r = run("estimate", "glm-4.5-air", "--hw", hw3090, "--cpu-moe-layers", "0", "--ctx", "32k")
     assert r.exit_code == 0
     text = " ".join(r.stdout.split())
-    assert "DOES NOT FIT VRAM: needs 72.96 GiB, budget 24.00 GiB, short by 48.96 GiB" in text
+    assert "DOES NOT FIT VRAM: needs 72.98 GiB, budget 24.00 GiB, short by 48.98 GiB" in text
     assert "OVER BUDGET: vram" in text and "it does not load" in text
 
 

@@ -18,7 +18,7 @@ Observed buffers (bytes from llama.cpp's MiB lines, 2 decimals, so +-5 KiB):
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from moeplan.check.parse import MIB, RunLog
 from moeplan.check.placement import Recovered
@@ -189,6 +189,27 @@ def _per_device_predicted(model: ModelSpec, p: Placement, layer_devices: dict) -
     return out
 
 
+def run_gpu_build(run: RunLog) -> str:
+    """The llama.cpp build a log comes from, by its device buffers: 'cuda' (CUDA0...), 'rocm'
+    (ROCm0...), '' otherwise (CPU, RPC, Vulkan, Metal: no pool or FA copies counted)."""
+    names = [b.buffer_type for b in run.buffers if not b.host]
+    if any(n.startswith("CUDA") for n in names):
+        return "cuda"
+    if any(n.startswith("ROCm") for n in names):
+        return "rocm"
+    return ""
+
+
+def context_and_pool(mem, consts: MemoryConstants, device: str) -> int:
+    """What a device's `unaccounted` is predicted to hold: the CUDA context prior and, on a
+    CUDA/ROCm build, that device's memory-pool high-water (memory/cuda_runtime.py)."""
+    digits = "".join(ch for ch in device if ch.isdigit())
+    if mem.devices and digits and int(digits) < len(mem.devices):
+        d = mem.devices[int(digits)]
+        return d.context_bytes + d.pool_bytes
+    return mem.get("cuda_context") + mem.get("cuda_pool")
+
+
 def memory_rows(run: RunLog, model: ModelSpec, p: Placement, consts: MemoryConstants,
                 repack_types: tuple[str, ...]) -> tuple[list[Row], list[str]]:
     mem = estimate_memory(model, p, consts, repack_types=repack_types)
@@ -244,8 +265,8 @@ def memory_rows(run: RunLog, model: ModelSpec, p: Placement, consts: MemoryConst
     # the breakdown table: unaccounted = total - free - self per GPU
     gpu_rows = [m for m in run.memory if not m.host and not m.name.startswith("RPC")]
     for m in gpu_rows:
-        rows.append(Row("memory", m.name, "context + pool (unaccounted)", it("cuda_context"),
-                        (m.unaccounted_mib or 0) * MIB, formula("cuda_context") +
+        rows.append(Row("memory", m.name, "context + pool (unaccounted)", context_and_pool(mem, consts, m.name),
+                        (m.unaccounted_mib or 0) * MIB, formula("cuda_context", "cuda_pool") +
                         "; observed = total - free - self, which also holds other processes' memory",
                         "memory breakdown"))
     if gpu_rows and len(gpu_rows) > 1:
@@ -401,6 +422,9 @@ def compare_run(run: RunLog, model: ModelSpec, rec: Recovered, hw: HardwareProfi
                 consts: MemoryConstants | None = None, plan_placement: Placement | None = None) -> CheckResult:
     """Everything `moeplan check` shows for one log."""
     c = consts or MemoryConstants()
+    # the log's build, not the profile's: a CUDA/ROCm log is priced with that build's pool and FA
+    # copies, a CPU/RPC log without them (exact to the byte)
+    c = replace(c, gpu_build=run_gpu_build(run))
     p = rec.placement
     rt = repack_types_of(run, p) if p.n_gpus == 0 or not any(b.buffer_type.endswith("_Host") for b in run.buffers) \
         else ()

@@ -57,6 +57,8 @@ class GpuMemory:
     vram_required_bytes: int
     name: str = ""
     budget_bytes: int | None = None
+    # a CUDA/ROCm build's memory-pool high-water (memory/cuda_runtime.py); 0 = not counted
+    pool_bytes: int = field(default=0, metadata={"omit_default": True})
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def plan_figures(memory, budgets: Sequence[int] | None = None) -> list[DeviceFig
     if memory.per_gpu:
         for g in memory.per_gpu:
             out.append(DeviceFigures(f"GPU{g.device}", g.weights_dense_bytes + g.weights_experts_bytes, g.kv_bytes,
-                                     g.compute_bytes, g.context_bytes, g.margin_bytes,
+                                     g.compute_bytes, g.context_bytes + g.pool_bytes, g.margin_bytes,
                                      g.budget_bytes if g.budget_bytes is not None else
                                      (budgets[g.device] if budgets and g.device < len(budgets) else None)))
     elif any(i.device == "gpu" for i in memory.items):

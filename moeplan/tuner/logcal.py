@@ -4,8 +4,10 @@ Two fits, each kept only when the held-out guard (tuner/holdout.py leave_one_out
 loop's) says it predicts unseen logs better than the priors:
 
   memory constants  (planner/memory/constants.py) from what only a GPU shows:
-      unaccounted_d = cuda_context + pool[K type] * n_ubatch      (memory breakdown, per GPU)
+      unaccounted_d = cuda_context + pool_d + pool[K type] * n_ubatch   (memory breakdown, per GPU)
       compute_d     = planner's compute buffer + compute_extra    (compute buffer line, one GPU)
+    where pool_d is the memory pool's high-water derived from the sources for a CUDA/ROCm log
+    (planner/memory/cuda_runtime.py; 0 for other builds) and pool[K type] what it misses.
     a linear MAP fit: Gaussian priors (MEMORY_PRIORS' sigma) and bounds, in MiB
     (scipy.optimize.lsq_linear), observation noise SIGMA_UNACCOUNTED_MIB / SIGMA_COMPUTE_MIB.
   speed factors     the validate loop's guarded fit (tuner/validate.py guarded_calibration) on one
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moeplan.check.compare import context_and_pool, run_gpu_build
 from moeplan.check.parse import MIB, RunLog
 from moeplan.planner.hardware.profile import Calibration, HardwareProfile
 from moeplan.planner.memory.accounting import MemoryConstants, estimate_memory
@@ -39,7 +42,7 @@ class MemObs:
     label: str
     kind: str  # 'unaccounted' | 'compute'
     observed_bytes: int
-    base_bytes: int  # the planner's figure without the fitted constant (0 for unaccounted)
+    base_bytes: int  # the planner's figure without the fitted constant (unaccounted: the derived pool)
     n_ubatch: int
     type_k: str
 
@@ -48,6 +51,8 @@ def memory_observations(run: RunLog, model: ModelSpec, p: Placement) -> tuple[li
     """GPU-only memory figures of one run, with the planner's figure they correct."""
     obs, notes = [], []
     n_ub = reserve_shape(p).n_tokens
+    consts = MemoryConstants(gpu_build=run_gpu_build(run))
+    mem = estimate_memory(model, p, consts)
     for m in run.memory:
         if m.host or m.unaccounted_mib is None:
             continue
@@ -55,12 +60,13 @@ def memory_observations(run: RunLog, model: ModelSpec, p: Placement) -> tuple[li
             notes.append(f"{run.source}: {m.name} is an RPC device (its free/total are the remote host's memory); "
                          "its unaccounted memory is not a GPU constant")
             continue
-        obs.append(MemObs(f"{run.source}:{m.name} unaccounted", "unaccounted", m.unaccounted_mib * MIB, 0, n_ub,
+        pool = context_and_pool(mem, consts, m.name) - consts.cuda_context_bytes  # the derived pool
+        obs.append(MemObs(f"{run.source}:{m.name} unaccounted", "unaccounted", m.unaccounted_mib * MIB, pool, n_ub,
                           p.cache_type_k))
     dev = [b for b in run.buffers if b.kind == "compute" and not b.host]
     devices = {b.buffer_type for b in dev}
     if len(devices) == 1 and p.n_gpus == 1:
-        base = estimate_memory(model, p, MemoryConstants()).get("compute")
+        base = mem.get("compute")
         obs.append(MemObs(f"{run.source}:{dev[0].buffer_type} compute", "compute", sum(b.bytes for b in dev), base,
                           n_ub, p.cache_type_k))
     elif len(devices) > 1:
@@ -85,7 +91,7 @@ def _prior(name: str) -> tuple[float, float, float, float]:
 
 def predict_memory(params: dict[str, float], o: MemObs) -> float:
     if o.kind == "unaccounted":
-        return params.get("cuda_context_bytes", _prior("cuda_context_bytes")[0]) + \
+        return params.get("cuda_context_bytes", _prior("cuda_context_bytes")[0]) + o.base_bytes + \
             params.get(f"cuda_pool_bytes_per_ubatch:{o.type_k}", 0.0) * o.n_ubatch
     return o.base_bytes + params.get("compute_extra_bytes", 0.0)
 
@@ -106,7 +112,7 @@ def fit_memory(obs: list[MemObs], names: list[str] | None = None) -> dict[str, f
             r[k["cuda_context_bytes"]] = 1.0
             if f"cuda_pool_bytes_per_ubatch:{o.type_k}" in k:
                 r[k[f"cuda_pool_bytes_per_ubatch:{o.type_k}"]] = o.n_ubatch
-            target = o.observed_bytes / MIB
+            target = (o.observed_bytes - o.base_bytes) / MIB
         else:
             s = SIGMA_COMPUTE_MIB
             r[k["compute_extra_bytes"]] = 1.0

@@ -89,7 +89,9 @@ def gpu_table(e: Estimate) -> Table | None:
     if not per:
         return None
     t = Table(title="per GPU (GiB = 1024^3 bytes; needed = in use + llama.cpp's 1 GiB margin)")
-    for col in ("GPU", "blocks", "experts of", "weights", "KV", "compute", "ctx", "in use", "needed", "budget"):
+    pool = any(g.pool_bytes for g in per)  # a CUDA/ROCm build's memory pool (memory/cuda_runtime.py)
+    for col in ("GPU", "blocks", "experts of", "weights", "KV", "compute", "ctx") + (("pool",) if pool else ()) + (
+            "in use", "needed", "budget"):
         t.add_column(col, justify="left" if col in ("GPU", "blocks", "experts of") else "right")
     for g in per:
         budget = g.budget_bytes
@@ -98,7 +100,8 @@ def gpu_table(e: Estimate) -> Table | None:
         t.add_row(f"{g.device} {name}".strip(),
                   (g.blocks or "-") + (" + output" if g.output else ""), g.gpu_expert_blocks or "-",
                   f"{(g.weights_dense_bytes + g.weights_experts_bytes) / GIB:.2f}", f"{g.kv_bytes / GIB:.2f}",
-                  f"{g.compute_bytes / GIB:.2f}", f"{g.context_bytes / GIB:.2f}", f"{g.vram_bytes / GIB:.2f}",
+                  f"{g.compute_bytes / GIB:.2f}", f"{g.context_bytes / GIB:.2f}",
+                  *((f"{g.pool_bytes / GIB:.2f}",) if pool else ()), f"{g.vram_bytes / GIB:.2f}",
                   f"[red]{g.vram_required_bytes / GIB:.2f}[/red]" if over else f"{g.vram_required_bytes / GIB:.2f}",
                   f"{budget / GIB:.2f}" if budget is not None else "?")
     return t

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, replace
 
 from moeplan.planner.memory import compute_buffer as cb
+from moeplan.planner.memory import cuda_runtime as cr
 from moeplan.planner.memory.cache import memo, plan_cache
 from moeplan.planner.memory.devices import (
     DeviceMemory,
@@ -87,6 +88,11 @@ class MemoryConstants:
     # type ('' = any type); 0 until calibrated from logs (moeplan calibrate --from LOG)
     cuda_pool_bytes_per_ubatch: tuple[tuple[str, float], ...] = ()
     compute_extra_bytes: int = 0  # calibrated additive correction of the GPU compute buffer
+    # the llama.cpp build the plan runs on: "cuda" or "rocm" add what those builds allocate beyond
+    # a CPU/RPC build (cuda_runtime.py: FA's F16 copies of a quantized cache in the compute
+    # buffer, the memory pool's high-water); "" = the CPU/RPC build, accounted to the byte
+    gpu_build: str = ""
+    gpu_sm_count: int = 132  # streaming multiprocessors (MMQ's stream-k fixup buffer); H100 SXM
 
     def pool_per_ubatch(self, cache_type_k: str) -> float:
         d = dict(self.cuda_pool_bytes_per_ubatch)
@@ -177,9 +183,10 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
     Checked against llama.cpp's own allocation log; see tests/test_memory_llamacpp.py.
     """
     staging = cb.staging_bytes(model, p, consts.op_offload_min_batch) if gpu else 0
+    fa_kv = cr.fa_f16_kv_bytes(model, p) if gpu and cr.is_gpu_build(consts.gpu_build) else 0
     # the terms depend on the placement only through these fields (and the staging size; the
     # backend picks ik_llama.cpp's MLA graph), so the search's thousands of calls share a per-model cache
-    key = ("cb", gpu, staging, p.backend, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn, p.cache_type_k,
+    key = ("cb", gpu, staging, fa_kv, p.backend, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn, p.cache_type_k,
            p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
     cache = memo(model)
     hit = cache.get(key)
@@ -188,7 +195,7 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
     if not gpu:
         terms = cb.cpu_side_bytes(model, p)
     else:
-        _, phase = cb.peak_phase(cb.compute_phases(model, p, staging, gpu=gpu))
+        _, phase = cb.peak_phase(cr.with_fa_f16_kv(cb.compute_phases(model, p, staging, gpu=gpu), fa_kv))
         terms = {k: v for k, v in phase.items() if v}
     cache[key] = dict(terms)
     return terms
@@ -301,7 +308,12 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
     devices: tuple[DeviceMemory, ...] = ()
     if not cpu_only and p.n_gpus > 1:
         weights = tensor_split_weights(p)
-        devices = device_memory(model, p, weights, c.cuda_context_bytes, c.margin_bytes, c.op_offload_min_batch)
+        fa_kv = cr.fa_f16_kv_bytes(model, p) if cr.is_gpu_build(c.gpu_build) else 0
+        devices = device_memory(model, p, weights, c.cuda_context_bytes, c.margin_bytes, c.op_offload_min_batch,
+                                fa_f16_kv=fa_kv)
+        if cr.is_gpu_build(c.gpu_build):
+            devices = cr.with_device_pools(model, p, devices, cpu_layers, c.gpu_build, c.gpu_sm_count,
+                                           c.op_offload_min_batch)
         if c.compute_factor_gpu != 1.0:
             devices = tuple(replace(d, compute_bytes=math.ceil(d.compute_bytes * c.compute_factor_gpu)) for d in devices)
         items.append(MemoryItem("compute", "gpu", sum(d.compute_bytes for d in devices),
@@ -309,6 +321,10 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
                                 + " (one buffer per device; staging on GPU0, logits on the output's device)"))
         items.append(MemoryItem("cuda_context", "gpu", c.cuda_context_bytes * len(devices),
                                 f"{len(devices)} x CUDA context + cuBLAS workspace (backend prior)"))
+        if any(d.pool_bytes for d in devices):
+            items.append(MemoryItem("cuda_pool", "gpu", sum(d.pool_bytes for d in devices),
+                                    " + ".join(f"GPU{d.index} {d.pool_bytes / MIB:.0f} MiB" for d in devices)
+                                    + f" (ggml_cuda_pool high-water of a {n_ub}-token ubatch, {c.gpu_build} build)"))
     elif not cpu_only:
         gterms = compute_buffer_terms(model, p, gpu=True, consts=c)
         if c.compute_extra_bytes:
@@ -322,6 +338,14 @@ def _estimate_memory(model: ModelSpec, p: Placement, consts: MemoryConstants | N
         items.append(MemoryItem("cuda_context", "gpu", c.cuda_context_bytes + pool,
                                 "CUDA context + cuBLAS workspace (backend prior)" +
                                 (f" + pool high-water {pool / MIB:.0f} MiB ({n_ub}-token ubatch)" if pool else "")))
+        if cr.is_gpu_build(c.gpu_build):
+            staged = p.op_offload and n_ub >= c.op_offload_min_batch
+            gpu_blocks = {layer.index for layer in model.layers if layer.index not in cpu_blocks}
+            pool_b, top = cr.cuda_pool_bytes(model, p, cpu_layers, staged, c.gpu_sm_count, c.gpu_build == "cuda",
+                                             gpu_blocks, out_gpu)
+            if pool_b:
+                items.append(MemoryItem("cuda_pool", "gpu", pool_b,
+                                        f"ggml_cuda_pool high-water of a {n_ub}-token ubatch ({c.gpu_build} build): {top}"))
 
     items.append(MemoryItem("weights_embed", "host", embd, "token_embd (llama.cpp keeps the input layer on the CPU)",
                             page_cache=mmap_backed))

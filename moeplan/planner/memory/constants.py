@@ -14,6 +14,8 @@ values a hardware profile carries (pure).
   compute_extra_bytes         additive correction of the GPU compute buffer (the `compute buffer size`
                               line) for what the graph mirror misses; prior 0, bounds +-2 GiB.
 
+gpu_build (not fitted): 'cuda' or 'rocm' when the profile's GPUs run that llama.cpp build
+(gpu_build_of), so that the pool and FA's F16 copies of memory/cuda_runtime.py are counted;
 `moeplan calibrate --from LOG` fits them and stores them as a Calibration named
 '<backend> memory' in the profile; estimate() and the search read them from there.
 `moeplan calibrate --fit-params` stores compute_factor_gpu / compute_factor_host (the compute
@@ -45,12 +47,25 @@ def fit_params_calibration_name(backend: str) -> str:
     return f"{backend} memory (llama-fit-params)"
 
 
+def gpu_build_of(hw: HardwareProfile, backend: str) -> str:
+    """The llama.cpp build a plan for this machine runs on, for what it allocates beyond the CPU/RPC
+    build (memory/cuda_runtime.py): 'cuda' for NVIDIA GPUs, 'rocm' for AMD ones with a ROCm build,
+    '' for Vulkan, for runtimes that do not run llama.cpp's CUDA backend, and without a GPU."""
+    from moeplan.planner import backends
+    from moeplan.planner.hardware.vendors import profile_build
+
+    build = profile_build(hw) if hw.gpus else ""
+    return build if build in ("cuda", "rocm") and backends.behaviour(backend).gguf_runner else ""
+
+
 def memory_constants(hw: HardwareProfile | None, backend: str, base: MemoryConstants | None = None) -> MemoryConstants:
     """MemoryConstants with the profile's calibrated values for `backend` (the priors otherwise).
 
     Factor names: cuda_context_bytes, compute_extra_bytes, and cuda_pool_bytes_per_ubatch or
     cuda_pool_bytes_per_ubatch:<K cache type>."""
     c = base or MemoryConstants()
+    if base is None and hw is not None and hw.gpus:
+        c = replace(c, gpu_build=gpu_build_of(hw, backend))
     fit = hw.calibration_for(fit_params_calibration_name(backend)) if hw is not None else None
     if fit is not None:  # compute-buffer factors learned from llama-fit-params (tuner/fitcal.py)
         c = replace(c, compute_factor_gpu=float(fit.factors.get("compute_factor_gpu", c.compute_factor_gpu)),

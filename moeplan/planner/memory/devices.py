@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from moeplan.planner.memory import compute_buffer as cb
 from moeplan.planner.memory.cache import memo
+from moeplan.planner.memory.cuda_runtime import with_fa_f16_kv
 from moeplan.planner.memory.kv import kv_layer_bytes, v_trans_width
 from moeplan.planner.memory.split import (  # noqa: F401 (re-exported: callers import them from here)
     assign_blocks,
@@ -60,11 +61,12 @@ class DeviceMemory:
     context_bytes: int
     margin_bytes: int
     gpu_expert_blocks: tuple[int, ...] = ()
+    pool_bytes: int = 0  # a GPU build's memory-pool high-water (cuda_runtime.py); 0 on a CPU/RPC build
 
     @property
     def vram_bytes(self) -> int:
         return (self.weights_dense_bytes + self.weights_experts_bytes + self.kv_bytes + self.compute_bytes
-                + self.context_bytes)
+                + self.context_bytes + self.pool_bytes)
 
     @property
     def vram_required_bytes(self) -> int:
@@ -75,6 +77,7 @@ class DeviceMemory:
                 "gpu_expert_blocks": _ranges(self.gpu_expert_blocks),
                 "weights_dense_bytes": self.weights_dense_bytes, "weights_experts_bytes": self.weights_experts_bytes,
                 "kv_bytes": self.kv_bytes, "compute_bytes": self.compute_bytes, "context_bytes": self.context_bytes,
+                **({"pool_bytes": self.pool_bytes} if self.pool_bytes else {}),
                 "vram_bytes": self.vram_bytes, "margin_bytes": self.margin_bytes,
                 "vram_required_bytes": self.vram_required_bytes}
 
@@ -137,18 +140,20 @@ def _block_costs(model: ModelSpec, p: Placement) -> dict[int, _BlockCost]:
     return out
 
 
-def device_compute_bytes(model: ModelSpec, p: Placement, first: bool, has_output: bool, min_batch: int) -> int:
+def device_compute_bytes(model: ModelSpec, p: Placement, first: bool, has_output: bool, min_batch: int,
+                         fa_f16_kv: int = 0) -> int:
     """Compute buffer of one device (see the module docstring): staging only on the first
-    device, the output phase only on the device of the output layer."""
+    device, the output phase only on the device of the output layer; `fa_f16_kv`: a GPU build's
+    F16 copies of a quantized cache in the attention phase (cuda_runtime.fa_f16_kv_bytes)."""
     staging = cb.staging_bytes(model, p, min_batch) if first else 0
-    key = ("cb-dev", first, has_output, staging, p.backend, p.kv_offload, bool(p.cpu_moe_layers), p.n_gpu_layers,
+    key = ("cb-dev", first, has_output, staging, fa_f16_kv, p.backend, p.kv_offload, bool(p.cpu_moe_layers), p.n_gpu_layers,
            p.n_gpus, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn,
            p.cache_type_k, p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
     cache = memo(model)
     hit = cache.get(key)
     if hit is not None:
         return hit
-    phases = cb.compute_phases(model, p, staging, gpu=True)
+    phases = with_fa_f16_kv(cb.compute_phases(model, p, staging, gpu=True), fa_f16_kv)
     if not has_output and "output" in phases and len(phases) > 1:
         phases = {k: v for k, v in phases.items() if k != "output"}
     _, phase = cb.peak_phase(phases)
@@ -160,7 +165,7 @@ def device_compute_bytes(model: ModelSpec, p: Placement, first: bool, has_output
 
 
 def device_memory(model: ModelSpec, p: Placement, weights: Sequence[float], context_bytes: int,
-                  margin_bytes: int, min_batch: int = 32) -> tuple[DeviceMemory, ...]:
+                  margin_bytes: int, min_batch: int = 32, fa_f16_kv: int = 0) -> tuple[DeviceMemory, ...]:
     """Per-device VRAM of placement p split over len(weights) devices by -ts `weights`."""
     n_dev = len(weights)
     devs, out_dev = assign_blocks(len(model.layers), weights, p.n_gpu_layers)
@@ -173,7 +178,7 @@ def device_memory(model: ModelSpec, p: Placement, weights: Sequence[float], cont
         dense = sum(costs[b].dense for b in blocks) + (out_bytes if has_out else 0)
         experts = sum(costs[b].experts for b in blocks)
         kv = sum(costs[b].kv for b in blocks)
-        comp = device_compute_bytes(model, p, d == 0, has_out, min_batch)
+        comp = device_compute_bytes(model, p, d == 0, has_out, min_batch, fa_f16_kv)
         result.append(DeviceMemory(index=d, blocks=blocks, output=has_out, weights_dense_bytes=dense,
                                    weights_experts_bytes=experts, kv_bytes=kv, compute_bytes=comp,
                                    context_bytes=context_bytes, margin_bytes=margin_bytes,

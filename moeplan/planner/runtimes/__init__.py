@@ -43,6 +43,9 @@ class Backend:
     mapped_buffer_named_cpu: bool = False  # its log names an mmap'ed model buffer plain "CPU" (check/placement.py)
     mla_expanded_prompt: bool = False  # expands MLA heads for prompt batches (attention.IK_MLA_PP_MIN_TOKENS)
     computes_mla_kv_b: bool = False  # builds attn_kv_b at load for an MLA GGUF without it (memory/devices.py)
+    # where its CUDA flash attention puts the F16 copies of a quantized cache (memory/cuda_runtime.py):
+    # "compute" = in the FA output's allocation (mainline), "pool" = the CUDA memory pool (ik_llama.cpp)
+    cuda_fa_kv_copies: str = "compute"
     default_batch: int = 2048  # logical batch of a plan without -b
     sched_max_copies: int = 1  # GGML_SCHED_MAX_COPIES: input copies under pipeline parallelism (memory/compute_buffer.py)
     # -- plan options it takes (planner/options.py OPTION_KEYS), and which it refuses

@@ -18,7 +18,7 @@ BACKEND = Backend(
     isa_dot_scale={"neon": 0.7, "avx2": 0.8, "avx_vnni": 1.0, "avx512f": 0.9, "avx512_vnni": 1.3, "amx": 1.3},
     interleaved_types_stay_on_cpu=True, mla_expanded_prompt=True,
     # llm_prepare_mla (src/llama.cpp): a mainline MLA GGUF's attn_kv_b, computed at load on the block's device
-    computes_mla_kv_b=True,
+    computes_mla_kv_b=True, cuda_fa_kv_copies="pool",
     # GGML_SCHED_MAX_COPIES 1 (ggml/CMakeLists.txt L110 at 8337e4cd): pipeline parallelism adds no copies
     mapped_buffer_named_cpu=True,  # ggml_backend_cpu_buffer_from_ptr: a "CPU" buffer, mmap or not
     options=(RTR_KEY,),  # -rtr: run-time repacking (Placement.options.rtr)
