@@ -62,6 +62,7 @@ from moeplan.planner.cost.ranges import (
     RANGE_TIERS,
     TERM_GROUP,
     source_weights,
+    tier_of_groups,
     weighted_conformal_quantile,
     weighted_median,
 )
@@ -616,11 +617,9 @@ def fit(train: list[Row], metric: str) -> dict[str, float]:
 
 
 def _tier(x: Row, metric: str) -> str:
-    """The row's range tier (cost/ranges.py range_tier): 'cpu-bound' where the CPU group carries
-    at least CPU_BOUND_SHARE of the predicted time, else 'shared'."""
-    g = x.groups.get(metric) or {}
-    total = sum(g.values())
-    return "cpu-bound" if total > 0 and g.get("cpu", 0.0) / total >= CPU_BOUND_SHARE else "shared"
+    """The row's range tier (cost/ranges.py tier_of_groups): 'cpu-bound' where the CPU carries at
+    least CPU_BOUND_SHARE of the predicted time (all of it without a GPU term), else 'shared'."""
+    return tier_of_groups(x.groups.get(metric) or {})
 
 
 def _quantile(v: list[float], q: float) -> float:
