@@ -45,6 +45,11 @@ def test_the_tier_is_the_cpu_share_of_the_time():
     assert range_tier(edge) == "cpu-bound"
     assert range_tier([Term("nvme", 1.0, "nvme", "x")]) == "cpu-bound"  # the CPU group's disk reads
     assert range_tier([]) == "shared"
+    # without a GPU or PCIe term all the time is the CPU's: a CPU-only run's barriers are its
+    # thread pool's, whatever their share
+    cpu_only = [Term("cpu_weights_read", 0.07, "cpu-mem", "x"), Term("barriers", 0.03, "sync", "x")]
+    assert cpu_share(cpu_only) == 1.0 and range_tier(cpu_only) == "cpu-bound"
+    assert range_tier(cpu_only + [Term("gpu", 0.01, "gpu-mem", "x")]) == "shared"  # 0.07 of 0.11
 
 
 def test_each_tier_takes_its_own_width_and_says_why_it_is_wider():
@@ -55,8 +60,11 @@ def test_each_tier_takes_its_own_width_and_says_why_it_is_wider():
     assert (lo, hi) == pytest.approx((10 * math.exp(-0.55), 10 * math.exp(0.55)))
     note = range_tier_note("decode", "cpu-bound", CPU_BOUND, widths)
     assert note and note.startswith("decode range wider") and "90%" in note and "x1.73" in note
-    # no note for a range no wider than the pooled one, nor for the pooled one itself
+    # no note for a range no wider than the pooled one, nor for the pooled one itself, nor for a
+    # shared range a little wider than the pooled one (the finite-sample level of fewer sources)
     assert range_tier_note("decode", "shared", SHARED, widths) is None
+    assert range_tier_note("decode", "shared", SHARED, dict(widths, shared=0.3)) is None
+    assert range_tier_note("decode", "cpu-bound", CPU_BOUND, dict(widths, **{"cpu-bound": 0.2})) is None
     assert range_tier_note("decode", "all", SHARED, widths) is None
 
 
@@ -64,6 +72,7 @@ def test_the_benchmark_sets_each_tiers_width_from_its_rows():
     b = _bench()
     row = b.Row({"id": "x"}, groups={"decode": {"cpu": 0.85, "gpu": 0.15}, "prefill": {"cpu": 0.2, "gpu": 0.8}})
     assert b._tier(row, "decode") == "cpu-bound" and b._tier(row, "prefill") == "shared"
+    assert b._tier(b.Row({"id": "y"}, groups={"decode": {"cpu": 0.6, "fixed": 0.4}}), "decode") == "cpu-bound"
     # ten sources of wide CPU-bound rows, ten of tight shared ones: the CPU-bound width is the
     # wider, and a tier of too few sources takes none of its own
     wide = [("cpu-bound", 0.1 * (i - 5), False, f"c{i}") for i in range(12)]
