@@ -14,7 +14,8 @@ ranges.py) are grouped by the resource they
 charge (CPU, GPU, PCIe, fixed per-layer/per-token costs); one time scale per group (the CPU group
 per backend), shrunk towards 1, is fitted on train rows, and the prediction's range is centred
 and sized by the conformal 80th percentile of the train rows' log residuals, held out by source,
-of the group that dominates the row, every source weighing the same, each row scored about the
+of the row's range tier (cost/ranges.py range_tier: 'cpu-bound' where the CPU's terms carry 80%
+of the time, else 'shared'), every source weighing the same, each row scored about the
 centre the other sources' rows set (docs/cost-model.md). The rows of a source a prior names as
 its anchor (benchmarks/anchors.py) set no range: their residuals are the priors' training error.
 Figures in three columns -- train (all rows), train non-anchor (the ranges' calibration rows) and
@@ -56,7 +57,15 @@ from typer.testing import CliRunner
 from moeplan.cli import app
 from moeplan.errors import InputError
 from moeplan.planner.cost.attention import FA_SPLIT_KV_FROM_BUILD
-from moeplan.planner.cost.ranges import TERM_GROUP, source_weights, weighted_conformal_quantile, weighted_median
+from moeplan.planner.cost.ranges import (
+    CPU_BOUND_SHARE,
+    RANGE_TIERS,
+    TERM_GROUP,
+    source_weights,
+    tier_of_groups,
+    weighted_conformal_quantile,
+    weighted_median,
+)
 from moeplan.profiles import backends as backends_mod
 from moeplan.profiles.catalog import find_cpu
 
@@ -607,9 +616,10 @@ def fit(train: list[Row], metric: str) -> dict[str, float]:
     return {n: float(s[col[n]]) for n in names}
 
 
-def _dominant(x: Row, metric: str) -> str:
-    g = x.groups.get(metric) or {}
-    return max(sorted(g), key=lambda k: g[k]) if g else "none"
+def _tier(x: Row, metric: str) -> str:
+    """The row's range tier (cost/ranges.py tier_of_groups): 'cpu-bound' where the CPU carries at
+    least CPU_BOUND_SHARE of the predicted time (all of it without a GPU term), else 'shared'."""
+    return tier_of_groups(x.groups.get(metric) or {})
 
 
 def _quantile(v: list[float], q: float) -> float:
@@ -621,10 +631,10 @@ def _quantile(v: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (i - lo)
 
 
-# rows, and sources they come from, a term group needs for a range width of its own. The width
+# rows, and sources they come from, a range tier needs for a range width of its own. The width
 # weighs sources, not rows, and with S sources its conformal RANGE_QUANTILE needs a cumulative
 # weight of q (S + 1): below S = (1 + q) / (1 - q) (9 at q = 0.8) that is more than all sources
-# but the largest hold, so the width would be the group's largest residual; such a group takes
+# but the largest hold, so the width would be the tier's largest residual; such a tier takes
 # the pooled width
 MIN_GROUP_ROWS = 12
 MIN_GROUP_SOURCES = math.ceil((1 + RANGE_QUANTILE) / (1 - RANGE_QUANTILE) - 1e-9)
@@ -670,7 +680,7 @@ def _center_width(res: list[tuple[float, bool, str]]) -> tuple[float, float]:
 
 
 def range_widths(residuals: list[tuple[str, float, bool, str]]) -> dict[str, tuple[float, float]]:
-    """(log centre, log half-width) per dominant group from (group, log residual, floor covers,
+    """(log centre, log half-width) per range tier from (tier, log residual, floor covers,
     source) rows held out: at least MIN_GROUP_ROWS rows from MIN_GROUP_SOURCES sources, else the
     pooled figure under 'all' (one source's rows share its machine and say little about the next
     one's)."""
@@ -726,9 +736,9 @@ def evaluate(rows: list[Row]) -> dict:
         # held-out residuals of train rows only: the fitted scales' and the prior's (which has
         # no fitted factor: its residuals are held out already)
         calib = [x for x in est[m] if x.side == "train" and not x.anchor]
-        resid = {x.row["id"]: (_dominant(x, m), *_residual(cv[x.row["id"]], x.measured[m], x.floor.get(m, 0.0)),
+        resid = {x.row["id"]: (_tier(x, m), *_residual(cv[x.row["id"]], x.measured[m], x.floor.get(m, 0.0)),
                                x.source) for x in calib}
-        resid_p = {x.row["id"]: (_dominant(x, m), *_residual(x.prior[m], x.measured[m], x.floor.get(m, 0.0)),
+        resid_p = {x.row["id"]: (_tier(x, m), *_residual(x.prior[m], x.measured[m], x.floor.get(m, 0.0)),
                                  x.source) for x in calib}
         widths, widths_p = range_widths(list(resid.values())), range_widths(list(resid_p.values()))
         for x in est[m]:
@@ -739,8 +749,8 @@ def evaluate(rows: list[Row]) -> dict:
                 wp = range_widths([v for k, v in resid_p.items() if v[3] != x.source])
             else:
                 w, wp = widths, widths_p
-            wx = w.get(_dominant(x, m), w.get("all", (0.0, 0.0)))
-            wpx = wp.get(_dominant(x, m), wp.get("all", (0.0, 0.0)))
+            wx = w.get(_tier(x, m), w.get("all", (0.0, 0.0)))
+            wpx = wp.get(_tier(x, m), wp.get("all", (0.0, 0.0)))
             fl = x.floor.get(m, 0.0)
             out[m][rid] = {"side": x.side, "prior": x.prior[m], "prior_range": _range(x.prior[m], wpx, fl),
                            "in_sample": predict(x, m, full), "loso": cv[rid],
@@ -752,6 +762,8 @@ def evaluate(rows: list[Row]) -> dict:
         out[m]["_spread"] = source_spread(list(resid.values()))
         out[m]["_prior_spread"] = source_spread(list(resid_p.values()))
         out[m]["_range_sources"] = sorted({x.source for x in calib})
+        out[m]["_tier_rows"] = {t: (sum(1 for x in calib if _tier(x, m) == t),
+                                    len({x.source for x in calib if _tier(x, m) == t})) for t in RANGE_TIERS}
     for x in est["vram"]:
         out["vram"][x.row["id"]] = {"side": x.side, "prior": x.prior["vram"], "in_sample": x.prior["vram"],
                                     "loso": x.prior["vram"], "measured": x.measured["vram"], "prior_range": None,
@@ -862,6 +874,23 @@ def summary(rows: list[Row], ev: dict, select=lambda x: True) -> dict:
     return out
 
 
+def tier_summary(rows: list[Row], ev: dict, ship: dict[str, str]) -> dict:
+    """{metric: {tier: {SIDES key: _stats of the shipped figure}}}: how each range tier's range
+    holds, per column (the tier of a row is that of its own terms, cost/ranges.py range_tier)."""
+    by_id = {x.row["id"]: x for x in rows}
+    out: dict = {}
+    for m in ("decode", "prefill"):
+        rng = "prior_range" if ship[m] == "prior" else "loso_range"
+        for t in RANGE_TIERS:
+            for k, _ in SIDES:
+                sel = select_side(k)
+                ids = [i for i in ev[m] if not i.startswith("_") and sel(by_id[i]) and _tier(by_id[i], m) == t]
+                out.setdefault(m, {}).setdefault(t, {})[k] = _stats(
+                    [(ev[m][i][ship[m]], ev[m][i]["measured"]) for i in ids], [ev[m][i][rng] for i in ids],
+                    [by_id[i].source for i in ids])
+    return out
+
+
 def _fmt(s: dict, key: str) -> str:
     v = s.get(key)
     return "   -" if v is None else f"{v:5.1%}"
@@ -926,7 +955,8 @@ def fit_json(res: list[Row], ev: dict, use_fit: dict[str, bool]) -> dict:
                      "unfitted model on held-out train sources; range_log_center = median log(predicted/measured), "
                      "range_log_half_width = 80th percentile (weighted conformal) of |log residual - centre| of "
                      "train rows held out by source, every source weighing 1 (a row 1/n of its source's n), by "
-                     "dominant group: the range is prediction x exp(-centre -/+ "
+                     "range tier (cpu-bound: the CPU's terms carry >= 80% of the predicted time; shared: the rest; "
+                     "'all' pooled, for a tier of too few sources): the range is prediction x exp(-centre -/+ "
                      "half-width) (docs/cost-model.md), each row scored about the centre of the other sources' rows. "
                      "The rows of anchor_sources (named by a prior as its evidence, benchmarks/anchors.py) set no range. "
                      "No test row informs any figure here.",
@@ -947,9 +977,10 @@ DOC_FILES = [HERE.parent / "docs" / "cost-model.md", HERE.parent / "docs" / "ben
 
 
 def doc_block(cols: dict[str, dict], ship: dict[str, str], rank: dict, n_split: dict,
-              spread: dict | None = None) -> str:
+              spread: dict | None = None, tiers: dict | None = None) -> str:
     """The figures docs/ quote, as a markdown block (regenerated and checked in CI); cols: a
-    summary per SIDES key."""
+    summary per SIDES key; tiers: {metric: {'stats': tier_summary's, 'widths': the shipped
+    (c, w) by tier, 'rows': (calibration rows, sources) by tier}}."""
     def f(v) -> str:
         return "–" if v is None else f"{v:.1%}"
     lines = [f"Split (benchmarks/split.py, rule fixed before any tuning): train {n_split['train'][0]} sources / "
@@ -983,6 +1014,22 @@ def doc_block(cols: dict[str, dict], ship: dict[str, str], rank: dict, n_split: 
                   "; ".join(f"{m}: between sources {v['between']:.2f}, within a source {v['within']:.2f} "
                             f"({v['sources']} sources, {v['multi']} of them with several rows)"
                             for m, v in spread.items()) + "."]
+    if tiers:
+        def tier_txt(m: str, t: str) -> str:
+            v = tiers[m]
+            n, srcs = v["rows"][t]
+            own = t in v["widths"]
+            c, w = v["widths"][t if own else "all"]
+            st = v["stats"][t]
+            return (f"{t} {n} rows / {srcs} sources, " + (f"c = {c:.2f}, w = {w:.2f}" if own else
+                                                          f"pooled c = {c:.2f}, w = {w:.2f} (too few sources)") +
+                    ", coverage " + ", ".join(f"{label} {f(st[k].get('coverage'))} / "
+                                              f"{f(st[k].get('coverage_by_source'))} ({st[k]['n']} rows)"
+                                              for k, label in SIDES))
+        lines += ["", f"Range tiers (cost/ranges.py range_tier: cpu-bound where the CPU's terms carry at least "
+                  f"{CPU_BOUND_SHARE:.0%} of the predicted time, else shared; c and w from the tier's train "
+                  "non-anchor rows; coverage by rows / with every source weighing the same): " +
+                  "; ".join(f"{m}: " + "; ".join(tier_txt(m, t) for t in RANGE_TIERS) for m in tiers) + "."]
     lines += ["", "Ranking (pairs of configurations of one machine and model from one source; order counted on "
               f"pairs whose measured figures differ by more than {RANK_DIFF:.0%}; ratio error "
               "= median |predicted ratio / measured ratio - 1| over all pairs):", "",
@@ -1056,7 +1103,10 @@ def main(argv: list[str] | None = None) -> int:
     srcs["anchor"] = {x.source for x in res if x.anchor}
     n_split = {s: (len(v), sum(1 for x in res if x.source in v)) for s, v in srcs.items()}
     fit_text = json.dumps(fit_json(res, ev, use_fit), indent=1, sort_keys=True) + "\n"
-    block = doc_block(cols, ship, rank, n_split, spread)
+    tier_stats = tier_summary(res, ev, ship)
+    tiers = {m: {"stats": tier_stats[m], "rows": ev[m]["_tier_rows"],
+                 "widths": ev[m]["_widths" if use_fit[m] else "_prior_widths"]} for m in TARGETS}
+    block = doc_block(cols, ship, rank, n_split, spread, tiers)
     if a.check:
         stale = [] if FIT_PATH.exists() and FIT_PATH.read_text() == fit_text else [str(FIT_PATH)]
         for p in DOC_FILES:
@@ -1090,7 +1140,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps({"split": n_split, "train": tr, "train_non_anchor": cols["train_na"], "test": te,
                           "anchor_sources": sorted(srcs["anchor"]), "spread": spread, "ranking": rank,
-                          "by_backend": by_backend, "by_class": by_class,
+                          "by_backend": by_backend, "by_class": by_class, "range_tiers": tier_stats,
                           "rows": {m: {k: v for k, v in ev[m].items()} for m in METRICS},
                           "not_estimable": skipped}, indent=1, default=str))
         return 0
@@ -1122,12 +1172,20 @@ def main(argv: list[str] | None = None) -> int:
     print("\nfitted factors (all train rows):")
     for m in ("decode", "prefill"):
         print(f"  {m}: " + ", ".join(f"{k.split('.', 1)[1]}={v:.2f}" for k, v in ev[m]["_fit"].items()))
-        print(f"  {m} range log centre/half-width by dominant group: " +
+        print(f"  {m} range log centre/half-width by range tier: " +
               ", ".join(f"{k}={c:+.2f}/{w:.2f}" for k, (c, w) in ev[m]["_widths"].items()) + "; of the prior: " +
               ", ".join(f"{k}={c:+.2f}/{w:.2f}" for k, (c, w) in ev[m]["_prior_widths"].items()))
         sp = spread[m]
         print(f"  {m} log residual spread of the shipped range's calibration rows: between sources {sp['between']:.2f}, "
               f"within a source {sp['within']:.2f} ({sp['sources']} sources, {sp['multi']} with several rows)")
+    print(f"\nrange tiers (cpu-bound: CPU terms >= {CPU_BOUND_SHARE:.0%} of the time; coverage rows / "
+          "every source weighing the same, median half-width):")
+    for m in TARGETS:
+        for t in RANGE_TIERS:
+            print(f"  {m:8} {t:9} " + " | ".join(
+                f"{label}: {tier_stats[m][t][k]['n']:3d} rows {_fmt(tier_stats[m][t][k], 'coverage')} / "
+                f"{_fmt(tier_stats[m][t][k], 'coverage_by_source')} half-w {_fmt(tier_stats[m][t][k], 'half_width')}"
+                for k, label in SIDES))
     print(f"\nranking (pairs of one machine and model of one source; order on pairs differing > {RANK_DIFF:.0%}):")
     for k, v in rank.items():
         print(f"  {k:14} machines {v['machines']:3d} pairs {v['pairs']:4d} differing {v['pairs_differing']:4d} "

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from moeplan.planner.cost.estimate import dominant_group, fitted_term_scales, held_out_range
+from moeplan.planner.cost.ranges import range_tier
 from moeplan.planner.plan import Term
 from moeplan.profiles import backends
 
@@ -36,14 +37,16 @@ def test_fitted_scales_multiply_their_group_only():
     assert "fitted cpu scale" in out[0].formula and out[3].formula == "x"
 
 
-def test_held_out_range_uses_the_dominant_group():
-    assert dominant_group(TERMS) == "cpu"
-    lo, hi = held_out_range(10.0, TERMS, {"cpu": math.log(1.5), "all": math.log(3.0)})
+def test_held_out_range_uses_the_range_tier():
+    # the CPU's terms carry 0.07 of 0.10 s: below CPU_BOUND_SHARE, so 'shared'
+    assert dominant_group(TERMS) == "cpu" and range_tier(TERMS) == "shared"
+    lo, hi = held_out_range(10.0, TERMS, {"shared": math.log(1.5), "cpu-bound": 0.9, "all": math.log(3.0)})
     assert lo == pytest.approx(10 / 1.5) and hi == pytest.approx(15.0)
-    lo, hi = held_out_range(10.0, TERMS, {"gpu": 0.1, "all": math.log(2.0)})
+    # a tier fit.json has no width for takes the pooled one
+    lo, hi = held_out_range(10.0, TERMS, {"cpu-bound": 0.1, "all": math.log(2.0)})
     assert (lo, hi) == pytest.approx((5.0, 20.0))
     # a centre c moves the range to value x exp(-c -/+ w): further down than up for c > 0
-    lo, hi = held_out_range(10.0, TERMS, {"cpu": 0.3}, centers={"cpu": 0.1})
+    lo, hi = held_out_range(10.0, TERMS, {"shared": 0.3}, centers={"shared": 0.1})
     assert (lo, hi) == pytest.approx((10 * math.exp(-0.4), 10 * math.exp(0.2)))
     assert held_out_range(10.0, TERMS, {}) is None
 

@@ -130,6 +130,10 @@ class Estimate:
     # mmap with a file that does not fit in RAM beside the rest: decode if every CPU expert
     # read comes from the disk (cost/report.py page_cache_short_bytes); 0 when it fits
     decode_tok_s_paging: float = 0.0
+    # the widths' entry each range took (cost/ranges.py range_key): 'cpu-bound' / 'shared' (the
+    # range tier), 'all' (the pooled width), '' (no fit.json: the priors' uncertainties)
+    decode_range_tier: str = ""
+    prefill_range_tier: str = ""
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,8 @@ def estimate_data(model: ModelSpec, p: Placement, e: Estimate, hw_name: str, fit
         "prefill_tok_s": e.prefill_tok_s,
         "prefill_tok_s_range": list(e.prefill_tok_s_range),
         "decode_tok_s_paging": e.decode_tok_s_paging,
+        "decode_range_tier": e.decode_range_tier,
+        "prefill_range_tier": e.prefill_range_tier,
         "bottleneck": e.bottleneck,
         "prefill_bottleneck": e.prefill_bottleneck,
         "depth": e.depth,

@@ -63,6 +63,8 @@ from moeplan.planner.cost.ranges import (
     dominant_group,
     fitted_term_scales,
     held_out_range,
+    range_key,
+    range_tier_note,
 )
 from moeplan.planner.cost.report import (
     _resident_share,
@@ -222,6 +224,9 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
         d_range = (min(d_range[0], paging), d_range[1])
     p_range = held_out_range(prefill, pterms, pr.term_range_log.get("prefill", {}), _stand_in_extra(hw, pterms),
                              pr.term_range_center.get("prefill"))
+    tiers = {m: range_key(t, pr.term_range_log.get(m, {})) for m, t in (("decode", dterms), ("prefill", pterms))}
+    notes += [n for m, t in (("decode", dterms), ("prefill", pterms))
+              if (n := range_tier_note(m, tiers[m], t, pr.term_range_log.get(m, {})))]
     return Estimate(
         decode_tok_s=decode,
         decode_tok_s_range=d_range,
@@ -241,4 +246,6 @@ def _estimate(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPr
         factors=factors_used(f),
         notes=tuple(notes),
         decode_tok_s_paging=paging,
+        decode_range_tier=tiers["decode"] or "",
+        prefill_range_tier=tiers["prefill"] or "",
     )

@@ -38,10 +38,7 @@ def fitted_term_scales(terms: list[Term], scales: dict[str, float]) -> list[Term
 
 
 def dominant_group(terms: list[Term]) -> str:
-    by: dict[str, float] = {}
-    for t in terms:
-        g = TERM_GROUP.get(t.resource, "fixed")
-        by[g] = by.get(g, 0.0) + t.seconds
+    by = group_seconds(terms)
     return max(sorted(by), key=lambda g: by[g]) if by else "all"
 
 
@@ -53,17 +50,81 @@ def dominant_group(terms: list[Term]) -> str:
 STAND_IN_CPU_LOG_SPREAD = {"desktop": 0.35, "server": 0.98}
 
 
+# The range tier: how far the prediction rests on the figures `moeplan hardware --cpu NAME` derives
+# for the CPU (its DRAM read rate = channels x MT/s x an efficiency, its kernel rates from the
+# family's priors), which describe a part, not the user's machine (BIOS, DIMM population, NUMA
+# binding, CCD links, a busy box). A prediction whose CPU terms carry at least CPU_BOUND_SHARE of
+# the time, or that has no GPU term at all, is 'cpu-bound' and takes the width of the train rows
+# of that tier; the rest, whose time is shared with (or held by) GPU figures, 'shared'. On the train split's calibration rows
+# (held out by source) the CPU-bound decode rows scatter about twice as far as the others
+# (docs/cost-model.md, "Range tiers"); benchmarks/accuracy.py sets each tier's width from its
+# own rows where it has enough sources, else the pooled one ('all').
+CPU_BOUND_SHARE = 0.8
+RANGE_TIERS = ("cpu-bound", "shared")
+CPU_BOUND_TEXT = ("CPU-bound: {share:.0%} of the time is the CPU's, whose read and kernel rates come from the part's "
+                  "spec sheet and family priors, not a measurement of this machine; such runs scatter wider "
+                  "between machines")
+
+
+def group_seconds(terms: Sequence[Term]) -> dict[str, float]:
+    """Seconds of the terms by group (TERM_GROUP: cpu, gpu, pcie, fixed)."""
+    by: dict[str, float] = {}
+    for t in terms:
+        g = TERM_GROUP.get(t.resource, "fixed")
+        by[g] = by.get(g, 0.0) + t.seconds
+    return by
+
+
+def cpu_share_of_groups(by_group: dict[str, float]) -> float:
+    """The share of the time that is the CPU's: its group's; all of it where no GPU or PCIe term
+    is there (a CPU-only run's barriers and per-token costs are its thread pool's)."""
+    total = sum(by_group.values())
+    if total <= 0:
+        return 0.0
+    if not by_group.get("gpu") and not by_group.get("pcie"):
+        return 1.0
+    return by_group.get("cpu", 0.0) / total
+
+
+def tier_of_groups(by_group: dict[str, float]) -> str:
+    """'cpu-bound' where the CPU's share (cpu_share_of_groups) is at least CPU_BOUND_SHARE, else 'shared'."""
+    return "cpu-bound" if cpu_share_of_groups(by_group) >= CPU_BOUND_SHARE else "shared"
+
+
+def cpu_share(terms: Sequence[Term]) -> float:
+    return cpu_share_of_groups(group_seconds(terms))
+
+
+def range_tier(terms: Sequence[Term]) -> str:
+    return tier_of_groups(group_seconds(terms))
+
+
+def range_key(terms: Sequence[Term], widths: dict[str, float]) -> str | None:
+    """The widths' entry a prediction's range uses: its tier where fit.json has one, else the
+    pooled 'all'; None where neither is there (the priors' range applies)."""
+    g = range_tier(terms)
+    g = g if g in widths else "all"
+    return g if g in widths else None
+
+
+def range_tier_note(metric: str, key: str | None, terms: Sequence[Term], widths: dict[str, float]) -> str | None:
+    """Why a CPU-bound range is wider than the pooled one, where it is (None otherwise)."""
+    if key != "cpu-bound" or "all" not in widths or widths[key] <= widths["all"] + 1e-9:
+        return None
+    return (f"{metric} range wider than the pooled one (x{math.exp(widths[key]):.2f} either side against "
+            f"x{math.exp(widths['all']):.2f}): " + CPU_BOUND_TEXT.format(share=cpu_share(terms)))
+
+
 def held_out_range(value: float, terms: list[Term], widths: dict[str, float],
                    extra_log: float = 0.0, centers: dict[str, float] | None = None) -> tuple[float, float] | None:
-    """value x exp(-c -/+ w) for the group dominating the terms: w its held-out 80% log
+    """value x exp(-c -/+ w) for the range tier of the terms (range_key): w its held-out 80% log
     half-width (with an independent extra log half-width added in quadrature), c the median
-    log(predicted/measured) of the train split's public rows it dominates: the range is centred where
-    measured runs fall against the model's figure."""
-    g = dominant_group(terms)
-    g = g if g in widths else "all"
-    w = widths.get(g)
-    if w is None:
+    log(predicted/measured) of the train split's public rows of that tier: the range is centred
+    where measured runs fall against the model's figure."""
+    g = range_key(terms, widths)
+    if g is None:
         return None
+    w = widths[g]
     w = math.hypot(w, extra_log)
     c = (centers or {}).get(g, 0.0)
     return value * math.exp(-c - w), value * math.exp(w - c)
