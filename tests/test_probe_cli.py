@@ -18,7 +18,7 @@ from moeplan.probes.storage import StorageSettings
 MIB = 1024**2
 TINY = probe_mod.ProbeSettings("quick", DramSettings(0, 8 * MIB, 2, 1, 1),
                                StorageSettings(MIB, 0.05, 4 * MIB, 0.05), matmul_n=128, matmul_reps=2,
-                               copy_bytes=8 * MIB, copy_reps=2, load_window_s=0.01)
+                               copy_bytes=8 * MIB, copy_reps=2, load_window_s=0.05)
 
 
 @pytest.fixture
