@@ -224,3 +224,24 @@ def test_host_buffers_get_huge_pages_where_the_os_offers_them(monkeypatch):
     u.fill_(1.0)
     if "'madvise'" in why:  # without the advice, 4 KiB pages
         assert hostmem.anon_huge_bytes(u) == 0
+
+
+def test_joint_q_k_norm_and_rope_equal_the_separate_ones():
+    from moeplan.executor.attention import CacheGeometry, GqaAttention, Pos
+    from moeplan.executor.layout import AttnLayout
+
+    lay = AttnLayout(kind="gqa", label="full", weights={}, kv=(), n_head=4, n_head_kv=2, d_k=16, d_v=16)
+    g = torch.Generator().manual_seed(1)
+    w = {"q": torch.randn(64, 32, generator=g), "k": torch.randn(32, 32, generator=g),
+         "v": torch.randn(32, 32, generator=g), "o": torch.randn(32, 64, generator=g),
+         "q_norm": torch.rand(16, generator=g) + 0.5, "k_norm": torch.rand(16, generator=g) + 0.5}
+    cpu = torch.device("cpu")
+    joint = GqaAttention(lay, w, CacheGeometry(16, 16), cpu, torch.float32)
+    apart = GqaAttention(lay, w, CacheGeometry(16, 16), cpu, torch.float32)
+    assert joint.qk_norm is not None
+    apart.qk_norm = None  # the path a gated or differently normed attention takes
+    x = torch.randn(3, 32, generator=g)
+    for start, n in ((0, 3), (3, 1)):  # a prompt, then one decode token over the cache
+        a, *_ = joint.forward(x[:n], Pos(start, n, cpu))
+        b, *_ = apart.forward(x[:n], Pos(start, n, cpu))
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)

@@ -182,6 +182,13 @@ class GqaAttention:
             self.qkv_b = fuse_rows(biases) if biases[0] is not None else None
             for r in ("q", "k", "v", "q_b", "k_b", "v_b"):
                 w.pop(r, None)
+        # per-head q and k norms of one size: q's and k's heads are normed (and rotated) together
+        self.qk_norm: torch.Tensor | None = None
+        qn, kn = w.get("q_norm"), w.get("k_norm")
+        if self.qkv is not None and not lay.gated and qn is not None and kn is not None and \
+                qn.shape == kn.shape == (lay.d_k,) and self.split == [lay.n_head * lay.d_k, *[lay.n_head_kv * lay.d_k] * 2] \
+                and lay.d_v == lay.d_k:
+            self.qk_norm = torch.cat([qn.expand(lay.n_head, lay.d_k), kn.expand(lay.n_head_kv, lay.d_k)])
         comp_k = next((c for c in lay.kv if c.name == "k"), None)
         comp_v = next((c for c in lay.kv if c.name == "v"), None)
         if comp_k is None:  # a layout without a declared cache still needs one to attend over
@@ -201,7 +208,9 @@ class GqaAttention:
         for s in self.extra:
             s.reset()
 
-    def forward(self, x: torch.Tensor, pos: Pos) -> tuple[torch.Tensor, int, int]:
+    def _qkv_apart(self, x: torch.Tensor, angles, pos: Pos):
+        """q (n, H, dk), k and v (n, Hkv, d) and the output gate (or None), each normed and rotated
+        on its own."""
         lay, w = self.lay, self.w
         n = x.shape[0]
         hq, hkv, dk, dv = lay.n_head, lay.n_head_kv, lay.d_k, lay.d_v
@@ -222,9 +231,24 @@ class GqaAttention:
         if "k_norm" in w:
             k = rms_norm(k, w["k_norm"]) if w["k_norm"].shape[0] == dk else \
                 rms_norm(k.reshape(n, hkv * dk), w["k_norm"]).view(n, hkv, dk)
-        angles = pos.angles(lay.rope_base, dk // 2)
         q = rope(q, pos.t, lay.rope_base, angles=angles)
         k = rope(k, pos.t, lay.rope_base, angles=angles)
+        return q, k, v, gate
+
+    def forward(self, x: torch.Tensor, pos: Pos) -> tuple[torch.Tensor, int, int]:
+        lay, w = self.lay, self.w
+        n = x.shape[0]
+        hq, hkv, dk, dv = lay.n_head, lay.n_head_kv, lay.d_k, lay.d_v
+        angles = pos.angles(lay.rope_base, dk // 2)
+        if self.qk_norm is not None:  # q and k heads side by side in the fused output: one norm, one RoPE
+            o = linear(x, self.qkv, self.qkv_b)
+            qk = rope(rms_norm(o[:, : (hq + hkv) * dk].view(n, hq + hkv, dk), self.qk_norm), pos.t,
+                      lay.rope_base, angles=angles)
+            q, k = qk[:, :hq], qk[:, hq:]
+            v = o[:, (hq + hkv) * dk:].reshape(n, hkv, dv)
+            gate = None
+        else:
+            q, k, v, gate = self._qkv_apart(x, angles, pos)
         slots = self.ring.write(pos.t, pos.hi, pos.lo)
         self.k[:, slots] = k.transpose(0, 1)
         self.v[:, slots] = v.transpose(0, 1)
