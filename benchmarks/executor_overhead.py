@@ -1,7 +1,7 @@
 """The bundled executor's fixed costs per decode token: per block, per routed expert, per token.
 
     python benchmarks/executor_overhead.py [--layers 2,4,8] [--used 2,8] [--rounds 5] [--tokens 32]
-                                           [--threads 1] [--clock thread|wall] [--dtype bf16]
+                                           [--threads 1] [--clock thread|wall] [--dtype auto]
                                            [--prefill [--experts 8,32] [--ubatch 32] [--ubatches 4]]
 
 On small models the executor's decode time is not its bytes over the memory bandwidth but the
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--dtype", default="auto", help="auto: what bench and tune --validate run on this CPU")
     ap.add_argument("--clock", default="thread", choices=("thread", "wall"))
     ap.add_argument("--prefill", action="store_true", help="fit per-ubatch, per-block and per-expert prefill costs")
     ap.add_argument("--experts", default="8,32", help="--prefill: expert counts of the models (top-2)")
@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
+    from moeplan.executor.native import resolve_dtype
+
+    args.dtype = resolve_dtype(args.dtype, "cpu")
     if args.clock == "thread" and args.threads != 1:
         print("error: --clock thread times one thread; use --threads 1", file=sys.stderr)
         return 2
