@@ -173,13 +173,13 @@ class GqaAttention:
         self.lay, self.w = lay, w
         self.qkv: torch.Tensor | None = None
         self.qkv_b: torch.Tensor | None = None
-        mats = [w.get(r) for r in ("q", "k", "v")]
-        biases = [w.get(r) for r in ("q_b", "k_b", "v_b")]
-        if all(m is not None and m.dim() == 2 for m in mats) and len({(m.shape[1], m.dtype) for m in mats}) == 1 \
-                and (all(b is None for b in biases) or all(b is not None for b in biases)):
+        mats = [w[r] for r in ("q", "k", "v") if r in w]
+        biases = [w[r] for r in ("q_b", "k_b", "v_b") if r in w]
+        if len(mats) == 3 and all(m.dim() == 2 for m in mats) and len({(m.shape[1], m.dtype) for m in mats}) == 1 \
+                and len(biases) in (0, 3):
             self.split = [m.shape[0] for m in mats]
             self.qkv = fuse_rows(mats)
-            self.qkv_b = fuse_rows(biases) if biases[0] is not None else None
+            self.qkv_b = fuse_rows(biases) if biases else None
             for r in ("q", "k", "v", "q_b", "k_b", "v_b"):
                 w.pop(r, None)
         # per-head q and k norms of one size: q's and k's heads are normed (and rotated) together
@@ -240,7 +240,7 @@ class GqaAttention:
         n = x.shape[0]
         hq, hkv, dk, dv = lay.n_head, lay.n_head_kv, lay.d_k, lay.d_v
         angles = pos.angles(lay.rope_base, dk // 2)
-        if self.qk_norm is not None:  # q and k heads side by side in the fused output: one norm, one RoPE
+        if self.qk_norm is not None and self.qkv is not None:  # q and k heads side by side: one norm, one RoPE
             o = linear(x, self.qkv, self.qkv_b)
             qk = rope(rms_norm(o[:, : (hq + hkv) * dk].view(n, hq + hkv, dk), self.qk_norm), pos.t,
                       lay.rope_base, angles=angles)
