@@ -128,43 +128,62 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.2f}, host DRAM read {bw / 1e9:.1f} GB/s")
     if args.prefill:
         return prefill_main(args, clock, bw)
-    rows = []
-    for k in (int(x) for x in args.used.split(",")):
-        for L in (int(x) for x in args.layers.split(",")):
-            model = tiny_moe(L, k)
-            best, nbytes = float("inf"), 0
-            for _ in range(args.rounds):
-                t, nbytes = time_decode(model, args.dtype, args.threads, args.tokens, clock)
-                best = min(best, t)
-            fixed = best - nbytes / bw
-            rows.append((L, k, fixed))
-            print(f"  {L} blocks, top-{k}: {best * 1e3:.3f} ms/token ({1 / best:.0f} tok/s), "
-                  f"{nbytes / 1e3:.0f} kB/token = {nbytes / bw * 1e6:.1f} us at DRAM rate", flush=True)
-    c0, c1, c2, worst = fit(rows)
-    print(f"\nfit t = t_token + L x (s_layer + k x s_expert), largest residual {worst:.0%}:")
-    print(f"  t_token_s      = {c0 * 1e6:.0f} us   (per token: embedding, head, sampling)")
-    print(f"  s_layer_host_s = {c1 * 1e6:.0f} us   (per block: norms, attention, router)")
-    print(f"  s_expert_op_s  = {c2 * 1e6:.0f} us   (per routed expert per MoE block)")
+    layers = [int(x) for x in args.layers.split(",")]
+
+    def decode(L: int, k: int):
+        t, nbytes = time_decode(tiny_moe(L, k), args.dtype, args.threads, args.tokens, clock)
+        return t, nbytes, k
+
+    def decode_line(L: int, k: int, best: float, nbytes: int, _: float) -> str:
+        return (f"  {L} blocks, top-{k}: {best * 1e3:.3f} ms/token ({1 / best:.0f} tok/s), "
+                f"{nbytes / 1e3:.0f} kB/token = {nbytes / bw * 1e6:.1f} us at DRAM rate")
+
+    rows = sweep([int(x) for x in args.used.split(",")], layers, args.rounds, decode, decode_line, bw)
+    print_fit(rows, "token", "k", ("t_token_s", "s_layer_host_s", "s_expert_op_s"),
+              ("per token: embedding, head, sampling", "per block: norms, attention, router",
+               "per routed expert per MoE block"), 1e6, "us")
     return 0
 
 
-def prefill_main(args, clock, bw: float) -> int:
+def sweep(outer: list[int], layers: list[int], rounds: int, run, line, bw: float) -> list[tuple[int, float, float]]:
+    """(L, experts per block, fixed seconds) for every (outer, L): the fastest of `rounds` runs
+    of run(L, outer) -> (seconds, bytes, experts per block), less its bytes at the DRAM rate."""
     rows = []
-    for n_exp in (int(x) for x in args.experts.split(",")):
-        for L in (int(x) for x in args.layers.split(",")):
-            model = tiny_moe(L, 2, n_exp)
-            best, nbytes, distinct = float("inf"), 0, 0.0
-            for _ in range(args.rounds):
-                t, nbytes, distinct = time_prefill(model, args.dtype, args.threads, args.ubatch, args.ubatches, clock)
-                best = min(best, t)
-            rows.append((L, distinct, best - nbytes / bw))
-            print(f"  {L} blocks, {n_exp} experts top-2, ubatch {args.ubatch}: {best * 1e3:.2f} ms/ubatch, "
-                  f"{distinct:.1f} distinct experts per block, {nbytes / 1e3:.0f} kB/ubatch", flush=True)
+    for o in outer:
+        for L in layers:
+            best, nbytes, per = fastest(rounds, lambda L=L, o=o: run(L, o))
+            rows.append((L, per, best - nbytes / bw))
+            print(line(L, o, best, nbytes, per), flush=True)
+    return rows
+
+
+def fastest(rounds: int, run):
+    """The fastest of `rounds` calls of run() -> (seconds, ...)."""
+    return min((run() for _ in range(rounds)), key=lambda r: r[0])
+
+
+def print_fit(rows, step: str, per: str, names: tuple[str, str, str], notes: tuple[str, str, str], scale: float,
+              unit: str) -> None:
     c0, c1, c2, worst = fit(rows)
-    print(f"\nfit t = t_ubatch + L x (s_layer + E x s_expert), largest residual {worst:.0%}:")
-    print(f"  t_ubatch_s         = {c0 * 1e3:.2f} ms  (per ubatch: embedding, head, sampling)")
-    print(f"  s_layer_prefill_s  = {c1 * 1e3:.2f} ms  (per block: norms, attention, router)")
-    print(f"  s_expert_prefill_s = {c2 * 1e3:.3f} ms  (per distinct expert per block and ubatch)")
+    print(f"\nfit t = t_{step} + L x (s_layer + {per} x s_expert), largest residual {worst:.0%}:")
+    width = max(len(n) for n in names)
+    for name, v, note in zip(names, (c0, c1, c2), notes):
+        print(f"  {name:<{width}} = {v * scale:.{0 if unit == 'us' else 3}f} {unit}   ({note})")
+
+
+def prefill_main(args, clock, bw: float) -> int:
+    def prefill(L: int, n_exp: int):
+        return time_prefill(tiny_moe(L, 2, n_exp), args.dtype, args.threads, args.ubatch, args.ubatches, clock)
+
+    def prefill_line(L: int, n_exp: int, best: float, nbytes: int, distinct: float) -> str:
+        return (f"  {L} blocks, {n_exp} experts top-2, ubatch {args.ubatch}: {best * 1e3:.2f} ms/ubatch, "
+                f"{distinct:.1f} distinct experts per block, {nbytes / 1e3:.0f} kB/ubatch")
+
+    rows = sweep([int(x) for x in args.experts.split(",")], [int(x) for x in args.layers.split(",")], args.rounds,
+                 prefill, prefill_line, bw)
+    print_fit(rows, "ubatch", "E", ("t_ubatch_s", "s_layer_prefill_s", "s_expert_prefill_s"),
+              ("per ubatch: embedding, head, sampling", "per block: norms, attention, router",
+               "per distinct expert per block and ubatch"), 1e3, "ms")
     return 0
 
 
