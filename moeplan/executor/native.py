@@ -12,6 +12,11 @@ that reads fastest per byte is the one whose kernel keeps up with DRAM. Measured
   bf16     F.linear (oneDNN) 7.3            6.3
   bf16     torch.mv          3.6            3.6
 
+With oneDNN and MKL held to AVX2 as well (benchmarks/executor_kernels.py --emulate-avx2,
+2026-12-05) bf16 rows stream like fp16 (21.5 vs 20.6 GB/s: oneDNN's AVX2 path converts bf16 by
+shifts), fp32 at 15-17 and int8 weights (torch._weight_int8pack_mm) at 1.2-7.6: fp16 is within
+noise of the fastest there, so the rule below holds on both ISAs (docs/executor.md has the figures).
+
 So where the CPU has F16C (every AVX2 and AVX-512 x86 CPU) synthetic weights are kept in fp16:
 fp16 is a storage format there, converted in the kernel's registers, and the sums run in fp32.
 bf16 is chosen only where the CPU computes it natively (AVX512_BF16 or AMX-BF16) and fp16 is

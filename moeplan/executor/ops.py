@@ -5,6 +5,7 @@ graph does for the same op (src/llama-graph.cpp build_moe_ffn, build_norm).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -19,28 +20,38 @@ OAI_LIMIT = 7.0
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float = RMS_EPS) -> torch.Tensor:
-    """RMSNorm over the last dim, computed in fp32, returned in x's dtype."""
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    y = y.to(x.dtype)
+    """RMSNorm over the last dim, computed in fp32 (one fused torch call), returned in x's dtype."""
+    y = F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
     return y * weight if weight is not None else y
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, base: float, n_rot: int | None = None) -> torch.Tensor:
-    """NeoX-style rotary embedding on the first n_rot dims of x (..., n, heads, d); positions (n,)."""
+@functools.lru_cache(maxsize=64)
+def _inv_freq(base: float, half: int, device: torch.device) -> torch.Tensor:
+    return base ** (-torch.arange(0, half, device=device, dtype=torch.float32) / half)
+
+
+def rope_angles(positions: torch.Tensor, base: float, half: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin), each (n, 1, half) fp32, of NeoX RoPE at `positions` (n,)."""
+    ang = positions.to(torch.float32)[:, None] * _inv_freq(float(base), half, positions.device)[None, :]
+    return ang.cos()[:, None, :], ang.sin()[:, None, :]
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, base: float, n_rot: int | None = None,
+         angles: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """NeoX-style rotary embedding on the first n_rot dims of x (..., n, heads, d); positions (n,).
+    `angles`: rope_angles(positions, base, n_rot // 2) when the caller has them already."""
     d = x.shape[-1]
     n_rot = d if n_rot is None else n_rot
     half = n_rot // 2
     if half == 0:
         return x
-    inv = base ** (-torch.arange(0, half, device=x.device, dtype=torch.float32) / half)
-    ang = positions.to(x.device, torch.float32)[:, None] * inv[None, :]  # (n, half)
-    cos = ang.cos()[:, None, :]
-    sin = ang.sin()[:, None, :]
+    cos, sin = angles if angles is not None else rope_angles(positions.to(x.device), base, half)
     xf = x.float()
-    x1, x2, rest = xf[..., :half], xf[..., half:n_rot], xf[..., n_rot:]
-    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
-    return out.to(x.dtype)
+    x1, x2 = xf[..., :half], xf[..., half:n_rot]
+    parts = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
+    if n_rot < d:
+        parts.append(xf[..., n_rot:])
+    return torch.cat(parts, dim=-1).to(x.dtype)
 
 
 def gate_probs(logits: torch.Tensor, gating: Gating, probs_bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,7 +2,8 @@
 
   TensorExperts  (P, 2F, D) gate_up and (P, D, F) down tensors on one device: the GPU tier
                  (compute device) or host RAM (the CPU tier; pinned when the device is CUDA, so
-                 uploads run at the full host-to-device rate). Expert e uses slot e % P; P < N
+                 uploads run at the full host-to-device rate, else huge-page backed where the
+                 OS offers it: executor/hostmem.py). Expert e uses slot e % P; P < N
                  ("expert pool") bounds memory for sampled giant models and is reported.
   MmapExperts    the GGUF's own expert bytes, read through a read-only mmap of the file at
                  the tensor offsets (page cache, or the disk when the pages are cold), never
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from moeplan.errors import InputError
+from moeplan.executor.hostmem import host_empty
 from moeplan.executor.layout import ExpertLayout
 from moeplan.executor.ops import ExpertWeights
 from moeplan.probes.gguf_file import read_gguf_header
@@ -89,8 +91,12 @@ class TensorExperts:
         self.lay, self.device, self.n_pool = lay, device, n_pool
         f, d = lay.n_ff, lay.n_embd
         on_host = device.type == "cpu"
-        self.gate_up = torch.empty((n_pool, 2 * f, d), dtype=dtype, device=device, pin_memory=pin and on_host)
-        self.down = torch.empty((n_pool, d, f), dtype=dtype, device=device, pin_memory=pin and on_host)
+        if on_host and not pin:  # host RAM the CPU reads: huge pages where the OS has them (hostmem.py)
+            self.gate_up = host_empty((n_pool, 2 * f, d), dtype)
+            self.down = host_empty((n_pool, d, f), dtype)
+        else:
+            self.gate_up = torch.empty((n_pool, 2 * f, d), dtype=dtype, device=device, pin_memory=pin and on_host)
+            self.down = torch.empty((n_pool, d, f), dtype=dtype, device=device, pin_memory=pin and on_host)
         if on_host:
             for s in range(n_pool):
                 fill_slot(lay, source, s, self.gate_up[s], self.down[s])

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from moeplan.errors import InputError, ModelFormatError
+from moeplan.executor.hostmem import host_empty
 from moeplan.executor.layout import Weight
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -93,7 +94,8 @@ class SyntheticWeights:
         self._blocks: dict[str, torch.Tensor] = {}
 
     def tensor(self, w: Weight, device: torch.device) -> torch.Tensor:
-        out = torch.empty(w.shape, dtype=self.dtype)
+        on_host = device.type == "cpu"  # weights the CPU reads: huge pages where the OS has them
+        out = host_empty(w.shape, self.dtype) if on_host else torch.empty(w.shape, dtype=self.dtype)
         fan_in = w.shape[-1] if out.dim() > 1 else 1
         n = out.numel()
         if n <= BIG_TENSOR:
@@ -105,7 +107,7 @@ class SyntheticWeights:
             for i, start in enumerate(range(0, n, BIG_TENSOR)):
                 chunk = flat[start:start + BIG_TENSOR]
                 _rotate_into(chunk, base, i * SLOT_STRIDE)
-        return out.to(device)
+        return out if on_host else out.to(device)
 
     def fill_expert(self, name: str, slot: int, out: torch.Tensor) -> None:
         """Fill `out` (one expert's matrix, contiguous) with slot `slot` of tensor `name`."""
@@ -154,8 +156,10 @@ class GgufWeights:
                              "use --weights synthetic (exact shapes, seeded values)") from None
 
     def tensor(self, w: Weight, device: torch.device) -> torch.Tensor:
-        arr = self._array(w.name, None).reshape(w.shape)
-        return torch.from_numpy(np.array(arr, dtype=np.float32)).to(self.dtype).to(device)
+        arr = torch.from_numpy(np.array(self._array(w.name, None).reshape(w.shape), dtype=np.float32))
+        if device.type == "cpu":
+            return host_empty(w.shape, self.dtype).copy_(arr)
+        return arr.to(self.dtype).to(device)
 
     def fill_expert(self, name: str, slot: int, out: torch.Tensor) -> None:
         arr = self._array(name, slot).reshape(out.shape)
