@@ -1,7 +1,8 @@
 """Whole-process time of the CLI (start-up and `tune`) against a bare interpreter.
 
     python benchmarks/startup.py [--repeats 5]                 # the issue-31 table
-    python benchmarks/startup.py --all-models [--hw PRESET]    # `tune` of every bundled model
+    python benchmarks/startup.py --all-models [--hw PRESET] [--table-too] [--model NAME ...]
+                                                               # `tune` of every bundled model
 
 Each command runs as a child process once untimed (a warm-up that writes the bytecode cache,
 as pip does when it installs a package; --no-bytecode compiles moeplan's modules on every run
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all-models", action="store_true", help="`tune` every bundled model (--json and table)")
     ap.add_argument("--hw", default="desktop-4090-ddr5", help="preset for --all-models")
     ap.add_argument("--table-too", action="store_true", help="with --all-models: also time the table output")
+    ap.add_argument("--model", action="append", help="with --all-models: only these bundled models")
     ap.add_argument("--no-bytecode", action="store_true",
                     help="compile moeplan's modules from source on every run (no __pycache__ of its own)")
     args = ap.parse_args(argv)
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     cases: list[tuple[str, list[str], float | None]] = [("python -c pass", [py, "-c", "pass"], None)]
     if args.all_models:
         for m in _bundled_models():
+            if args.model and m not in args.model:
+                continue
             cases.append((f"tune {m} --json", mp + ["tune", m, "--hw", args.hw, "--json"], TUNE_TARGET_S))
             if args.table_too:
                 cases.append((f"tune {m}", mp + ["tune", m, "--hw", args.hw], TUNE_TARGET_S))
