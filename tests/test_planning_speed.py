@@ -179,3 +179,22 @@ def test_tune_alone_builds_only_its_module():
     _, _, mods = _loaded(["tune", "glm-4.5", "--hw", "desktop-4090-ddr5", "--json"])
     assert "moeplan.commands.plan" in mods
     assert not {"moeplan.commands.bench", "moeplan.commands.tuner", "moeplan.commands.check"} & mods
+
+
+# ---- a bundled profile is read alone ---------------------------------------------------------
+
+def test_a_bundled_profile_is_read_from_its_own_file():
+    """find_profile reads `<name>.toml` alone (parsing all 36 profiles was a third of a plan);
+    that holds only while every profile's file is named after it."""
+    from pathlib import Path
+
+    from moeplan.profiles import model_profiles as mp
+
+    for path in sorted(mp.PROFILE_DIR.glob("*.toml")):
+        assert mp._read_profile(str(path))["name"] == path.stem, path
+    mp.read_profiles.cache_clear()
+    assert mp.find_profile("GLM-4.5")["name"] == "glm-4.5"
+    assert mp.read_profiles.cache_info().misses == 0  # the name's own file answered
+    assert mp.find_profile("glm-4.6")["name"] == "glm-4.5"  # an alias still searches them all
+    assert mp.read_profiles.cache_info().misses == 1
+    assert Path(mp.find_profile("kimi-k2")["_path"]).name == "kimi-k2.toml"

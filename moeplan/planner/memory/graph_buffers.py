@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeplan.planner.memory.cache import memo
 from moeplan.planner.memory.ggml_graph import (
@@ -48,12 +48,14 @@ from moeplan.planner.memory.ggml_graph import (
     replay,
     trace,
 )
-from moeplan.planner.memory.graph_dsv4 import Dsv4Dims, Dsv4Shape, build_dsv4_graph
-from moeplan.planner.memory.graph_glm_dsa import GlmDsaDims, GlmDsaShape, build_glm_dsa_graph
 from moeplan.planner.model import registry
 from moeplan.planner.model.ggml import canonical_type
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
+
+if TYPE_CHECKING:  # the builders are imported where a graph model needs them (issue 31)
+    from moeplan.planner.memory.graph_dsv4 import Dsv4Dims
+    from moeplan.planner.memory.graph_glm_dsa import GlmDsaDims
 
 GRAPH_ARCHS = registry.names_with("graph")  # architectures whose compute buffer is a mirrored graph
 F32 = 4
@@ -80,6 +82,8 @@ def _weights_scaled(extra: dict[str, Any]) -> bool:
 
 def dsv4_dims(model: ModelSpec, n_used: int) -> Dsv4Dims | None:
     """The deepseek4 graph's dimensions, or None when the model lacks a key the graph needs."""
+    from moeplan.planner.memory.graph_dsv4 import Dsv4Dims
+
     x: dict[str, Any] = dict(model.extra)
     if _lacks(x, "attention.key_length", "attention.q_lora_rank", "attention.output_group_count",
               "attention.output_lora_rank", "hyper_connection.count", *INDEXER_KEYS):
@@ -99,6 +103,8 @@ def dsv4_dims(model: ModelSpec, n_used: int) -> Dsv4Dims | None:
 
 
 def glm_dsa_dims(model: ModelSpec, n_used: int) -> GlmDsaDims | None:
+    from moeplan.planner.memory.graph_glm_dsa import GlmDsaDims
+
     x: dict[str, Any] = dict(model.extra)
     if _lacks(x, "attention.q_lora_rank", "attention.kv_lora_rank", "rope.dimension_count",
               "attention.key_length_mla", "attention.value_length_mla", *INDEXER_KEYS):
@@ -154,6 +160,7 @@ def _builder(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ct
             return None
         n_swa = int(dict[str, Any](model.extra).get("attention.sliding_window", 0) or 0)
         top_k = d.top_k
+        from moeplan.planner.memory.graph_dsv4 import Dsv4Shape, build_dsv4_graph
 
         def build_dsv4(x: Point) -> tuple[Graph, dict[int, tuple[int, int]]]:
             # llama-kv-cache-dsv4.cpp: every cache has one stream per sequence, whatever -kvu says
@@ -170,6 +177,7 @@ def _builder(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ct
             return None
         n_stream = 1 if p.kv_unified else n_seq
         top_k = dg.top_k
+        from moeplan.planner.memory.graph_glm_dsa import GlmDsaShape, build_glm_dsa_graph
 
         def build_glm(x: Point) -> tuple[Graph, dict[int, tuple[int, int]]]:
             shape = GlmDsaShape(n_tokens=x[0], n_outputs=x[1], n_stream=n_stream, n_kv=x[2],
