@@ -154,3 +154,37 @@ def test_sym_decisions_are_guarded():
         assert (t * 6) % 3 == 0
     assert isinstance(q, Sym) and q.p == {(0,): 1}
     assert not exact.guards  # exact division and remainder need no guard
+
+
+@pytest.mark.parametrize("name", ("deepseek-v4-flash", "glm-5.2"))
+def test_the_search_replay_is_the_detailed_replay(name):
+    """replay() without names (the search's loop, live bytes in locals) and with them (the
+    walk that lists the tensors at the peak) give the same peak, at several ubatches, both
+    alignments and random sets of staged expert copies."""
+    import random
+
+    from moeplan.planner.memory.ggml_graph import replay
+
+    rng = random.Random(7)
+    model = load_profile(name)
+    build, x, _ = _made(model, 512, 32768)
+    prog = gb._compile(build, x)
+    layers = sorted({t[0] for t in prog.plan.tags if t is not None})
+    names = ["t"] * len(prog.plan.slots)
+    peaks = set()
+    for ub in (512, 2048):
+        base = prog.sizes(_made(model, ub, 32768)[1])
+        for trial in range(3):
+            sizes = list(base)
+            cpu = set(rng.sample(layers, rng.randrange(1, len(layers) + 1))) if trial else set()
+            for b, tag in enumerate(prog.plan.tags):
+                if tag is not None and tag[0] in cpu:
+                    sizes[b] = rng.randrange(1, 2 << 30)
+            for alignment in (32, 128):
+                detailed = replay(prog.plan, sizes, alignment, names)
+                assert detailed.live_at_peak
+                detailed.live_at_peak = []
+                fast = replay(prog.plan, sizes, alignment)
+                assert fast == detailed
+                peaks.add(fast.peak_bytes)
+    assert len(peaks) > 6

@@ -150,6 +150,8 @@ class Sym:
 
     def __add__(self, o: object) -> Sym | int:
         if isinstance(o, int):
+            if not o:
+                return self
             p = dict(self.p)
             p[()] = p.get((), 0) + o * self.den
             return Sym.make(p, self.den, self.v + o)
@@ -197,6 +199,8 @@ class Sym:
     def __floordiv__(self, k: object) -> Sym | int:
         if not isinstance(k, int) or k <= 0:
             return NotImplemented
+        if k == 1:
+            return self
         if self._exact(k):
             return Sym.make({m: c // k for m, c in self.p.items()}, 1, self.v // k)
         r = self.v % k
@@ -276,7 +280,17 @@ class Tensor:
         n0, n1, n2, n3 = self.ne
         if n1.__class__ is int and n2.__class__ is int and n3.__class__ is int:
             return row_bytes(self.type, n0) * (n1 * n2 * n3)
-        return row_bytes(self.type, n0) * n1 * n2 * n3
+        # a symbolic size (graph_buffers' compile): the integer factors first, one Sym product
+        k, sym = 1, []
+        for n in (n1, n2, n3):
+            if n.__class__ is int:
+                k *= n
+            else:
+                sym.append(n)
+        out = row_bytes(self.type, n0) * k
+        for n in sym:
+            out = out * n
+        return out
 
     @property
     def n_elements(self) -> int:
@@ -581,6 +595,8 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
     """Run the plan's allocations and frees through best fit (BestFit, inlined: the search
     replays hundreds of plans) with these block sizes. `names` (per block) asks for the list
     of tensors alive at the peak."""
+    if names is None:
+        return _replay_peak(plan, sizes, alignment)
     offs: list[int] = [0]
     lens: list[int] = [1 << 62]  # free block sizes; the last block is the open end
     max_size = 0
@@ -643,6 +659,83 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
                 offs.insert(j, off)
                 lens.insert(j, size)
     return AllocResult(*best, live_at_peak=at_peak)
+
+
+def _replay_peak(plan: AllocPlan, sizes: list[int], alignment: int) -> AllocResult:
+    """replay() without the list of tensors at the peak, for the search: the same walk with the
+    live bytes in locals, the zero-byte blocks (staging off) dropped before the loop, and each
+    block's kind looked up once per plan."""
+    kinds = _KIND_CODES.get(plan.kinds)
+    if kinds is None:
+        kinds = _KIND_CODES[plan.kinds] = [1 if k == "input" else 2 if k == "staging" else 0 for k in plan.kinds]
+    padded = [-(-n // alignment) * alignment for n in sizes]
+    offs: list[int] = [0]
+    lens: list[int] = [1 << 62]  # free block sizes; the last block is the open end
+    offset = [0] * len(sizes)
+    live_node = live_input = live_staging = 0
+    max_size = 0
+    best = (0, 0, 0, 0)
+    bisect_right = bisect.bisect_right
+    for ev in plan.events:
+        if ev >= 0:
+            size = padded[ev]
+            if not size:
+                continue
+            n_free = len(lens) - 1
+            i_best = n_free
+            best_size = 1 << 63
+            for i in range(n_free):
+                fs = lens[i]
+                if size <= fs <= best_size:
+                    i_best, best_size = i, fs
+            off = offs[i_best]
+            rest = lens[i_best] - size
+            if rest:
+                offs[i_best] = off + size
+                lens[i_best] = rest
+            else:
+                del offs[i_best], lens[i_best]
+            offset[ev] = off
+            k = kinds[ev]
+            if k == 0:
+                live_node += size
+            elif k == 1:
+                live_input += size
+            else:
+                live_staging += size
+            end = off + size
+            if end > max_size:
+                max_size = end
+                best = (end, live_node + live_input + live_staging, live_input, live_staging)
+        else:
+            b = ~ev
+            size = padded[b]
+            if not size:
+                continue
+            k = kinds[b]
+            if k == 0:
+                live_node -= size
+            elif k == 1:
+                live_input -= size
+            else:
+                live_staging -= size
+            off = offset[b]
+            j = bisect_right(offs, off)  # offs[j - 1] < off < offs[j]
+            if j and offs[j - 1] + lens[j - 1] == off:
+                lens[j - 1] += size
+                if j < len(offs) and off + size == offs[j]:
+                    lens[j - 1] += lens[j]
+                    del offs[j], lens[j]
+            elif j < len(offs) and off + size == offs[j]:
+                offs[j] = off
+                lens[j] += size
+            else:
+                offs.insert(j, off)
+                lens.insert(j, size)
+    return AllocResult(*best)
+
+
+_KIND_CODES: dict[tuple[str, ...], list[int]] = {}  # plan.kinds -> 0 node / 1 input / 2 staging
 
 
 def _kind(t: Tensor) -> str:
