@@ -158,9 +158,9 @@ def test_sym_decisions_are_guarded():
 
 @pytest.mark.parametrize("name", ("deepseek-v4-flash", "glm-5.2"))
 def test_the_search_replay_is_the_detailed_replay(name):
-    """replay() without names (the search's loop, live bytes in locals) and with them (the
-    walk that lists the tensors at the peak) give the same peak, at several ubatches, both
-    alignments and random sets of staged expert copies."""
+    """replay() without names (the search's calls) and with them (the walk that also lists
+    the tensors at the peak) give the same peak, at several ubatches, both alignments and
+    random sets of staged expert copies."""
     import random
 
     from moeplan.planner.memory.ggml_graph import replay

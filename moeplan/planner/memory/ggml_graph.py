@@ -593,78 +593,8 @@ def block_bytes(plan: AllocPlan, graph: Graph) -> list[int]:
 def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
            names: list[str] | None = None) -> AllocResult:
     """Run the plan's allocations and frees through best fit (BestFit, inlined: the search
-    replays hundreds of plans) with these block sizes. `names` (per block) asks for the list
-    of tensors alive at the peak."""
-    if names is None:
-        return _replay_peak(plan, sizes, alignment)
-    offs: list[int] = [0]
-    lens: list[int] = [1 << 62]  # free block sizes; the last block is the open end
-    max_size = 0
-    padded = [-(-n // alignment) * alignment for n in sizes]
-    code = [1 if k == "input" else 2 if k == "staging" else 0 for k in plan.kinds]
-    offset = [0] * len(sizes)
-    live = [0, 0, 0]  # node, input, staging bytes
-    best = (0, 0, 0, 0)  # the peak's AllocResult fields, made into one at the end
-    at_peak: list[tuple[str, str, int]] = []
-    alive: set[int] = set()
-    detail = names is not None
-    for ev in plan.events:
-        if ev >= 0:
-            size = padded[ev]
-            if not size:
-                continue
-            n_free = len(lens) - 1
-            i_best = n_free
-            best_size = 1 << 63
-            for i in range(n_free):
-                fs = lens[i]
-                if size <= fs <= best_size:
-                    i_best, best_size = i, fs
-            off = offs[i_best]
-            rest = lens[i_best] - size
-            if rest:
-                offs[i_best] = off + size
-                lens[i_best] = rest
-            else:
-                del offs[i_best], lens[i_best]
-            offset[ev] = off
-            live[code[ev]] += size
-            end = off + size
-            if detail:
-                alive.add(ev)
-            if end > max_size:
-                max_size = end
-                best = (end, live[0] + live[1] + live[2], live[1], live[2])
-                if names is not None:
-                    at_peak = [(names[b], plan.kinds[b], padded[b]) for b in sorted(alive)]
-        else:
-            b = ~ev
-            size = padded[b]
-            if not size:
-                continue
-            live[code[b]] -= size
-            if detail:
-                alive.discard(b)
-            off = offset[b]
-            j = bisect.bisect(offs, off)  # offs[j - 1] < off < offs[j]
-            if j and offs[j - 1] + lens[j - 1] == off:
-                lens[j - 1] += size
-                if j < len(offs) and off + size == offs[j]:
-                    lens[j - 1] += lens[j]
-                    del offs[j], lens[j]
-            elif j < len(offs) and off + size == offs[j]:
-                offs[j] = off
-                lens[j] += size
-            else:
-                offs.insert(j, off)
-                lens.insert(j, size)
-    return AllocResult(*best, live_at_peak=at_peak)
-
-
-def _replay_peak(plan: AllocPlan, sizes: list[int], alignment: int) -> AllocResult:
-    """replay() without the list of tensors at the peak, for the search: the same walk with the
-    live bytes in locals, the zero-byte blocks (staging off) dropped before the loop, and each
-    block's kind looked up once per plan."""
+    replays hundreds of plans; the live bytes in locals, each plan's block kinds coded once)
+    with these block sizes. `names` (per block) asks for the list of tensors alive at the peak."""
     kinds = _KIND_CODES.get(plan.kinds)
     if kinds is None:
         kinds = _KIND_CODES[plan.kinds] = [1 if k == "input" else 2 if k == "staging" else 0 for k in plan.kinds]
@@ -674,7 +604,10 @@ def _replay_peak(plan: AllocPlan, sizes: list[int], alignment: int) -> AllocResu
     offset = [0] * len(sizes)
     live_node = live_input = live_staging = 0
     max_size = 0
-    best = (0, 0, 0, 0)
+    best = (0, 0, 0, 0)  # the peak's AllocResult fields, made into one at the end
+    at_peak: list[tuple[str, str, int]] = []
+    alive: set[int] = set()
+    detail = names is not None
     bisect_right = bisect.bisect_right
     for ev in plan.events:
         if ev >= 0:
@@ -704,9 +637,13 @@ def _replay_peak(plan: AllocPlan, sizes: list[int], alignment: int) -> AllocResu
             else:
                 live_staging += size
             end = off + size
+            if detail:
+                alive.add(ev)
             if end > max_size:
                 max_size = end
                 best = (end, live_node + live_input + live_staging, live_input, live_staging)
+                if names is not None:
+                    at_peak = [(names[b], plan.kinds[b], padded[b]) for b in sorted(alive)]
         else:
             b = ~ev
             size = padded[b]
@@ -719,6 +656,8 @@ def _replay_peak(plan: AllocPlan, sizes: list[int], alignment: int) -> AllocResu
                 live_input -= size
             else:
                 live_staging -= size
+            if detail:
+                alive.discard(b)
             off = offset[b]
             j = bisect_right(offs, off)  # offs[j - 1] < off < offs[j]
             if j and offs[j - 1] + lens[j - 1] == off:
@@ -732,7 +671,7 @@ def _replay_peak(plan: AllocPlan, sizes: list[int], alignment: int) -> AllocResu
             else:
                 offs.insert(j, off)
                 lens.insert(j, size)
-    return AllocResult(*best)
+    return AllocResult(*best, live_at_peak=at_peak)
 
 
 _KIND_CODES: dict[tuple[str, ...], list[int]] = {}  # plan.kinds -> 0 node / 1 input / 2 staging
