@@ -1,7 +1,9 @@
 """Whole-process time of the CLI (start-up and `tune`) against a bare interpreter.
 
     python benchmarks/startup.py [--repeats 5]                 # the issue-31 table
-    python benchmarks/startup.py --all-models [--hw PRESET]    # `tune` of every bundled model
+    python benchmarks/startup.py --all-models [--hw PRESET] [--table-too] [--model NAME ...]
+                                                               # `tune` of every bundled model
+    python benchmarks/startup.py ... --base DIR                # and of another commit's checkout
 
 Each command runs as a child process once untimed (a warm-up that writes the bytecode cache,
 as pip does when it installs a package; --no-bytecode compiles moeplan's modules on every run
@@ -44,17 +46,17 @@ def child_env(bytecode: bool) -> dict[str, str]:
     return env
 
 
-def child_times(cmd: list[str], repeats: int, env: dict[str, str]) -> tuple[float, float, int]:
+def child_times(cmd: list[str], repeats: int, env: dict[str, str], cwd: str | None = None) -> tuple[float, float, int]:
     """Median wall seconds, median CPU seconds (user + sys) of `cmd` over `repeats` runs after
     one untimed warm-up run (which writes the bytecode cache), and its last exit status (an
     infeasible model exits non-zero and is still timed)."""
     walls, cpus = [], []
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
     rc = 0
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env).returncode
+        rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd).returncode
         walls.append(time.perf_counter() - t0)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
@@ -72,14 +74,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all-models", action="store_true", help="`tune` every bundled model (--json and table)")
     ap.add_argument("--hw", default="desktop-4090-ddr5", help="preset for --all-models")
     ap.add_argument("--table-too", action="store_true", help="with --all-models: also time the table output")
+    ap.add_argument("--model", action="append", help="with --all-models: only these bundled models")
     ap.add_argument("--no-bytecode", action="store_true",
                     help="compile moeplan's modules from source on every run (no __pycache__ of its own)")
+    ap.add_argument("--base", metavar="DIR",
+                    help="a checkout of another commit (git worktree add --detach DIR REV): each command also "
+                         "runs with DIR's moeplan, right before this tree's, and the row shows both")
     args = ap.parse_args(argv)
     py = sys.executable
     mp = [py, "-m", "moeplan"]
     cases: list[tuple[str, list[str], float | None]] = [("python -c pass", [py, "-c", "pass"], None)]
     if args.all_models:
         for m in _bundled_models():
+            if args.model and m not in args.model:
+                continue
             cases.append((f"tune {m} --json", mp + ["tune", m, "--hw", args.hw, "--json"], TUNE_TARGET_S))
             if args.table_too:
                 cases.append((f"tune {m}", mp + ["tune", m, "--hw", args.hw], TUNE_TARGET_S))
@@ -99,10 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     width = max(len(c[0]) for c in cases)
     print(f"{'command':{width}s} {'cpu s':>7s} {'wall s':>7s} {'cpu-bare':>9s}  target")
     env = child_env(not args.no_bytecode)
+    if args.base:
+        print(f"(--base: each row's figure for {args.base} first, 'base -> this tree')")
+        env = dict(env, PYTHONPATH=os.pathsep.join(x for x in (ROOT, env.get("PYTHONPATH")) if x))
+        base_env = dict(env, PYTHONPATH=os.path.abspath(args.base))
     base_cpu = 0.0
     missed = 0
     for name, cmd, target in cases:
-        wall, cpu, rc = child_times(cmd, args.repeats, env)
+        before = ""
+        if args.base and target is not None:
+            # run in the checkout: `python -m` puts the working directory before PYTHONPATH
+            _, cpu_base, _ = child_times(cmd, args.repeats, base_env, cwd=os.path.abspath(args.base))
+            before = f"{cpu_base:.3f} -> "
+        wall, cpu, rc = child_times(cmd, args.repeats, env, cwd=ROOT if args.base else None)
         if target is None:
             base_cpu = cpu
             verdict = ""
@@ -116,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             missed += not ok
         if rc:
             verdict += f"  exit {rc}"
-        print(f"{name:{width}s} {cpu:7.3f} {wall:7.3f} {cpu - base_cpu:9.3f}  {verdict}", flush=True)
+        print(f"{name:{width}s} {cpu:7.3f} {wall:7.3f} {cpu - base_cpu:9.3f}  {before}{verdict}", flush=True)
     print(f"median of {args.repeats} after a warm-up, CPU = user + sys of the child, "
           f"{'moeplan compiled from source' if args.no_bytecode else 'bytecode cached'}; load average "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; {missed} missed")

@@ -179,3 +179,43 @@ def test_tune_alone_builds_only_its_module():
     _, _, mods = _loaded(["tune", "glm-4.5", "--hw", "desktop-4090-ddr5", "--json"])
     assert "moeplan.commands.plan" in mods
     assert not {"moeplan.commands.bench", "moeplan.commands.tuner", "moeplan.commands.check"} & mods
+
+
+# ---- a bundled profile is read alone ---------------------------------------------------------
+
+def test_a_bundled_profile_is_read_from_its_own_file():
+    """find_profile reads `<name>.toml` alone (parsing all 36 profiles was a third of a plan);
+    that holds only while every profile's file is named after it."""
+    from pathlib import Path
+
+    from moeplan.profiles import model_profiles as mp
+
+    for path in sorted(mp.PROFILE_DIR.glob("*.toml")):
+        assert mp._read_profile(str(path))["name"] == path.stem, path
+    mp.read_profiles.cache_clear()
+    assert mp.find_profile("GLM-4.5")["name"] == "glm-4.5"
+    assert mp.read_profiles.cache_info().misses == 0  # the name's own file answered
+    assert mp.find_profile("glm-4.6")["name"] == "glm-4.5"  # an alias still searches them all
+    assert mp.read_profiles.cache_info().misses == 1
+    assert Path(mp.find_profile("kimi-k2")["_path"]).name == "kimi-k2.toml"
+
+
+def test_the_default_contexts_first_try_builds_no_message(monkeypatch):
+    """tune's default context is tried first and its InfeasibleError only caught: the message
+    (a q4_0 estimate of the whole model) is built once, for the error a user sees, or never."""
+    from moeplan.errors import InfeasibleError
+    from moeplan.planner import search
+    from moeplan.planner.search import DEFAULT_CTX_CAP, Request, choose_plan
+    from moeplan.probes.hwprofile import load_hardware
+    from moeplan.probes.models import resolve_model
+    from moeplan.profiles.backends import read_priors
+
+    calls = []
+    real = search.infeasible
+    monkeypatch.setattr(search, "infeasible", lambda *a, **k: calls.append(1) or real(*a, **k))
+    req, pr = Request(ctx_cap=DEFAULT_CTX_CAP), read_priors("llama.cpp")
+    res = choose_plan(resolve_model("glm-5.2"), load_hardware("desktop-3060-ddr4"), pr, req)
+    assert "the largest that fits" in res.why[0] and not calls  # 32k failed, a smaller one fit
+    with pytest.raises(InfeasibleError, match="q4_0 KV cache"):
+        choose_plan(resolve_model("kimi-k3"), load_hardware("desktop-4090-ddr5"), pr, req)
+    assert len(calls) == 1

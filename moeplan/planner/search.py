@@ -450,7 +450,8 @@ def choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: R
         trained = (f"the model's trained context of {model.n_ctx_train:,}" if model.n_ctx_train
                    else "the model's trained context is unknown")
         try:
-            res = _choose_plan(model, hw, pr, replace(req, n_ctx=target), consts)
+            # its InfeasibleError is only caught: the message (a q4_0 estimate) is not built
+            res = _choose_plan(model, hw, pr, replace(req, n_ctx=target), consts, say_why=False)
             capped = model.n_ctx_train and model.n_ctx_train > target
             note = (f"context {target:,}: the default, {trained}"
                     + (f" capped at {req.ctx_cap // 1024}k (its KV cache would take VRAM from the experts)"
@@ -520,7 +521,7 @@ def _rank_key(req: Request):
 
 
 def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: Request,
-                 consts: MemoryConstants | None) -> SearchResult:
+                 consts: MemoryConstants | None, say_why: bool = True) -> SearchResult:
     if consts is None:
         from moeplan.planner.memory.constants import memory_constants
 
@@ -545,6 +546,8 @@ def _choose_plan(model: ModelSpec, hw: HardwareProfile, pr: BackendPriors, req: 
         e = _estimate(model, p, hw, pr, req, consts)
         candidates.append(Candidate(p, e, _score(e, req, p.cache_type_k)))
     if not candidates:
+        if not say_why:
+            raise InfeasibleError(f"{model.name}: no placement fits", "")
         raise infeasible(model, hw, pr, req, vram, ram, consts, shortfalls)
     n_eval = len(candidates)
     candidates.sort(key=_rank_key(req))

@@ -20,8 +20,8 @@ from moeplan.planner.cost.work import (
     cpu_attention_decode,
     dense_dot_elements,
     distinct_experts,
-    dot_elements,
     excess_term,
+    layer_dot_elements,
     ngl_split,
     non_expert_params,
 )
@@ -119,12 +119,13 @@ def _step(model: ModelSpec, p: Placement, pr: BackendPriors, f: Factors, depth: 
     kv_cpu = (kv_read_bytes(model, depth + n_step - 1, p.cache_type_k, p.cache_type_v, blocks=set(split.blocks))
               if split.blocks and kv_bytes else 0)
     cpu_exp = [layer for layer in model.moe_layers if layer.index in cpu]
+    dots = layer_dot_elements(model, pr.type_cost)
     return _Step(n_step=n_step, touched=touched, per_tok=per_tok, hit=hit, split=split,
                  r_dense=model.dense_bytes_read_per_token - split.dense_bytes, kv_bytes=kv_bytes - kv_cpu,
                  kv_cpu=kv_cpu,
                  gpu_exp=sum(layer.expert_bytes for layer in model.moe_layers if layer.index not in cpu) * touched,
                  cpu_exp=cpu_exp, cpu_bytes=sum(layer.expert_bytes for layer in cpu_exp) * touched,
-                 cpu_dot=sum(dot_elements(layer, pr.type_cost) for layer in cpu_exp) * per_tok * n_step)
+                 cpu_dot=sum(dots[layer.index] for layer in cpu_exp) * per_tok * n_step)
 
 
 def _cpu_only_decode(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: BackendPriors, f: Factors, depth: int,
@@ -132,7 +133,7 @@ def _cpu_only_decode(model: ModelSpec, p: Placement, hw: HardwareProfile, pr: Ba
     n_step = c.n_step
     all_bytes = c.r_dense + sum(layer.expert_bytes for layer in model.moe_layers) * c.touched + c.kv_bytes
     all_dot = (dense_dot_elements(model, pr.type_cost) * n_step
-               + sum(dot_elements(layer, pr.type_cost) for layer in model.moe_layers) * c.per_tok * n_step)
+               + sum(layer_dot_elements(model, pr.type_cost).values()) * c.per_tok * n_step)
     t_read = all_bytes / f.bw_cpu_bytes_per_s.value
     terms.append(Term("cpu_weights_read", t_read, "cpu-mem",
                       f"{all_bytes / 1e9:.2f} GB / {f.bw_cpu_bytes_per_s.value / 1e9:.1f} GB/s"))

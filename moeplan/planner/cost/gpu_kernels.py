@@ -18,7 +18,6 @@ last token only) + the attention's 4 x n_layer x n_embd x (mean depth = prompt /
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 
 
@@ -95,7 +94,7 @@ GFX_FAMILY = {"gfx1150": "rdna3.5", "gfx1151": "rdna3.5", "gfx1152": "rdna3.5",
 def family_share(family: str) -> float | None:
     """The mean share of the FP16 peak a family's measured dense prompts reach (None: none)."""
     runs = [r.share_of_peak for r in KERNEL_RUNS if r.family == family]
-    return statistics.fmean(runs) if runs else None
+    return math.fsum(runs) / len(runs) if runs else None  # statistics.fmean (not imported on the planning path)
 
 
 def gpu_family(vendor: str, gfx_target: str) -> str:
@@ -114,6 +113,8 @@ def kernel_efficiency(vendor: str, gfx_target: str) -> tuple[float, float, str]:
     if fam == REFERENCE_FAMILY or share is None or not ref:
         return 1.0, 0.0, ""
     # the spread of the runs behind either share (APIs, builds, cards), at least 10%
+    import statistics
+
     spread = [statistics.pstdev([math.log(r.share_of_peak) for r in KERNEL_RUNS if r.family == f])
               for f in (fam, REFERENCE_FAMILY)]
     err = max(0.10, math.hypot(*spread))

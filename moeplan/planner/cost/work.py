@@ -49,6 +49,17 @@ def dot_elements(layer: LayerSpec, type_cost: dict[str, float]) -> float:
                for t in layer.tensors if t.group == "experts")
 
 
+def layer_dot_elements(model: ModelSpec, type_cost: dict[str, float]) -> dict[int, float]:
+    """dot_elements of every MoE layer by index, cached per model and kernel costs (the search
+    sums them over the CPU layers of every placement it estimates)."""
+    cache = memo(model)
+    key = ("layer_dot_elements", tuple(sorted(type_cost.items())))
+    got = cache.get(key)
+    if got is None:
+        got = cache[key] = {layer.index: dot_elements(layer, type_cost) for layer in model.moe_layers}
+    return got
+
+
 def _matmul_tensor(t) -> bool:
     return t.group not in ("experts", "expert_aux", "norm") and len(t.shape) >= 2
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from moeplan.planner import backends
 from moeplan.planner.memory import compute_buffer as cb
 from moeplan.planner.memory.cache import memo
 from moeplan.planner.memory.cuda_runtime import with_fa_f16_kv
@@ -113,8 +114,6 @@ def computed_kv_b_bytes(layer: LayerSpec) -> int:
 def load_computed_bytes(layer: LayerSpec, p: Placement) -> int:
     """Weights the plan's runtime builds at load beside the block's own (its record's
     computes_mla_kv_b: ik_llama.cpp's attn_kv_b), on the block's device."""
-    from moeplan.planner import backends
-
     return computed_kv_b_bytes(layer) if backends.behaviour(p.backend).computes_mla_kv_b else 0
 
 

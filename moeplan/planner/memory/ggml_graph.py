@@ -34,7 +34,10 @@ The result is checked against llama.cpp's own buffer sizes in tests/test_memory_
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+import contextlib
+import math
+import operator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from moeplan.planner.model.ggml import row_bytes
@@ -53,56 +56,207 @@ CPU_ALIGNMENT = 32  # ggml-backend.cpp TENSOR_ALIGNMENT
 CUDA_ALIGNMENT = 128  # ggml-cuda.cu ggml_backend_cuda_buffer_type_get_alignment
 
 
-class Aff:
-    """c0 + c1*x1 + ... : a dimension or size that grows linearly with the cache cells x_i.
-    Builders take these in place of cell counts so that one build gives every tensor's bytes
-    as a function of the context (graph_buffers compiles the search's hundreds of contexts
-    into one allocation plan). Only what a graph's shapes need: sums, products with integers,
-    exact division and remainder by integers, equality."""
+class Trace:
+    """The decisions a build took on Sym sizes (see Sym): each a guard that must give the same
+    answer at another point for the build to hold there."""
 
-    __slots__ = ("c",)
+    def __init__(self) -> None:
+        self.guards: dict[tuple, None] = {}  # insertion-ordered set
 
-    def __init__(self, c: tuple[int, ...]):
-        self.c = c
+    def holds(self, x: tuple[int, ...]) -> bool:
+        """Whether every guard gives, at the point x, the answer it gave when traced."""
+        for kind, poly, param in self.guards:
+            value = _peval(poly, x)
+            if kind == "mod":
+                if value % param:
+                    return False
+            elif _COMPARE[kind](value, 0) != param:
+                return False
+        return True
+
+
+_TRACE: list[Trace] = []
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+            ">=": operator.ge}
+
+
+@contextlib.contextmanager
+def trace() -> Iterator[Trace]:
+    """Record the guards of the Sym decisions taken inside (a build and its allocation plan)."""
+    t = Trace()
+    _TRACE.append(t)
+    try:
+        yield t
+    finally:
+        _TRACE.pop()
+
+
+def _guard(kind: str, poly: dict[tuple[int, ...], int], param: int | bool) -> None:
+    if not _TRACE:
+        raise TypeError("a decision on a symbolic size outside a trace")
+    _TRACE[-1].guards[(kind, tuple(sorted(poly.items())), param)] = None
+
+
+def _peval(poly, x: tuple[int, ...]) -> int:
+    """A polynomial ({monomial: coefficient} or its items) at the point x; a monomial is the
+    tuple of its variables' indices, with repeats (x0*x0*x2 = (0, 0, 2))."""
+    total = 0
+    for mono, c in (poly.items() if isinstance(poly, dict) else poly):
+        for i in mono:
+            c *= x[i]
+        total += c
+    return total
+
+
+class Sym:
+    """A size that depends on the graph's variables (the reserved ubatch's tokens and outputs,
+    the cache cells): P(x) / den, P a polynomial with integer coefficients, and `v`, its value
+    at the point the build is traced at. Builders take Syms in place of those sizes, so that
+    one build gives every tensor's bytes as a function of them (graph_buffers compiles a
+    model's graph once and evaluates it at each ubatch and context the search asks for).
+
+    Where the graph depends on a size other than through arithmetic - a comparison (min, max,
+    a branch), an equality (ggml-alloc's in-place reuse wants equal shapes), a remainder or an
+    inexact division - the answer at the traced point is taken and recorded as a guard in the
+    open trace(): the build holds at every point where each guard answers the same
+    (Trace.holds), and graph_buffers builds afresh where one does not. Operations whose result
+    is a constant return an int; outside a trace a decision raises TypeError."""
+
+    __slots__ = ("p", "den", "v")
+
+    def __init__(self, p: dict[tuple[int, ...], int], den: int, v: int):
+        self.p, self.den, self.v = p, den, v
 
     @staticmethod
-    def var(i: int, n: int) -> Aff:
-        return Aff(tuple(1 if j == i + 1 else 0 for j in range(n + 1)))
+    def var(i: int, value: int) -> Sym:
+        return Sym({(i,): 1}, 1, value)
+
+    @staticmethod
+    def make(p: dict[tuple[int, ...], int], den: int, v: int) -> Sym | int:
+        p = {m: c for m, c in p.items() if c}
+        if not p or (len(p) == 1 and () in p):
+            return v
+        g = math.gcd(den, *p.values()) if den > 1 else 1
+        if g > 1:
+            p = {m: c // g for m, c in p.items()}
+            den //= g
+        return Sym(p, den, v)
 
     def at(self, x: tuple[int, ...]) -> int:
-        return self.c[0] + sum(ci * xi for ci, xi in zip(self.c[1:], x))
+        return _peval(self.p, x) // self.den
 
-    def __add__(self, o: object) -> Aff:
-        if isinstance(o, Aff):
-            return Aff(tuple(a + b for a, b in zip(self.c, o.c)))
+    def _scaled(self, k: int) -> dict[tuple[int, ...], int]:
+        return {m: c * k for m, c in self.p.items()}
+
+    def __add__(self, o: object) -> Sym | int:
         if isinstance(o, int):
-            return Aff((self.c[0] + o,) + self.c[1:])
+            if not o:
+                return self
+            p = dict(self.p)
+            p[()] = p.get((), 0) + o * self.den
+            return Sym.make(p, self.den, self.v + o)
+        if isinstance(o, Sym):
+            p = self._scaled(o.den)
+            for m, c in o.p.items():
+                p[m] = p.get(m, 0) + c * self.den
+            return Sym.make(p, self.den * o.den, self.v + o.v)
         return NotImplemented
 
     __radd__ = __add__
 
-    def __mul__(self, o: object) -> Aff:
+    def __neg__(self) -> Sym:
+        return Sym(self._scaled(-1), self.den, -self.v)
+
+    def __sub__(self, o: object) -> Sym | int:
+        if isinstance(o, (int, Sym)):
+            return self + -o
+        return NotImplemented
+
+    def __rsub__(self, o: object) -> Sym | int:
         if isinstance(o, int):
-            return Aff(tuple(a * o for a in self.c))
-        return NotImplemented  # a product of two cell counts never occurs in these graphs
+            return -self + o
+        return NotImplemented
+
+    def __mul__(self, o: object) -> Sym | int:
+        if isinstance(o, int):
+            if o == 1:
+                return self
+            return Sym.make(self._scaled(o), self.den, self.v * o) if o else 0
+        if isinstance(o, Sym):
+            p: dict[tuple[int, ...], int] = {}
+            for m1, c1 in self.p.items():
+                for m2, c2 in o.p.items():
+                    m = tuple(sorted(m1 + m2))
+                    p[m] = p.get(m, 0) + c1 * c2
+            return Sym.make(p, self.den * o.den, self.v * o.v)
+        return NotImplemented
 
     __rmul__ = __mul__
 
-    def __floordiv__(self, o: int) -> Aff:
-        if any(a % o for a in self.c):
-            raise ArithmeticError("inexact division of a cell-dependent size")
-        return Aff(tuple(a // o for a in self.c))
+    def _exact(self, k: int) -> bool:
+        return self.den == 1 and all(c % k == 0 for c in self.p.values())
 
-    def __mod__(self, o: int) -> int:
-        if any(a % o for a in self.c):
-            raise ArithmeticError("remainder of a cell-dependent size")
-        return 0
+    def __floordiv__(self, k: object) -> Sym | int:
+        if not isinstance(k, int) or k <= 0:
+            return NotImplemented
+        if k == 1:
+            return self
+        if self._exact(k):
+            return Sym.make({m: c // k for m, c in self.p.items()}, 1, self.v // k)
+        r = self.v % k
+        p = dict(self.p)
+        p[()] = p.get((), 0) - r * self.den
+        _guard("mod", p, self.den * k)  # (P - r*den) / den is a multiple of k: the value is r mod k
+        return Sym.make(p, self.den * k, (self.v - r) // k)
+
+    def __mod__(self, k: object) -> int:
+        if not isinstance(k, int) or k <= 0:
+            return NotImplemented
+        if self._exact(k):
+            return 0
+        r = self.v % k
+        p = dict(self.p)
+        p[()] = p.get((), 0) - r * self.den
+        _guard("mod", p, self.den * k)
+        return r
+
+    def _compare(self, o: object, op: str) -> bool:
+        """`self op o`, decided at the traced point and guarded (the guard keeps the answer,
+        not the sign: min(x, k) built at x > k holds at x = k too)."""
+        if not isinstance(o, (int, Sym)):
+            return NotImplemented
+        d = self - o
+        if isinstance(d, int):
+            return _COMPARE[op](d, 0)
+        answer = _COMPARE[op](d.v, 0)
+        _guard(op, d.p, answer)  # the sign of P / den is P's (den > 0)
+        return answer
 
     def __eq__(self, o: object) -> bool:
-        return isinstance(o, Aff) and self.c == o.c
+        return self._compare(o, "==")
 
-    def __hash__(self) -> int:
-        return hash(self.c)
+    def __ne__(self, o: object) -> bool:
+        return self._compare(o, "!=")
+
+    def __lt__(self, o: object) -> bool:
+        return self._compare(o, "<")
+
+    def __le__(self, o: object) -> bool:
+        return self._compare(o, "<=")
+
+    def __gt__(self, o: object) -> bool:
+        return self._compare(o, ">")
+
+    def __ge__(self, o: object) -> bool:
+        return self._compare(o, ">=")
+
+    def __bool__(self) -> bool:
+        return self._compare(0, "!=")
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Sym({self.p}, /{self.den}, ={self.v})"
 
 
 @dataclass(eq=False, slots=True)
@@ -124,7 +278,19 @@ class Tensor:
     @property
     def nbytes(self) -> int:
         n0, n1, n2, n3 = self.ne
-        return row_bytes(self.type, n0) * n1 * n2 * n3
+        if n1.__class__ is int and n2.__class__ is int and n3.__class__ is int:
+            return row_bytes(self.type, n0) * (n1 * n2 * n3)
+        # a symbolic size (graph_buffers' compile): the integer factors first, one Sym product
+        k, sym = 1, []
+        for n in (n1, n2, n3):
+            if n.__class__ is int:
+                k *= n
+            else:
+                sym.append(n)
+        out = row_bytes(self.type, n0) * k
+        for n in sym:
+            out = out * n
+        return out
 
     @property
     def n_elements(self) -> int:
@@ -427,19 +593,22 @@ def block_bytes(plan: AllocPlan, graph: Graph) -> list[int]:
 def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
            names: list[str] | None = None) -> AllocResult:
     """Run the plan's allocations and frees through best fit (BestFit, inlined: the search
-    replays hundreds of plans) with these block sizes. `names` (per block) asks for the list
-    of tensors alive at the peak."""
+    replays hundreds of plans; the live bytes in locals, each plan's block kinds coded once)
+    with these block sizes. `names` (per block) asks for the list of tensors alive at the peak."""
+    kinds = _KIND_CODES.get(plan.kinds)
+    if kinds is None:
+        kinds = _KIND_CODES[plan.kinds] = [1 if k == "input" else 2 if k == "staging" else 0 for k in plan.kinds]
+    padded = [-(-n // alignment) * alignment for n in sizes]
     offs: list[int] = [0]
     lens: list[int] = [1 << 62]  # free block sizes; the last block is the open end
-    max_size = 0
-    padded = [-(-n // alignment) * alignment for n in sizes]
-    code = [1 if k == "input" else 2 if k == "staging" else 0 for k in plan.kinds]
     offset = [0] * len(sizes)
-    live = [0, 0, 0]  # node, input, staging bytes
+    live_node = live_input = live_staging = 0
+    max_size = 0
     best = (0, 0, 0, 0)  # the peak's AllocResult fields, made into one at the end
     at_peak: list[tuple[str, str, int]] = []
     alive: set[int] = set()
     detail = names is not None
+    bisect_right = bisect.bisect_right
     for ev in plan.events:
         if ev >= 0:
             size = padded[ev]
@@ -460,13 +629,19 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
             else:
                 del offs[i_best], lens[i_best]
             offset[ev] = off
-            live[code[ev]] += size
+            k = kinds[ev]
+            if k == 0:
+                live_node += size
+            elif k == 1:
+                live_input += size
+            else:
+                live_staging += size
             end = off + size
             if detail:
                 alive.add(ev)
             if end > max_size:
                 max_size = end
-                best = (end, live[0] + live[1] + live[2], live[1], live[2])
+                best = (end, live_node + live_input + live_staging, live_input, live_staging)
                 if names is not None:
                     at_peak = [(names[b], plan.kinds[b], padded[b]) for b in sorted(alive)]
         else:
@@ -474,11 +649,17 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
             size = padded[b]
             if not size:
                 continue
-            live[code[b]] -= size
+            k = kinds[b]
+            if k == 0:
+                live_node -= size
+            elif k == 1:
+                live_input -= size
+            else:
+                live_staging -= size
             if detail:
                 alive.discard(b)
             off = offset[b]
-            j = bisect.bisect(offs, off)  # offs[j - 1] < off < offs[j]
+            j = bisect_right(offs, off)  # offs[j - 1] < off < offs[j]
             if j and offs[j - 1] + lens[j - 1] == off:
                 lens[j - 1] += size
                 if j < len(offs) and off + size == offs[j]:
@@ -491,6 +672,9 @@ def replay(plan: AllocPlan, sizes: list[int], alignment: int = CPU_ALIGNMENT,
                 offs.insert(j, off)
                 lens.insert(j, size)
     return AllocResult(*best, live_at_peak=at_peak)
+
+
+_KIND_CODES: dict[tuple[str, ...], list[int]] = {}  # plan.kinds -> 0 node / 1 input / 2 staging
 
 
 def _kind(t: Tensor) -> str:

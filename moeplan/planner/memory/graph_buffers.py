@@ -18,36 +18,44 @@ CPU-resident expert tensor gets a full-size copy of that tensor for the duration
 inputs (ggml_backend_sched keeps every graph input on the CPU backend) and the token-embedding
 rows.
 
-The search asks for hundreds of contexts. For a given reserved shape only the cache cells
-change with the context, and every tensor's bytes are affine in them, so each shape is built
-once with the cells as ggml_graph.Aff variables ("compiled"); every further context only
-evaluates the affine sizes and replays the plan. tests/test_graph_programs.py checks the
-compiled sizes against plain builds (the search does not: a second build per shape).
+The search asks for hundreds of contexts and several ubatches. Only the reserved tokens and
+outputs and the cache cells change between them, and every tensor's bytes are a polynomial
+in those, so each model's graph is built once per cache type, flash attention and stream
+count with them as ggml_graph.Sym variables ("compiled"); every further ubatch and context
+only evaluates the polynomials and replays the plan. The few decisions the build takes on
+those sizes (min, equal shapes for in-place reuse, divisions by the compressors' ratios) are
+guards: where one answers differently (a ubatch below 128 tokens for DeepSeek V4) the graph
+is compiled again there. tests/test_graph_programs.py checks the programs against plain
+builds (the search does not: a second build per point).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moeplan.planner.memory.cache import memo
 from moeplan.planner.memory.ggml_graph import (
     CPU_ALIGNMENT,
     CUDA_ALIGNMENT,
-    Aff,
     AllocPlan,
     AllocResult,
     Graph,
+    Sym,
+    Trace,
     block_bytes,
     plan_allocation,
     replay,
+    trace,
 )
-from moeplan.planner.memory.graph_dsv4 import Dsv4Dims, Dsv4Shape, build_dsv4_graph
-from moeplan.planner.memory.graph_glm_dsa import GlmDsaDims, GlmDsaShape, build_glm_dsa_graph
 from moeplan.planner.model import registry
 from moeplan.planner.model.ggml import canonical_type
 from moeplan.planner.model.spec import ModelSpec
 from moeplan.planner.placement import Placement
+
+if TYPE_CHECKING:  # the builders are imported where a graph model needs them (issue 31)
+    from moeplan.planner.memory.graph_dsv4 import Dsv4Dims
+    from moeplan.planner.memory.graph_glm_dsa import GlmDsaDims
 
 GRAPH_ARCHS = registry.names_with("graph")  # architectures whose compute buffer is a mirrored graph
 F32 = 4
@@ -74,6 +82,8 @@ def _weights_scaled(extra: dict[str, Any]) -> bool:
 
 def dsv4_dims(model: ModelSpec, n_used: int) -> Dsv4Dims | None:
     """The deepseek4 graph's dimensions, or None when the model lacks a key the graph needs."""
+    from moeplan.planner.memory.graph_dsv4 import Dsv4Dims
+
     x: dict[str, Any] = dict(model.extra)
     if _lacks(x, "attention.key_length", "attention.q_lora_rank", "attention.output_group_count",
               "attention.output_lora_rank", "hyper_connection.count", *INDEXER_KEYS):
@@ -93,6 +103,8 @@ def dsv4_dims(model: ModelSpec, n_used: int) -> Dsv4Dims | None:
 
 
 def glm_dsa_dims(model: ModelSpec, n_used: int) -> GlmDsaDims | None:
+    from moeplan.planner.memory.graph_glm_dsa import GlmDsaDims
+
     x: dict[str, Any] = dict(model.extra)
     if _lacks(x, "attention.q_lora_rank", "attention.kv_lora_rank", "rope.dimension_count",
               "attention.key_length_mla", "attention.value_length_mla", *INDEXER_KEYS):
@@ -124,16 +136,19 @@ def _staged_layers(model: ModelSpec, p: Placement) -> dict[int, tuple[int, int, 
     return out
 
 
-def _builder(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx_seq: int, n_ubatch: int
-             ) -> tuple[Callable[[tuple[int, ...]], tuple[Graph, dict[int, tuple[int, int]]]], tuple[int, ...],
-                        bool, tuple] | None:
-    """(build(cells), cells, top_k_saturated, key) for the mirrored graph of the reserved ubatch.
+Point = tuple[int, ...]
+Build = Callable[[Point], tuple[Graph, dict[int, tuple[int, int]]]]
 
-    `cells` are the cache sizes that grow with the context (DeepSeek V4: CSA and HCA cells per
-    stream; GLM: the cache cells per stream); every other shape is fixed for a given `key`.
-    The indexer keeps min(cells, top_k) keys, so shapes are affine in the cells only once the
-    cache holds at least top_k cells (`top_k_saturated`). None for a model the graph does not
-    cover."""
+
+def _builder(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx_seq: int, n_ubatch: int
+             ) -> tuple[Build, Point, tuple] | None:
+    """(build(x), x, key) for the mirrored graph of the reserved ubatch.
+
+    `x` are the sizes the search varies: the reserved tokens T (rounded up to whole
+    sequences) and outputs O, and the cache cells of one stream (DeepSeek V4: the SWA window's
+    raw cells, CSA and HCA cells; GLM: the cache cells); every other size is fixed for a given
+    `key` (the model's dimensions, the streams, flash attention, the K type). build(x) takes
+    ints or Syms (ggml_graph.Sym). None for a model the graph does not cover."""
     n_used = p.n_experts_used or model.n_experts_used
     n_seq = max(1, p.n_seq)
     t = -(-n_tokens // n_seq) * n_seq  # graph_reserve rounds the tokens up to whole sequences
@@ -144,54 +159,49 @@ def _builder(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ct
         if d is None:
             return None
         n_swa = int(dict[str, Any](model.extra).get("attention.sliding_window", 0) or 0)
-        n_raw = _pad(min(n_ctx_seq, n_swa + n_ubatch))
+        top_k = d.top_k
+        from moeplan.planner.memory.graph_dsv4 import Dsv4Shape, build_dsv4_graph
 
-        def build_dsv4(cells: tuple[int, ...]) -> tuple[Graph, dict[int, tuple[int, int]]]:
+        def build_dsv4(x: Point) -> tuple[Graph, dict[int, tuple[int, int]]]:
             # llama-kv-cache-dsv4.cpp: every cache has one stream per sequence, whatever -kvu says
-            shape = Dsv4Shape(n_tokens=t, n_outputs=n_outputs, n_stream=n_seq, n_raw=n_raw, n_csa=cells[0],
-                              n_hca=cells[1], n_top_k=n_top_k, flash_attn=p.flash_attn, type_k=type_k)
+            shape = Dsv4Shape(n_tokens=x[0], n_outputs=x[1], n_stream=n_seq, n_raw=x[2], n_csa=x[3],
+                              n_hca=x[4], n_top_k=top_k if x[3] >= top_k else x[3], flash_attn=p.flash_attn, type_k=type_k)
             return build_dsv4_graph(d, shape)
 
-        cells = (_pad(max(1, -(-n_ctx_seq // 4))), _pad(max(1, -(-n_ctx_seq // 128))))
-        n_top_k = min(cells[0], d.top_k)
-        key: tuple[object, ...] = (d, t, n_outputs, n_seq, n_raw, n_top_k, p.flash_attn, type_k)
-        return build_dsv4, cells, cells[0] >= d.top_k, key
+        x = (t, n_outputs, _pad(min(n_ctx_seq, n_swa + n_ubatch)), _pad(max(1, -(-n_ctx_seq // 4))),
+             _pad(max(1, -(-n_ctx_seq // 128))))
+        return build_dsv4, x, ("dsv4", d, n_seq, p.flash_attn, type_k)
     if graph == "glm-dsa":
         dg = glm_dsa_dims(model, n_used)
         if dg is None:
             return None
         n_stream = 1 if p.kv_unified else n_seq
+        top_k = dg.top_k
+        from moeplan.planner.memory.graph_glm_dsa import GlmDsaShape, build_glm_dsa_graph
 
-        def build_glm(cells: tuple[int, ...]) -> tuple[Graph, dict[int, tuple[int, int]]]:
-            shape = GlmDsaShape(n_tokens=t, n_outputs=n_outputs, n_stream=n_stream, n_kv=cells[0],
-                                n_top_k=n_top_k, flash_attn=p.flash_attn, type_k=type_k)
+        def build_glm(x: Point) -> tuple[Graph, dict[int, tuple[int, int]]]:
+            shape = GlmDsaShape(n_tokens=x[0], n_outputs=x[1], n_stream=n_stream, n_kv=x[2],
+                                n_top_k=top_k if x[2] >= top_k else x[2], flash_attn=p.flash_attn, type_k=type_k)
             return build_glm_dsa_graph(dg, shape)
 
-        n_top_k = min(n_ctx_seq, dg.top_k)
-        key = (dg, t, n_outputs, n_stream, n_top_k, p.flash_attn, type_k)
-        return build_glm, (n_ctx_seq,), n_ctx_seq >= dg.top_k, key
+        return build_glm, (t, n_outputs, n_ctx_seq), ("glm-dsa", dg, n_stream, p.flash_attn, type_k)
     return None
 
 
 @dataclass(frozen=True)
 class _Program:
-    """A replay plan whose block sizes are affine in the cache cells:
-    bytes[b] = base_bytes[b] + sum_i slope[i][b] * (cells[i] - base_cells[i])."""
+    """A replay plan whose block sizes are polynomials in the point x (ggml_graph.Sym), valid
+    wherever `trace`'s guards hold: bytes[b] = sizes of exprs[index[b]] at x."""
 
     plan: AllocPlan
-    base_cells: tuple[int, ...]
-    base_bytes: tuple[int, ...]
-    slopes: tuple[tuple[int, ...], ...]
+    trace: Trace
+    exprs: tuple[Sym | int, ...]  # the distinct size expressions
+    index: tuple[int, ...]  # per block: its expression
     inputs: tuple[int, ...]  # the blocks that are graph inputs (ggml_set_input)
 
-    def sizes(self, cells: tuple[int, ...]) -> list[int]:
-        out = list(self.base_bytes)
-        for slope, c, c0 in zip(self.slopes, cells, self.base_cells):
-            d = c - c0
-            if d:
-                out = [n + k * d for n, k in zip(out, slope)]
-        return out
-
+    def sizes(self, x: Point) -> list[int]:
+        vals = [e if isinstance(e, int) else e.at(x) for e in self.exprs]
+        return [vals[i] for i in self.index]
 
 
 def _plan_of(graph: Graph, tags: dict[int, tuple[int, int]]) -> tuple[AllocPlan, list, tuple[int, ...]]:
@@ -201,51 +211,59 @@ def _plan_of(graph: Graph, tags: dict[int, tuple[int, int]]) -> tuple[AllocPlan,
     return plan, block_bytes(plan, graph), inputs
 
 
-def _compile(build: Callable, cells: tuple[int, ...], check: bool = False) -> _Program | None:
-    """Build the graph with the cells as Aff variables (every block's bytes an affine function
-    of the cells); None when a shape is not affine in the cells (that key is then always built
-    afresh). With `check`, also build the plain graph at `cells` and return None when its
-    sizes differ from the affine ones. The search does not check (a second build of ten
-    thousand nodes per ubatch was a third of a plan's time): tests/test_graph_programs.py checks
-    every bundled graph model's programs against plain builds instead."""
-    n = len(cells)
+def _compile(build: Build, x: Point, check: bool = False) -> _Program | None:
+    """Build the graph and its allocation plan with the point's sizes as Sym variables, traced
+    at x: every block's bytes a polynomial in them, valid where the trace's guards hold; None
+    when the build needs a size as a plain int (that key is then always built afresh). With
+    `check`, also build the plain graph at x and return None when its plan or sizes differ
+    from the program's. The search does not check (a second build of ten thousand nodes was
+    a third of a plan's time): tests/test_graph_programs.py checks every bundled graph
+    model's programs against plain builds instead."""
     try:
-        graph, tags = build(tuple(Aff.var(i, n) for i in range(n)))
-        plan, exprs, inputs = _plan_of(graph, tags)
+        with trace() as tr:
+            graph, tags = build(tuple(Sym.var(i, v) for i, v in enumerate(x)))  # type: ignore[misc]
+            plan, exprs, inputs = _plan_of(graph, tags)
     except (ArithmeticError, TypeError):
         return None
-    coef = [e.c if isinstance(e, Aff) else (e,) + (0,) * n for e in exprs]
-    base = tuple(c[0] + sum(ci * xi for ci, xi in zip(c[1:], cells)) for c in coef)
+    distinct: dict[object, int] = {}
+    uniq: list[Sym | int] = []
+    index = []
+    for e in exprs:
+        k = e if isinstance(e, int) else (tuple(sorted(e.p.items())), e.den)
+        i = distinct.get(k)
+        if i is None:
+            i = distinct[k] = len(uniq)
+            uniq.append(e)
+        index.append(i)
+    prog = _Program(plan, tr, tuple(uniq), tuple(index), inputs)
     if check:
-        numeric, _ = build(cells)
-        if len(numeric.nodes) != len(graph.nodes) or len(numeric.leafs) != len(graph.leafs) \
-                or block_bytes(plan, numeric) != list(base):
+        numeric, numeric_tags = build(x)
+        if plan_allocation(numeric, numeric_tags) != plan or block_bytes(plan, numeric) != prog.sizes(x):
             return None
-    slopes = tuple(tuple(c[i + 1] for c in coef) for i in range(n))
-    return _Program(plan, cells, base, slopes, inputs)
+    return prog
 
 
 def _evaluate(model: ModelSpec, p: Placement, n_tokens: int, n_outputs: int, n_ctx_seq: int, n_ubatch: int,
               staged: bool) -> tuple[AllocPlan, list[int], tuple[int, ...]] | None:
-    """(plan, block bytes, input blocks) for this placement. Each key is compiled once (graph
-    sizes as affine functions of the cache cells); every context then only evaluates those
-    functions (the search asks for hundreds). `staged`: op-offload copies the expert tensors
-    of p.cpu_moe_layers for their ops (the other staging blocks stay 0)."""
+    """(plan, block bytes, input blocks) for this placement. A key's graph is compiled once
+    (sizes as polynomials in the ubatch and the cache cells) and each further ubatch and
+    context only evaluates them, where the compiled program's guards hold; elsewhere it is
+    compiled again at that point (kept beside the first). `staged`: op-offload copies the
+    expert tensors of p.cpu_moe_layers for their ops (the other staging blocks stay 0)."""
     made = _builder(model, p, n_tokens, n_outputs, n_ctx_seq, n_ubatch)
     if made is None:
         return None
-    build, cells, saturated, key = made
-    prog = None
-    if saturated:
-        memo_key = ("graph_program", key)
-        cache = memo(model)
-        if memo_key not in cache:
-            cache[memo_key] = _compile(build, cells)
-        prog = cache[memo_key]
+    build, x, key = made
+    cache = memo(model)
+    progs = cache.setdefault(("graph_programs", key), [])
+    prog = next((q for q in progs if q is not None and q.trace.holds(x)), None)
+    if prog is None and None not in progs:
+        prog = _compile(build, x)
+        progs.append(prog)
     if prog is not None:
-        plan, sizes, inputs = prog.plan, prog.sizes(cells), prog.inputs
+        plan, sizes, inputs = prog.plan, prog.sizes(x), prog.inputs
     else:
-        plan, sizes, inputs = _plan_of(*build(cells))
+        plan, sizes, inputs = _plan_of(*build(x))
     if staged:
         cpu = _staged_layers(model, p)
         for b, tag in enumerate(plan.tags):

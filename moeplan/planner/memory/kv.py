@@ -118,7 +118,13 @@ def kv_layer_bytes_per_token(layer: LayerSpec, type_k: str = "f16", type_v: str 
 def kv_read_bytes(model: ModelSpec, depth: int, type_k: str = "f16", type_v: str = "f16",
                   n_ubatch: int = 1, blocks: set[int] | None = None) -> int:
     """KV bytes attention reads to decode one token at context depth `depth` (of `blocks` only
-    when given: one device's share of a layer split)."""
+    when given: one device's share of a layer split). Cached per model: the search asks the
+    same depth for every placement it estimates."""
+    cache = memo(model)
+    key = ("kv_read_bytes", depth, type_k, type_v, None if blocks is None else frozenset(blocks))
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
     total = 0
     for layer in model.trunk_layers:
         if blocks is not None and layer.index not in blocks:
@@ -133,4 +139,5 @@ def kv_read_bytes(model: ModelSpec, depth: int, type_k: str = "f16", type_v: str
                 total += row * (depth // max(1, c.ratio))
             else:  # recurrent state: read once per token
                 total += row
+    cache[key] = total
     return total
