@@ -73,3 +73,15 @@ def test_plan_with_amb_emits_it(script):
                        "ik_llama.cpp").script(script).command.argv
     assert argv[argv.index("-amb") + 1] == "1024"
     assert "-amb" not in emit_launch(make_plan(MODEL, p), MODEL, "ik_llama.cpp").script(script).command.argv
+
+
+def test_a_builds_sched_max_copies_replaces_the_runtimes():
+    """ik_llama.cpp built GGML_SCHED_MAX_COPIES 4 before #751 (ggml/CMakeLists.txt:106 at
+    e787c0014) and 1 since: a plan for such a build keeps 3 more copies of each device's split
+    inputs under pipeline parallelism (every layer offloaded on several GPUs)."""
+    p = _ik(1024).with_(n_gpus=15)
+    assert cb.pipeline_copies(MODEL, p) == 1
+    old = p.with_(options=p.options.with_(sched_max_copies=4))
+    assert cb.pipeline_copies(MODEL, old) == 4
+    inputs = cb.pipeline_copy_terms(MODEL, old, device=True)
+    assert inputs["kq_mask"] == 163840 * 1024 * 4  # f32 without flash attention

@@ -406,8 +406,10 @@ def pipeline_copies(model: ModelSpec, p: Placement) -> int:
         return 1
     from moeplan.planner import backends
 
-    # GGML_SCHED_MAX_COPIES of the runtime's build (its record: 4 in llama.cpp, 1 in ik_llama.cpp)
-    return backends.behaviour(p.backend).sched_max_copies
+    # GGML_SCHED_MAX_COPIES of the plan's build (Placement.options.sched_max_copies: ik_llama.cpp
+    # built 4 before #751, ggml/CMakeLists.txt:106 at e787c0014) or of the runtime's current one
+    # (its record: 4 in llama.cpp, 1 in ik_llama.cpp)
+    return p.options.sched_max_copies or backends.behaviour(p.backend).sched_max_copies
 
 
 def pipeline_copy_terms(model: ModelSpec, p: Placement, device: bool, has_output: bool = False) -> dict[str, int]:
