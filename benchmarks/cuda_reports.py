@@ -128,6 +128,11 @@ def placement_of(report: dict, assume: dict | None = None) -> tuple[ModelSpec, P
     p = p.with_(n_seq=int(_setting(report, "n_seq", defaults)), n_gpus=n_gpus)
     if n_gpus > 1:
         p = p.with_(options=p.options.with_(tensor_split=flags.get("tensor_split", "")))
+    if int(flags.get("pipeline_parallel_copies", 1)) > 1:  # the log's "pipeline parallelism enabled
+        # (n_copies=N)": the build's GGML_SCHED_MAX_COPIES (whether it is on stays moeplan's rule)
+        p = p.with_(options=p.options.with_(sched_max_copies=int(flags["pipeline_parallel_copies"])))
+    if "amb" in flags:  # ik_llama.cpp -amb (MiB): MLA's K*Q in head chunks (compute_buffer.ik_kq_heads)
+        p = p.with_(options=p.options.with_(amb=int(flags["amb"])))
     return model, p, defaults
 
 

@@ -26,10 +26,10 @@ COMPUTE_REPORTS = [rid for rid in PREDICTABLE if any(row.kind == "compute" for r
 # Issue 33's target for the compute buffer (within 5% of llama.cpp's and never below) is not
 # met today for these reports: strict xfails, so a fix of the CUDA accounting flips them.
 COMPUTE_MISSES = {
-    "ik237-deepseek-r1-15gpu": "ik_llama.cpp -mla 2 without -fa, -amb 1024: moeplan prices the full KQ "
-                               "(n_ctx x ub x heads), ik chunks it by -amb",
-    "ik259-deepseek-r1-a6000-mla2-q8kv": "ik_llama.cpp -mla 2 -fa -amb 2048 with every expert on the CPU: "
-                                         "moeplan prices -mla 3's graph",
+    "ik259-deepseek-r1-a6000-mla2-q8kv": "ik_llama.cpp -mla 2 -fa -amb 2048 with every expert on the CPU, build "
+                                         "f2fb15de: before #260 (9fe2b06f7) FlashMLA-2 decompressed K and V "
+                                         "of all 128 heads at once (kv_f32 4096 MiB at 32K), -amb did not "
+                                         "bound it; moeplan prices the current graph with mainline's terms",
     "llama24162-dsv4-flash-8x3090": "DeepSeek-V4 with -fa off on 8 GPUs: the non-FA attention of the "
                                     "compressed layers",
 }

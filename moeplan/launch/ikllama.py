@@ -23,9 +23,12 @@ What the source says, and what moeplan does with it:
     (tests/data/ik_runs/); only without k_b/v_b either would ik say "missing wkv_b" and fall
     back to -mla 1. moeplan emits -mla 3 for MLA models (llama-bench parses -mla as an
     integer; its help still lists <0|1|2>).
-  * -amb N (MiB, default 256 now, 0 before #863): splits the attention of MLA models into
-    head groups so the K*Q matrix stays under N MiB; only used without flash attention
-    (common.h). moeplan does not emit it (the default applies).
+  * -amb N (MiB, default 256 since #2312 (37d82c231, 2026-08-13), 0 = no splitting before):
+    MLA's attention in head groups; without flash attention each group's K*Q stays near N MiB
+    (src/graphs/build_deepseek2.cpp L1089-1140), with it and -mla 2/3 at prompt batches (L925-
+    1022) each group's decompressed K/V. planner/memory/compute_buffer.py prices the first
+    (ik_kq_heads); moeplan emits `-amb N` only for a plan that sets it (Placement.options.amb),
+    otherwise the default applies.
   * -rtr: repacks the host tensors that have a row-interleaved variant at load time
     (src/llama.cpp, iqk_repack_tensor) and sets use_mmap = false (common.cpp). Emitted only for a
     plan that asks for it (Placement.options.rtr, what `estimate --rtr` costs): an interleaved
@@ -83,6 +86,7 @@ from moeplan.launch.llamacpp import (
 from moeplan.launch.numa import llama_numa_value, numa_notes, numa_prefix
 from moeplan.launch.patterns import CPU_BUFFER, checked_expert_patterns, override_args
 from moeplan.planner.memory.accounting import kv_layer_bytes
+from moeplan.planner.memory.compute_buffer import ik_amb_mib
 from moeplan.planner.memory.devices import computed_kv_b_bytes as computed_wkv_b_bytes
 from moeplan.planner.memory.devices import load_computed_bytes
 from moeplan.planner.model.ggml import row_bytes
@@ -96,7 +100,6 @@ OP_OFFLOAD_BATCH = 32  # GGML_CUDA_MIN_BATCH_OFFLOAD: offload when ubatch * k >=
 MLA_MODE = 3
 OP_OFFLOAD_OFF = "-1,0"  # -op: every ggml op (id -1), offload off
 BENCH_OVERRIDE_FIELD = "override_tensor"
-AMB_MIB = 256  # -amb default (common.h attn_max_batch), what get_layer_sizes splits MLA heads by
 
 # llama-bench's help lists `-mla <0|1|2>`, written before MLA mode 3; its parser takes any
 # integer (string_split<int>) and its own default is 3 since PR #863.
@@ -108,14 +111,14 @@ _COMMON = {
     "-m": "FNAME", "-ngl": "N", "-ot": "NAME", "-c": "N", "-fa": "(auto|on|off|0|1)", "-no-fa": "",
     "-ctk": "TYPE", "-ctv": "TYPE", "-t": "N", "-tb": "N", "-b": "N", "-ub": "N", "--numa": "TYPE",
     "--no-mmap": "", "--mlock": "", "-ts": "SPLIT", "-dev": "dev1,dev2", "-nkvo": "", "-no-fmoe": "",
-    "-mla": "", "-rtr": "", "-op": "POLICY", "--override-kv": "KEY=TYPE:VALUE",
+    "-mla": "", "-amb": "", "-rtr": "", "-op": "POLICY", "--override-kv": "KEY=TYPE:VALUE",
 }
 _SERVER = {**_COMMON, "-np": "N", "-md": "FNAME", "--spec-type": "SPEC[:k=v,...]"}
 _CLI = {**_COMMON, "-p": "PROMPT", "-n": "N"}
 _BENCH = {
     "-m": "<filename>", "-ngl": "<n>", "-ot": "pattern", "-fa": "<0|1>", "-ctk": "<t>", "-ctv": "<t>",
     "-t": "<n>", "-b": "<n>", "-ub": "<n>", "-mmp": "<0|1>", "-nkvo": "<0|1>", "-fmoe": "<0|1>",
-    "-mla": BENCH_HELP_CORRECTIONS["-mla"], "-rtr": "<0|1>", "-ts": "<ts0/ts1/..>",
+    "-mla": BENCH_HELP_CORRECTIONS["-mla"], "-amb": "<i>", "-rtr": "<0|1>", "-ts": "<ts0/ts1/..>",
     "--numa": "<distribute|isolate|numactl> (default: disabled)",
     "-p": "<n>", "-n": "<n>", "-r": "<n>", "-o": "<csv|json|md|sql>",
 }
@@ -183,6 +186,8 @@ def _ik_parts(ctx: EmitContext, fs: FlagSet, bench: bool) -> list[tuple[str, ...
     parts: list[tuple[str, ...]] = fused_moe_parts(fs)
     if ctx.model.mla:
         parts.append(("-mla", str(MLA_MODE)))
+    if p.options.amb is not None:  # priced by compute_buffer.ik_kq_heads
+        parts.append(("-amb", str(p.options.amb)))
     rtr = p.options.rtr  # asked for (estimate --rtr): its slower prefill is costed
     if bench:
         parts.append(("-rtr", "1" if rtr else "0"))
@@ -257,9 +262,9 @@ def _ik_block_size(layer: LayerSpec, m: ModelSpec, p: Placement) -> tuple[float,
         if vb and MLA_MODE == 3:  # K*Q of -mla 3, in head groups that -amb bounds
             n_head = _ne(vb.shape, 2)
             f32_mib = 2.0 * _ne(vb.shape, 1) * n_head * p.n_ctx * 4 / MIB
-            n_max = n_head
-            if f32_mib > AMB_MIB:
-                n_max = next((n_head // i for i in range(2, n_head) if n_head % i == 0 and f32_mib / i <= AMB_MIB), 1)
+            n_max, amb = n_head, ik_amb_mib(p)  # the plan's -amb or the default (llama.cpp L4137)
+            if 0 < amb < f32_mib:
+                n_max = next((n_head // i for i in range(2, n_head) if n_head % i == 0 and f32_mib / i <= amb), 1)
             comp = max(comp, 2.0 * _ne(vb.shape, 1) * n_max * p.n_ctx * 4)
     size += kv_layer_bytes(layer, p.n_ctx, p.cache_type_k, p.cache_type_v, p.n_seq, ub)
     return size, comp

@@ -22,6 +22,13 @@ KT_THRESHOLD_KEY = "kt_gpu_prefill_token_threshold"
 KT_GPU_EXPERTS_KEY = "kt_num_gpu_experts"
 # ik_llama.cpp -rtr: the CPU weights repacked to row-interleaved types at load (launch/ikllama.py)
 RTR_KEY = "rtr"
+# ik_llama.cpp -amb N (cparams.attn_max_batch, MiB): MLA's K*Q without flash attention is computed
+# in head chunks of at most about N MiB (planner/memory/compute_buffer.py ik_kq_heads); absent = the default
+AMB_KEY = "amb"
+# the build's GGML_SCHED_MAX_COPIES (a CMake option: the input copies ggml_backend_sched keeps under
+# pipeline parallelism) where it is not the runtime's (planner/runtimes/): ik_llama.cpp built 4 before
+# #751 (d29c21ecb, 2025-09-02), 1 since; absent = the runtime's (compute_buffer.pipeline_copies)
+SCHED_COPIES_KEY = "sched_max_copies"
 # the llama.cpp build a plan is costed for (`llama-server --version`: "version: 6263 (...)"):
 # kernels that changed between builds run as that build runs them; absent = the vendored build's
 LLAMA_BUILD_KEY = "llama_build"
@@ -36,7 +43,9 @@ class PlanOptions:
     kt_gpu_prefill_token_threshold: int | None = field(default=None, metadata=_OMIT)  # KT_THRESHOLD_KEY
     kt_num_gpu_experts: int | None = field(default=None, metadata=_OMIT)  # KT_GPU_EXPERTS_KEY
     rtr: bool = field(default=False, metadata=_OMIT)  # RTR_KEY
+    amb: int | None = field(default=None, metadata=_OMIT)  # AMB_KEY
     llama_build: int | None = field(default=None, metadata=_OMIT)  # LLAMA_BUILD_KEY
+    sched_max_copies: int | None = field(default=None, metadata=_OMIT)  # SCHED_COPIES_KEY
     tensor_split: str = field(default="", metadata=_OMIT)  # llama.cpp/ik -ts with several GPUs
     devices: str = field(default="", metadata=_OMIT)  # llama.cpp/ik -dev
     op_offload_min_batch: str = field(default="", metadata=_OMIT)  # GGML_OP_OFFLOAD_MIN_BATCH for the run
@@ -126,6 +135,10 @@ def _value(key: str, v: str) -> object:
                       "give a whole number of prompt tokens (0 turns the layer-wise GPU prefill off)")
     if key == KT_GPU_EXPERTS_KEY:
         return _whole(key, v, "an expert count", "give a whole number of experts per layer")
+    if key == AMB_KEY:
+        return _whole(key, v, "a size in MiB", "give ik_llama.cpp's -amb in MiB (0 turns the splitting off)")
+    if key == SCHED_COPIES_KEY:
+        return _whole(key, v, "a copy count", "give the build's GGML_SCHED_MAX_COPIES, e.g. 4", positive=True)
     if key == LLAMA_BUILD_KEY:
         return _whole(key, v, "a build number", "give the number `llama-server --version` prints, e.g. 6263",
                       positive=True)

@@ -187,7 +187,7 @@ def compute_buffer_terms(model: ModelSpec, p: Placement, gpu: bool, consts: Memo
     # the terms depend on the placement only through these fields (and the staging size; the
     # backend picks ik_llama.cpp's MLA graph), so the search's thousands of calls share a per-model cache
     key = ("cb", gpu, staging, fa_kv, p.backend, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn, p.cache_type_k,
-           p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
+           p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used, p.options.amb)
     cache = memo(model)
     hit = cache.get(key)
     if hit is not None:

@@ -81,10 +81,13 @@ from moeplan.planner.model import registry
 from moeplan.planner.model.ggml import canonical_type, row_bytes
 from moeplan.planner.model.spec import KvComponent, LayerSpec, ModelSpec
 from moeplan.planner.placement import Placement
+from moeplan.units import MIB
 
 F32 = 4
 I32 = 4
 I64 = 8
+IK_AMB_DEFAULT_MIB = 256  # ik_llama.cpp -amb default (common/common.h:424 at 8337e4cd3)
+IK_AMB_MIN_MIB = 128  # common/common.cpp:1967-1970: a smaller -amb (but not 0) becomes 128
 
 # Architectures whose graph marks the last hidden state as an output for MTP drafting
 # (res->t_h_nextn in src/models/<arch>.cpp): it is never freed, so it is alive next to the
@@ -223,6 +226,7 @@ def attention_bytes(model: ModelSpec, p: Placement, shape: ReserveShape) -> dict
             if not p.flash_attn:
                 terms["kq"] = F32 * a["n_kv"] * t * h
                 terms["v_latent"] = row_bytes(canonical_type(a["k_type"]), a["kv_lora"]) * a["n_kv"]
+                terms.update(_ik_kq_chunk_terms(p, a, t, h))
         else:
             hh = a.get("n_head", h)
             q = F32 * hh * a["d_k"] * t
@@ -246,6 +250,44 @@ def _ik_absorbed_mla(p: Placement, n_tokens: int) -> bool:
 
     return (backends.behaviour(p.backend).mla_expanded_prompt and p.flash_attn
             and n_tokens < IK_MLA_PP_MIN_TOKENS)
+
+
+def ik_amb_mib(p: Placement) -> int:
+    """ik_llama.cpp's -amb in MiB as the run uses it: the plan's (Placement.options.amb) or the
+    default, 256 in common/common.h:424 at 8337e4cd3 (0, no splitting, before #2312, 37d82c231);
+    common/common.cpp:1967-1970 raises a value of 1 to 127 to 128."""
+    amb = IK_AMB_DEFAULT_MIB if p.options.amb is None else p.options.amb
+    return IK_AMB_MIN_MIB if 0 < amb < IK_AMB_MIN_MIB else amb
+
+
+def ik_kq_heads(n_kv: int, n_tokens: int, n_head: int, amb_mib: int) -> int:
+    """Heads in one K*Q chunk of ik_llama.cpp's MLA attention without flash attention
+    (src/graphs/build_deepseek2.cpp at 8337e4cd3, L1089-1127; the same since #237, e787c0014):
+    kq_size = n_kv * n_tokens * n_head * 4 / MiB (integer MiB); when -amb is set and below it,
+    n_step = min(ceil(kq_size / amb), n_head) and each chunk takes ceil(n_head / n_step) heads;
+    otherwise one K*Q of every head."""
+    kq_mib = n_kv * n_tokens * n_head * F32 // MIB
+    if amb_mib <= 0 or amb_mib >= kq_mib:
+        return n_head
+    n_step = min(-(-kq_mib // amb_mib), n_head)
+    return -(-n_head // n_step)
+
+
+def _ik_kq_chunk_terms(p: Placement, a: dict, t: int, h: int) -> dict[str, int]:
+    """ik_llama.cpp's K*Q of an MLA block without flash attention, where -amb splits it
+    (build_deepseek2.cpp L1123-1140): each chunk computes kq_i = K x Q_i ([n_kv, T, heads] f32,
+    softmax in place) and kqv_i = V^T x kq_i ([kv_lora, T, heads] f32), and ggml_concat appends
+    kqv_i to the chunks before it along the heads. At the last chunk's kqv_i the earlier
+    chunks' H - heads rows, kq_i and kqv_i are alive: one chunk's K*Q plus the latent output of
+    every head. {} where the runtime is not ik_llama.cpp or -amb does not split."""
+    from moeplan.planner import backends
+
+    if not backends.behaviour(p.backend).mla_expanded_prompt:  # ik_llama.cpp's MLA graph
+        return {}
+    heads = ik_kq_heads(a["n_kv"], t, h, ik_amb_mib(p))
+    if heads >= h:
+        return {}
+    return {"kq": F32 * a["n_kv"] * t * heads, "kqv_compressed": F32 * a["kv_lora"] * t * h}
 
 
 def _ik_mla_terms(a: dict, t: int, e: int, h: int) -> dict[str, int]:
@@ -364,8 +406,10 @@ def pipeline_copies(model: ModelSpec, p: Placement) -> int:
         return 1
     from moeplan.planner import backends
 
-    # GGML_SCHED_MAX_COPIES of the runtime's build (its record: 4 in llama.cpp, 1 in ik_llama.cpp)
-    return backends.behaviour(p.backend).sched_max_copies
+    # GGML_SCHED_MAX_COPIES of the plan's build (Placement.options.sched_max_copies: ik_llama.cpp
+    # built 4 before #751, ggml/CMakeLists.txt:106 at e787c0014) or of the runtime's current one
+    # (its record: 4 in llama.cpp, 1 in ik_llama.cpp)
+    return p.options.sched_max_copies or backends.behaviour(p.backend).sched_max_copies
 
 
 def pipeline_copy_terms(model: ModelSpec, p: Placement, device: bool, has_output: bool = False) -> dict[str, int]:

@@ -147,7 +147,8 @@ def device_compute_bytes(model: ModelSpec, p: Placement, first: bool, has_output
     staging = cb.staging_bytes(model, p, min_batch) if first else 0
     key = ("cb-dev", first, has_output, staging, fa_f16_kv, p.backend, p.kv_offload, bool(p.cpu_moe_layers), p.n_gpu_layers,
            p.n_gpus, p.n_ctx, p.n_ubatch, p.n_batch, p.n_seq, p.flash_attn,
-           p.cache_type_k, p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used)
+           p.cache_type_k, p.cache_type_v, p.kv_unified, p.n_outputs_max, p.n_draft, p.n_experts_used, p.options.amb,
+           p.options.sched_max_copies)
     cache = memo(model)
     hit = cache.get(key)
     if hit is not None:

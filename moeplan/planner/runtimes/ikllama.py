@@ -1,5 +1,5 @@
 """ik_llama.cpp (ikawrakow/ik_llama.cpp): llama.cpp's programs with its own iqk kernels."""
-from moeplan.planner.options import RTR_KEY
+from moeplan.planner.options import AMB_KEY, RTR_KEY
 from moeplan.planner.runtimes import Backend
 
 BACKEND = Backend(
@@ -21,6 +21,7 @@ BACKEND = Backend(
     computes_mla_kv_b=True, cuda_fa_kv_copies="pool",
     # GGML_SCHED_MAX_COPIES 1 (ggml/CMakeLists.txt L110 at 8337e4cd): pipeline parallelism adds no copies
     mapped_buffer_named_cpu=True,  # ggml_backend_cpu_buffer_from_ptr: a "CPU" buffer, mmap or not
-    options=(RTR_KEY,),  # -rtr: run-time repacking (Placement.options.rtr)
+    # -rtr: run-time repacking (Placement.options.rtr); -amb: MLA's K*Q in head chunks (options.amb)
+    options=(RTR_KEY, AMB_KEY),
     log_tools=("ik_llama.cpp",),
 )
