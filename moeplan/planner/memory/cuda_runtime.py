@@ -227,19 +227,25 @@ def pool_ops(model: ModelSpec, p: Placement, cpu_layers: set[int], staged: bool,
 
 
 def _weight_pool_ops(model: ModelSpec, n_tokens: int, n_outputs: int, n_used: int, sm_count: int,
-                     nvidia: bool) -> list[tuple[int, bool, PoolOp, int]]:
-    """(layer index or -1, whether a routed expert, its PoolOp, that op's bytes) of each of
-    _pool_weights whose matmul uses the pool, in its order; memoised per model and ubatch (the
-    search asks for hundreds of placements of one model: only the choice of weights differs)."""
+                     nvidia: bool) -> list[tuple[int, bool, int, Tensor]]:
+    """(layer index or -1, whether a routed expert, the bytes of its pool op, the weight) of
+    each of _pool_weights whose matmul uses the pool, in its order; memoised per model and
+    ubatch (the search asks for hundreds of placements of one model: only the choice of weights
+    differs), each op computed once per distinct weight shape and type (the blocks repeat)."""
     cache = memo(model)
     key = ("cuda_weight_pool_ops", n_tokens, n_outputs, n_used, sm_count, nvidia)
     got = cache.get(key)
     if got is None:
         got = []
+        by_kind: dict[tuple, int | None] = {}  # what matmul_pool_op reads of a weight besides its name
         for index, t in _pool_weights(model):
-            op = matmul_pool_op(t, n_tokens, n_outputs, n_used, sm_count, nvidia)
-            if op is not None:
-                got.append((index, t.group == "experts", op, op.n_bytes))
+            kind = (t.shape, t.group, t.ggml_type, "down" in t.name)
+            if kind not in by_kind:
+                op = matmul_pool_op(t, n_tokens, n_outputs, n_used, sm_count, nvidia)
+                by_kind[kind] = None if op is None else op.n_bytes
+            n_bytes = by_kind[kind]
+            if n_bytes is not None:
+                got.append((index, t.group == "experts", n_bytes, t))
         cache[key] = got
     return got
 
@@ -249,17 +255,20 @@ def cuda_pool_bytes(model: ModelSpec, p: Placement, cpu_layers: set[int], staged
     """The pool's size after a full prompt ubatch, and the op that sets it (the first of the
     largest in pool_ops' order); `blocks` and `with_output` restrict it to one device's ops."""
     shape = cb.reserve_shape(p)
-    top: PoolOp | None = None
+    n_used = p.n_experts_used or model.n_experts_used
+    top: Tensor | PoolOp | None = None
     top_bytes = 0
-    for index, expert, op, n_bytes in _weight_pool_ops(model, shape.n_tokens, shape.n_outputs,
-                                                       p.n_experts_used or model.n_experts_used, sm_count, nvidia):
+    for index, expert, n_bytes, t in _weight_pool_ops(model, shape.n_tokens, shape.n_outputs, n_used, sm_count,
+                                                      nvidia):
         if (top is None or n_bytes > top_bytes) and _runs_here(index, expert, cpu_layers, staged, blocks,
                                                                 with_output):
-            top, top_bytes = op, n_bytes
+            top, top_bytes = t, n_bytes
     if blocks is None or blocks:
         for op in attention_pool_ops(model, p):
             if top is None or op.n_bytes > top_bytes:
                 top, top_bytes = op, op.n_bytes
+    if isinstance(top, Tensor):
+        top = matmul_pool_op(top, shape.n_tokens, shape.n_outputs, n_used, sm_count, nvidia)
     if top is None:
         return 0, "no op uses the pool"
     return _pad(top_bytes, POOL_GRANULARITY), top.what
