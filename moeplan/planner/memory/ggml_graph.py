@@ -554,7 +554,8 @@ def plan_allocation(graph: Graph, extra: Mapping[int, object] | None = None) -> 
     for k, node in enumerate(graph.nodes):
         src = node_src[k]
         for i in src:
-            allocate_node(i)
+            if not (owned[i] or elsewhere[i]):  # allocate_node's own first test, without the call
+                allocate_node(i)
         tag = extra.get(id(node))
         stage = new_block(~k, "staging", tag) if tag is not None else -1
         allocate_node(n_leafs + k)
