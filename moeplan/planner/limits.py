@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Limit:
+    """A range of accepted values and the reason for it."""
+
     low: float
     high: float
     reason: str

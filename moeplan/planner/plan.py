@@ -111,6 +111,8 @@ class FactorsUsed:
 
 @dataclass(frozen=True)
 class Estimate:
+    """A placement's predicted decode and prefill speeds, their ranges and the terms behind them."""
+
     decode_tok_s: float
     decode_tok_s_range: tuple[float, float]
     prefill_tok_s: float
@@ -159,6 +161,8 @@ class ModelRef:
 
 @dataclass(frozen=True)
 class Alternative:
+    """Another placement the search found, with its speeds and memory."""
+
     label: str
     placement: Placement
     decode_tok_s: float
@@ -193,6 +197,8 @@ class Workload:
 
 @dataclass(frozen=True)
 class Plan:
+    """What the planner chose: the model, the hardware, the placement and its estimate."""
+
     model: ModelRef
     hardware_name: str
     hardware_digest: str

@@ -105,6 +105,8 @@ class Request:
 
 @dataclass(frozen=True)
 class Candidate:
+    """A placement with its estimate and score."""
+
     placement: Placement
     estimate: Estimate
     score: float
@@ -112,6 +114,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class SearchResult:
+    """The search's best candidate, its alternatives and Pareto front, and why."""
+
     best: Candidate
     alternatives: tuple[Candidate, ...]
     pareto: tuple[Alternative, ...]

@@ -148,6 +148,8 @@ class CpuMachine:
 
 @dataclass(frozen=True)
 class CpuAttention:
+    """The CPU attention's time, its formula, relative error and path."""
+
     seconds: float
     formula: str
     rel_err: float

@@ -27,6 +27,8 @@ from moeplan.planner.cost.priors import BackendPriors
 
 @dataclass(frozen=True)
 class FactorSpec:
+    """One fitted factor of the cost model: its unit, bounds and level."""
+
     name: str
     unit: str
     bounds: tuple[float, float]

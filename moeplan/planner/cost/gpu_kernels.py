@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class DenseModel:
+    """A dense model of the llama-bench rows: its matmul weights and attention shape."""
+
     name: str
     matmul_params: float  # weights of the layers' matmuls (total less token embedding and output)
     n_layer: int

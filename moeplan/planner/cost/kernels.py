@@ -233,6 +233,8 @@ class CpuRates:
 
 @dataclass(frozen=True)
 class MatmulTime:
+    """The time of a ubatch's matmuls, their FLOPs and each path's share."""
+
     seconds: float          # per ubatch
     flops: float            # 2 x weights x tokens
     shares: dict[str, float]  # path -> share of the time

@@ -415,6 +415,8 @@ def _cpu_bandwidth(hw: HardwareProfile, pr: BackendPriors, nodes: tuple[NumaNode
 
 @dataclass(frozen=True)
 class _CpuCompute:
+    """The CPU's dot and matmul rates for the decode and prefill threads."""
+
     dot: Rate  # batch-1 dot rate of the decode threads
     flop: Rate  # batched matmul rate of the prefill threads
     dot_batch_x: float  # the prefill threads' dot rate / the decode threads'

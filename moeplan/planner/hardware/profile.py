@@ -95,6 +95,8 @@ def better(a: Figure | None, b: Figure | None) -> Figure | None:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU: its index, name, VRAM and identifiers."""
+
     index: int
     name: str
     vram_bytes: int
@@ -138,6 +140,8 @@ class Gpu:
 
 @dataclass(frozen=True)
 class NumaNode:
+    """One NUMA node: its CPUs, cores, memory and distances."""
+
     id: int
     cpus: tuple[int, ...] = ()
     n_physical_cores: int = 0
@@ -151,6 +155,8 @@ class NumaNode:
 
 @dataclass(frozen=True)
 class Cpu:
+    """The machine's CPUs: model, sockets, cores, threads and instruction sets."""
+
     model: str = ""
     vendor: str = ""
     n_sockets: int = 1
@@ -181,6 +187,8 @@ class Cpu:
 
 @dataclass(frozen=True)
 class Storage:
+    """A disk: its device, read speeds and file system."""
+
     path: str = ""
     device: str = ""
     seq_read_bytes_per_s: Figure | None = None
@@ -193,6 +201,8 @@ class Storage:
 
 @dataclass(frozen=True)
 class System:
+    """The operating system, the machine's RAM and its memory settings."""
+
     os: str = ""
     kernel: str = ""
     is_vm: bool = False
@@ -214,6 +224,8 @@ class System:
 
 @dataclass(frozen=True)
 class Load:
+    """How busy the machine was before and after a probe."""
+
     loadavg_1m_before: float | None = None
     loadavg_1m_after: float | None = None
     cpu_busy_before: float | None = None  # fraction of all CPUs busy over a short window
@@ -244,6 +256,8 @@ class Calibration:
 
 @dataclass(frozen=True)
 class HardwareProfile:
+    """A machine as probed, specified or preset: its GPUs, CPU, memory, storage and measurements."""
+
     name: str = "this machine"
     origin: str = "probe"  # probe / spec / preset
     schema_version: int = SCHEMA_VERSION

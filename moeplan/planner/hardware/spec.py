@@ -37,6 +37,8 @@ from moeplan.units import GIB
 
 @dataclass(frozen=True)
 class GpuPart:
+    """A GPU model of the parts tables: VRAM, bandwidth, PCIe link and throughput."""
+
     name: str
     vram_bytes: int
     mem_bw_bytes_per_s: float
@@ -61,6 +63,8 @@ VRAM_AS_NAMED = "VRAM as named"
 
 @dataclass(frozen=True)
 class CpuPart:
+    """A CPU model of the parts tables: per-socket cores and threads, clocks and memory."""
+
     name: str
     vendor: str  # amd / intel
     family: str

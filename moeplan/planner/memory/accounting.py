@@ -101,6 +101,8 @@ class MemoryConstants:
 
 @dataclass(frozen=True)
 class MemoryItem:
+    """One line of a memory breakdown: bytes on a device and the formula behind them."""
+
     name: str
     device: str  # 'gpu' or 'host'
     n_bytes: int
@@ -110,6 +112,8 @@ class MemoryItem:
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
+    """A placement's memory: its items, the margin and, with several GPUs, each device."""
+
     items: tuple[MemoryItem, ...]
     margin_bytes: int
     # several GPUs (layer split): each device's VRAM, in device order (devices.py)

@@ -53,6 +53,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moeplan.planner.memory import compute_buffer as cb
+from moeplan.planner.memory.cache import memo
 from moeplan.planner.model.spec import ModelSpec, Tensor
 from moeplan.planner.placement import Placement
 from moeplan.units import MIB
@@ -121,22 +122,36 @@ def mmq_fixup_bytes(n_out: int, ncols: int, n_channels: int, sm_count: int, nvid
     return 0 if ntiles % blocks == 0 else blocks * j * MMQ_I * 4
 
 
-def _matmul_weights(model: ModelSpec, cpu_layers: set[int], staged: bool, blocks: set[int] | None,
-                    with_output: bool) -> list[Tensor]:
-    """The weights whose MUL_MAT(_ID) runs on this GPU in a prompt batch: every matrix of its
-    blocks (`blocks`, None = all) and the output layer; CPU experts too when op offload stages them."""
-    out: list[Tensor] = [t for t in model.globals if t.group == "output" and len(t.shape) >= 2] if with_output else []
+def _pool_weights(model: ModelSpec) -> list[tuple[int, Tensor]]:
+    """(layer index, -1 for the output layer; tensor) of every matrix whose MUL_MAT(_ID) may run
+    on a GPU in a prompt batch, the output layer first."""
+    out = [(-1, t) for t in model.globals if t.group == "output" and len(t.shape) >= 2]
     for layer in model.layers:
         for t in layer.tensors:
             if len(t.shape) < 2 or not t.name.endswith(".weight") or "conv1d" in t.name or t.group == "norm":
                 continue
-            cpu_expert = t.group == "experts" and layer.index in cpu_layers
-            if cpu_expert and not staged:
-                continue
-            if blocks is not None and layer.index not in blocks and not cpu_expert:
-                continue
-            out.append(t)
+            out.append((layer.index, t))
     return out
+
+
+def _runs_here(index: int, expert: bool, cpu_layers: set[int], staged: bool, blocks: set[int] | None,
+               with_output: bool) -> bool:
+    """Whether this GPU runs the matmul of a weight of layer `index` (-1: the output layer):
+    every matrix of its blocks (`blocks`, None = all) and the output layer; CPU experts too
+    when op offload stages them."""
+    if index < 0:
+        return with_output
+    cpu_expert = expert and index in cpu_layers
+    if cpu_expert and not staged:
+        return False
+    return blocks is None or index in blocks or cpu_expert
+
+
+def _matmul_weights(model: ModelSpec, cpu_layers: set[int], staged: bool, blocks: set[int] | None,
+                    with_output: bool) -> list[Tensor]:
+    """The weights whose MUL_MAT(_ID) runs on this GPU in a prompt batch (_runs_here)."""
+    return [t for index, t in _pool_weights(model)
+            if _runs_here(index, t.group == "experts", cpu_layers, staged, blocks, with_output)]
 
 
 def matmul_pool_op(t: Tensor, n_tokens: int, n_outputs: int, n_used: int, sm_count: int,
@@ -211,15 +226,52 @@ def pool_ops(model: ModelSpec, p: Placement, cpu_layers: set[int], staged: bool,
     return [o for o in ops if o is not None] + attn
 
 
+def _weight_pool_ops(model: ModelSpec, n_tokens: int, n_outputs: int, n_used: int, sm_count: int,
+                     nvidia: bool) -> list[tuple[int, bool, int, Tensor]]:
+    """(layer index or -1, whether a routed expert, the bytes of its pool op, the weight) of
+    each of _pool_weights whose matmul uses the pool, in its order; memoised per model and
+    ubatch (the search asks for hundreds of placements of one model: only the choice of weights
+    differs), each op computed once per distinct weight shape and type (the blocks repeat)."""
+    cache = memo(model)
+    key = ("cuda_weight_pool_ops", n_tokens, n_outputs, n_used, sm_count, nvidia)
+    got = cache.get(key)
+    if got is None:
+        got = []
+        by_kind: dict[tuple, int | None] = {}  # what matmul_pool_op reads of a weight besides its name
+        for index, t in _pool_weights(model):
+            kind = (t.shape, t.group, t.ggml_type, "down" in t.name)
+            if kind not in by_kind:
+                op = matmul_pool_op(t, n_tokens, n_outputs, n_used, sm_count, nvidia)
+                by_kind[kind] = None if op is None else op.n_bytes
+            n_bytes = by_kind[kind]
+            if n_bytes is not None:
+                got.append((index, t.group == "experts", n_bytes, t))
+        cache[key] = got
+    return got
+
+
 def cuda_pool_bytes(model: ModelSpec, p: Placement, cpu_layers: set[int], staged: bool, sm_count: int,
                     nvidia: bool = True, blocks: set[int] | None = None, with_output: bool = True) -> tuple[int, str]:
-    """The pool's size after a full prompt ubatch, and the op that sets it; `blocks` and
-    `with_output` restrict it to one device's ops."""
-    ops = pool_ops(model, p, cpu_layers, staged, sm_count, nvidia, blocks, with_output)
-    if not ops:
+    """The pool's size after a full prompt ubatch, and the op that sets it (the first of the
+    largest in pool_ops' order); `blocks` and `with_output` restrict it to one device's ops."""
+    shape = cb.reserve_shape(p)
+    n_used = p.n_experts_used or model.n_experts_used
+    top: Tensor | PoolOp | None = None
+    top_bytes = 0
+    for index, expert, n_bytes, t in _weight_pool_ops(model, shape.n_tokens, shape.n_outputs, n_used, sm_count,
+                                                      nvidia):
+        if (top is None or n_bytes > top_bytes) and _runs_here(index, expert, cpu_layers, staged, blocks,
+                                                                with_output):
+            top, top_bytes = t, n_bytes
+    if blocks is None or blocks:
+        for op in attention_pool_ops(model, p):
+            if top is None or op.n_bytes > top_bytes:
+                top, top_bytes = op, op.n_bytes
+    if isinstance(top, Tensor):
+        top = matmul_pool_op(top, shape.n_tokens, shape.n_outputs, n_used, sm_count, nvidia)
+    if top is None:
         return 0, "no op uses the pool"
-    top = max(ops, key=lambda o: o.n_bytes)
-    return _pad(top.n_bytes, POOL_GRANULARITY), top.what
+    return _pad(top_bytes, POOL_GRANULARITY), top.what
 
 
 def _fa_pool_ops(model: ModelSpec, p: Placement) -> list[PoolOp]:

@@ -119,6 +119,8 @@ def load_computed_bytes(layer: LayerSpec, p: Placement) -> int:
 
 @dataclass(frozen=True)
 class _BlockCost:
+    """Bytes one block puts on its device: dense weights, routed experts, KV cache."""
+
     dense: int
     experts: int  # routed experts, 0 when they are on the CPU
     kv: int

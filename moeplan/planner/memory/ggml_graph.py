@@ -554,7 +554,8 @@ def plan_allocation(graph: Graph, extra: Mapping[int, object] | None = None) -> 
     for k, node in enumerate(graph.nodes):
         src = node_src[k]
         for i in src:
-            allocate_node(i)
+            if not (owned[i] or elsewhere[i]):  # allocate_node's own first test, without the call
+                allocate_node(i)
         tag = extra.get(id(node))
         stage = new_block(~k, "staging", tag) if tag is not None else -1
         allocate_node(n_leafs + k)
@@ -577,16 +578,29 @@ def plan_allocation(graph: Graph, extra: Mapping[int, object] | None = None) -> 
 
 
 def block_bytes(plan: AllocPlan, graph: Graph) -> list[int]:
-    """Bytes of each block of `plan` for this graph's shapes (unpadded; staging blocks 0)."""
+    """Bytes of each block of `plan` for this graph's shapes (unpadded; staging blocks 0).
+    A symbolic shape's bytes (a Sym product) are computed once per type and the very Sym
+    objects of its dimensions (held by the graph while this runs): a compiled graph's blocks
+    repeat the same few shapes in each of its layers."""
     n_leafs = len(graph.leafs)
-    out = []
+    leafs, nodes = graph.leafs, graph.nodes
+    out: list = []
+    by_shape: dict[tuple, object] = {}
     for slot in plan.slots:
         if slot < 0:
             out.append(0)
-        elif slot < n_leafs:
-            out.append(graph.leafs[slot].nbytes)
-        else:
-            out.append(graph.nodes[slot - n_leafs].nbytes)
+            continue
+        t = leafs[slot] if slot < n_leafs else nodes[slot - n_leafs]
+        n0, n1, n2, n3 = t.ne
+        if n0.__class__ is int and n1.__class__ is int and n2.__class__ is int and n3.__class__ is int:
+            out.append(t.nbytes)
+            continue
+        key = (t.type, n0 if n0.__class__ is int else (id(n0),), n1 if n1.__class__ is int else (id(n1),),
+               n2 if n2.__class__ is int else (id(n2),), n3 if n3.__class__ is int else (id(n3),))
+        got = by_shape.get(key)
+        if got is None:
+            got = by_shape[key] = t.nbytes
+        out.append(got)
     return out
 
 

@@ -59,6 +59,8 @@ FP8_FROM = ("bf16", "fp8_block128")  # native schemes whose models publish such 
 
 @dataclass(frozen=True)
 class NativeFormat:
+    """A checkpoint's native weight format: its scheme and per-tensor overrides."""
+
     scheme: str
     overrides: tuple[tuple[str, str], ...] = field(default=())
 

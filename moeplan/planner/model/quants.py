@@ -612,6 +612,8 @@ def gguf_metadata_bytes(specs: list[TensorSpec], n_vocab: int) -> int:
 
 @dataclass(frozen=True)
 class Sized:
+    """Typed tensors fitted to a file size, the file's bytes and notes."""
+
     typed: tuple[Typed, ...]
     file_bytes: int
     notes: tuple[str, ...]

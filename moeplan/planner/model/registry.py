@@ -31,6 +31,8 @@ TensorBuilder = Callable[[Any, dict, dict, int, tuple, dict], None]
 
 @dataclass(frozen=True)
 class Arch:
+    """One GGUF architecture: how its Hugging Face config and tensors map to moeplan's model description."""
+
     name: str                                   # general.architecture in the GGUF
     hf_classes: tuple[tuple[str, str], ...]     # (HF architectures[0], converter variant)
     model_types: tuple[tuple[str, str], ...]    # (HF model_type, HF class) when architectures is missing

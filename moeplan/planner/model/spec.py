@@ -119,6 +119,8 @@ class KvComponent:
 
 @dataclass(frozen=True)
 class LayerSpec:
+    """One block of the model: its kind, attention, KV components and tensors."""
+
     index: int
     kind: str  # 'moe' | 'dense' | 'nextn'
     attention: str  # label: 'full', 'swa', 'mla', 'recurrent', 'csa', 'hca', ...

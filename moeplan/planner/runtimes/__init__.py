@@ -21,6 +21,8 @@ MAINLINE_ISA_DOT_SCALE = {"neon": 0.7, "avx2": 0.75, "avx_vnni": 1.0, "avx512f":
 
 @dataclass(frozen=True)
 class Backend:
+    """A runtime moeplan plans for: its priors, launch-file emitter and the rules the planner applies to it."""
+
     name: str
     priors_key: str          # its [section] in profiles/backends.toml
     emitter: str             # module under moeplan.launch that writes its launch files ('' = none)
