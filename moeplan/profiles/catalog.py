@@ -6,7 +6,6 @@ import difflib
 import functools
 import json
 import re
-import statistics
 import tomllib
 from dataclasses import replace
 from importlib import resources
@@ -114,6 +113,8 @@ def efficiency() -> Efficiency:
 def _clock_priors(parts: tuple[CpuPart, ...]) -> dict[str, float]:
     """segment -> median base clock of the catalog's parts of that segment, laptop parts left
     out (the prior for a CPU given by numbers without --cpu-ghz)."""
+    import statistics  # here: with fractions and decimal 2.5 ms, which a preset's `tune` never calls for
+
     out = {}
     for seg in sorted({p.segment for p in parts}):
         clocks = [p.base_hz for p in parts if p.segment == seg and not p.mobile]
@@ -124,6 +125,8 @@ def _clock_priors(parts: tuple[CpuPart, ...]) -> dict[str, float]:
 
 def _gpu_bw_classes(parts: tuple[GpuPart, ...]) -> tuple[tuple[float, float, float, float, int], ...]:
     """(vram_gib, median, min, max bandwidth, n) for each VRAM size in the catalog."""
+    import statistics
+
     by: dict[float, list[float]] = {}
     for p in parts:
         if p.mem_bw_bytes_per_s and not p.unified:  # an iGPU has no VRAM class
