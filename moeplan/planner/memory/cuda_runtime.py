@@ -49,6 +49,7 @@ MemoryConstants: an H100 SXM (sm_90, 132 SMs) unless a profile says otherwise.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -77,15 +78,20 @@ class PoolOp:
 
     @property
     def n_bytes(self) -> int:
-        return sum(_align(a) for a in self.allocs)
-
-
-def _align(n: int, a: int = POOL_ALIGN) -> int:
-    return -(-n // a) * a
+        return sum(_pad(a, POOL_ALIGN) for a in self.allocs)
 
 
 def _pad(n: int, a: int) -> int:
     return -(-n // a) * a
+
+
+def _attention_rows(model: ModelSpec, p: Placement) -> Iterator[tuple[Any, Any, dict, int]]:
+    """(K component, V component or None, compute_buffer's attention figures, KV cells over all
+    streams) of each attention kind."""
+    shape = cb.reserve_shape(p)
+    streams = 1 if p.kv_unified or p.n_seq <= 1 else p.n_seq
+    for (_, k, v, _layer), a in zip(cb._attention_kinds(model), cb._attention_layers(model, p, shape)):
+        yield k, v, a, a["n_kv"] * streams
 
 
 def is_gpu_build(gpu_build: str | None) -> bool:
@@ -147,13 +153,6 @@ def _runs_here(index: int, expert: bool, cpu_layers: set[int], staged: bool, blo
     return blocks is None or index in blocks or cpu_expert
 
 
-def _matmul_weights(model: ModelSpec, cpu_layers: set[int], staged: bool, blocks: set[int] | None,
-                    with_output: bool) -> list[Tensor]:
-    """The weights whose MUL_MAT(_ID) runs on this GPU in a prompt batch (_runs_here)."""
-    return [t for index, t in _pool_weights(model)
-            if _runs_here(index, t.group == "experts", cpu_layers, staged, blocks, with_output)]
-
-
 def matmul_pool_op(t: Tensor, n_tokens: int, n_outputs: int, n_used: int, sm_count: int,
                    nvidia: bool = True) -> PoolOp | None:
     """The pool allocations of one weight's matmul over a full ubatch (see the module docstring)."""
@@ -194,12 +193,9 @@ def attention_pool_ops(model: ModelSpec, p: Placement) -> list[PoolOp]:
     with it, on a runtime that converts a quantized cache in the pool, the F16 K and V."""
     if p.flash_attn:
         return _fa_pool_ops(model, p) if _fa_kv_in_pool(p) else []
-    shape = cb.reserve_shape(p)
-    t = shape.n_tokens
-    streams = 1 if p.kv_unified or p.n_seq <= 1 else p.n_seq
+    t = cb.reserve_shape(p).n_tokens
     ops: list[PoolOp] = []
-    for (_, k, _v, _layer), a in zip(cb._attention_kinds(model), cb._attention_layers(model, p, shape)):
-        n_kv = a["n_kv"] * streams
+    for k, _v, a, n_kv in _attention_rows(model, p):
         if a["kind"] == "mla":
             h, d_k, d_v = max(1, model.n_head), a["kv_lora"] + a["rope"], a["kv_lora"]
         else:
@@ -214,16 +210,6 @@ def attention_pool_ops(model: ModelSpec, p: Placement) -> list[PoolOp]:
         kqv = PoolOp("KQV cuBLAS F16 (KQ to F16, F16 dst)", (n_kv * t * h * 2, d_v * t * h * 2) + ptrs)
         ops += [kq, kqv]
     return ops
-
-
-def pool_ops(model: ModelSpec, p: Placement, cpu_layers: set[int], staged: bool, sm_count: int,
-             nvidia: bool = True, blocks: set[int] | None = None, with_output: bool = True) -> list[PoolOp]:
-    shape = cb.reserve_shape(p)
-    n_used = p.n_experts_used or model.n_experts_used
-    ops = [matmul_pool_op(t, shape.n_tokens, shape.n_outputs, n_used, sm_count, nvidia)
-           for t in _matmul_weights(model, cpu_layers, staged, blocks, with_output)]
-    attn = attention_pool_ops(model, p) if blocks is None or blocks else []
-    return [o for o in ops if o is not None] + attn
 
 
 def _weight_pool_ops(model: ModelSpec, n_tokens: int, n_outputs: int, n_used: int, sm_count: int,
@@ -253,7 +239,7 @@ def _weight_pool_ops(model: ModelSpec, n_tokens: int, n_outputs: int, n_used: in
 def cuda_pool_bytes(model: ModelSpec, p: Placement, cpu_layers: set[int], staged: bool, sm_count: int,
                     nvidia: bool = True, blocks: set[int] | None = None, with_output: bool = True) -> tuple[int, str]:
     """The pool's size after a full prompt ubatch, and the op that sets it (the first of the
-    largest in pool_ops' order); `blocks` and `with_output` restrict it to one device's ops."""
+    largest, weights in _pool_weights' order, then attention); `blocks` and `with_output` restrict it to one device's ops."""
     shape = cb.reserve_shape(p)
     n_used = p.n_experts_used or model.n_experts_used
     top: Tensor | PoolOp | None = None
@@ -276,11 +262,8 @@ def cuda_pool_bytes(model: ModelSpec, p: Placement, cpu_layers: set[int], staged
 
 def _fa_pool_ops(model: ModelSpec, p: Placement) -> list[PoolOp]:
     """ik_llama.cpp's launch_fattn: F16 copies of a quantized K and V in the pool, per attention kind."""
-    shape = cb.reserve_shape(p)
-    streams = 1 if p.kv_unified or p.n_seq <= 1 else p.n_seq
     ops = []
-    for (_, k, v, _layer), a in zip(cb._attention_kinds(model), cb._attention_layers(model, p, shape)):
-        n_kv = a["n_kv"] * streams
+    for k, v, a, n_kv in _attention_rows(model, p):
         v_width = a["kv_lora"] if a["kind"] == "mla" else (v.n_embd if v is not None else 0)
         allocs = ((k.n_embd * n_kv * 2,) if quantized(p.cache_type_k) else ()) + (
             (v_width * n_kv * 2,) if quantized(p.cache_type_v if a["kind"] != "mla" else p.cache_type_k) else ())
@@ -295,16 +278,14 @@ def fa_f16_kv_bytes(model: ModelSpec, p: Placement) -> int:
     a runtime that makes the copies in the pool (ik_llama.cpp)."""
     if not p.flash_attn or (not quantized(p.cache_type_k) and not quantized(p.cache_type_v)) or _fa_kv_in_pool(p):
         return 0
-    shape = cb.reserve_shape(p)
-    streams = 1 if p.kv_unified or p.n_seq <= 1 else p.n_seq
+    n_tokens = cb.reserve_shape(p).n_tokens
     best = 0
-    for (_, k, v, _layer), a in zip(cb._attention_kinds(model), cb._attention_layers(model, p, shape)):
-        n_kv = a["n_kv"] * streams
+    for k, v, a, n_kv in _attention_rows(model, p):
         if a["kind"] == "mla":
-            dst = 4 * max(1, model.n_head) * a["kv_lora"] * shape.n_tokens
+            dst = 4 * max(1, model.n_head) * a["kv_lora"] * n_tokens
             v_view_of_k = True
         else:
-            dst = 4 * a["n_head"] * a["d_v"] * shape.n_tokens
+            dst = 4 * a["n_head"] * a["d_v"] * n_tokens
             v_view_of_k = v is None
         end = dst
         if quantized(p.cache_type_k):
