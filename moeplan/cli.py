@@ -100,7 +100,7 @@ GC_THRESHOLD = 100_000
 
 
 def main() -> None:
-    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])  # python -m moeplan: set before its imports
+    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])  # the `moeplan` script (python -m moeplan sets it earlier)
     first = sys.argv[1] if len(sys.argv) > 1 else ""
     module = COMMAND_MODULES.get(first)
     if first == "--version":  # an eager option: it prints and exits before any command is looked at
