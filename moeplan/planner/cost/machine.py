@@ -518,7 +518,7 @@ def int_simd_bits_per_cycle(hw: HardwareProfile, kernel_bits: int) -> int | None
     (256 or 512); None for a core this table does not describe (Apple, E-cores, unknown)."""
     fam = cpu_family(hw)
     if fam in _AMD_PIPE_BITS:
-        return 4 * min(kernel_bits, _AMD_PIPE_BITS[fam]) if fam != "zen1" else 4 * 128
+        return 4 * min(kernel_bits, _AMD_PIPE_BITS[fam])
     if fam in _INTEL_BIG_CORES:
         if kernel_bits >= 512 and "avx512f" in hw.cpu.isa:
             return 512 * intel_fma_units(hw)
