@@ -200,7 +200,7 @@ def run_gpu_build(run: RunLog) -> str:
     return ""
 
 
-def context_and_pool(mem, consts: MemoryConstants, device: str) -> int:
+def context_and_pool(mem, device: str) -> int:
     """What a device's `unaccounted` is predicted to hold: the CUDA context prior and, on a
     CUDA/ROCm build, that device's memory-pool high-water (memory/cuda_runtime.py)."""
     digits = "".join(ch for ch in device if ch.isdigit())
@@ -265,7 +265,7 @@ def memory_rows(run: RunLog, model: ModelSpec, p: Placement, consts: MemoryConst
     # the breakdown table: unaccounted = total - free - self per GPU
     gpu_rows = [m for m in run.memory if not m.host and not m.name.startswith("RPC")]
     for m in gpu_rows:
-        rows.append(Row("memory", m.name, "context + pool (unaccounted)", context_and_pool(mem, consts, m.name),
+        rows.append(Row("memory", m.name, "context + pool (unaccounted)", context_and_pool(mem, m.name),
                         (m.unaccounted_mib or 0) * MIB, formula("cuda_context", "cuda_pool") +
                         "; observed = total - free - self, which also holds other processes' memory",
                         "memory breakdown"))

@@ -60,7 +60,7 @@ def memory_observations(run: RunLog, model: ModelSpec, p: Placement) -> tuple[li
             notes.append(f"{run.source}: {m.name} is an RPC device (its free/total are the remote host's memory); "
                          "its unaccounted memory is not a GPU constant")
             continue
-        pool = context_and_pool(mem, consts, m.name) - consts.cuda_context_bytes  # the derived pool
+        pool = context_and_pool(mem, m.name) - consts.cuda_context_bytes  # the derived pool
         obs.append(MemObs(f"{run.source}:{m.name} unaccounted", "unaccounted", m.unaccounted_mib * MIB, pool, n_ub,
                           p.cache_type_k))
     dev = [b for b in run.buffers if b.kind == "compute" and not b.host]
