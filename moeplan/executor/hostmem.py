@@ -17,6 +17,7 @@ keep torch's pinned allocator: page-locking is what their transfers need.
 from __future__ import annotations
 
 import functools
+import math
 import mmap
 import os
 
@@ -59,10 +60,8 @@ def _mapped(n_bytes: int) -> tuple[mmap.mmap, int] | None:
 def host_empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype, huge: bool = True) -> torch.Tensor:
     """An uninitialised contiguous CPU tensor; huge-page backed where hugepage_status() allows
     and the tensor is at least one huge page, else torch.empty."""
-    n = 1
-    for s in shape:
-        n *= int(s)
-    n_bytes = n * torch.empty((), dtype=dtype).element_size()
+    n = math.prod(int(s) for s in shape)
+    n_bytes = n * dtype.itemsize
     if huge and n_bytes >= HUGE_PAGE_BYTES and hugepage_status()[0] and os.environ.get("MOEPLAN_NO_HUGEPAGES") != "1":
         got = _mapped(n_bytes)
         if got is not None:
